@@ -1,0 +1,1 @@
+"""Triton code generation for kiln (not built yet; see README.md)."""
