@@ -21,6 +21,10 @@ nox.options.sessions = ["lint", "tests"]
 PYTHON = os.environ.get("KILN_NOX_PYTHON", "3.11")
 TORCH = os.environ.get("KILN_TORCH_SPEC", "torch==2.13.0")
 TEST_DEPS = ["pytest", "pytest-timeout", "sympy", "numpy"]
+# Real models for tests-integration and benchmarks (timm pulls torchvision: docs/testing.md).
+MODEL_DEPS = ["timm", "transformers"]
+# Keeps every later install from replacing the pinned torch.
+CONSTRAINTS = ["-c", "constraints-cpu.txt"] if TORCH == "torch==2.13.0" else []
 
 # package folder -> the kiln packages it depends on (mirrors each pyproject.toml)
 PACKAGES: dict[str, list[str]] = {
@@ -34,11 +38,11 @@ PACKAGES: dict[str, list[str]] = {
 
 
 def _install(session: nox.Session, *folders: str, extra: tuple[str, ...] = ()) -> None:
-    session.install(TORCH, *TEST_DEPS, *extra)
+    session.install(*CONSTRAINTS, TORCH, *TEST_DEPS, *extra)
     paths = [f"./packages/{f}" for f in folders]
     # --no-deps for our own packages would hide a missing declaration; install them together so
     # pip resolves kiln-* names against the local folders.
-    session.install(*paths)
+    session.install(*CONSTRAINTS, *paths)
 
 
 def _closure(folder: str) -> list[str]:
@@ -71,7 +75,7 @@ for _folder in PACKAGES:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Every package's tests and tests-integration, against one full install."""
-    _install(session, *PACKAGES)
+    _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
     session.run(
         "pytest", "-q", "-p", "no:cacheprovider",
         *[f"packages/{f}/tests" for f in PACKAGES],
@@ -83,7 +87,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """Compile the seed examples and a real model, print what happened and how fast."""
-    _install(session, *PACKAGES)
+    _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
     session.run("python", "examples/demo.py", *session.posargs)
 
 
