@@ -1,0 +1,173 @@
+"""kiln's decomposition table: which ATen ops aotgrad rewrites into smaller ones.
+
+One rule table, built once:
+
+1. start from ``torch._decomp.core_aten_decompositions()`` (torch's own table that lowers
+   ATen to the Core ATen IR);
+2. add torch's decompositions for the composite ops that loopir should see as their pieces
+   (softmax, the norms, gelu & friends: see ``_FROM_TORCH``);
+3. add kiln's own rules (``@_rule``) where torch's decomposition leaves ``prims`` ops in the
+   graph (var / var_mean) or where it has none (lift_fresh_copy);
+4. remove the ops kiln keeps whole as extern-call candidates (``KEEP``: matmul family,
+   convolution, scaled-dot-product attention kernels).
+
+The ops that can remain after this table are listed in ``kiln_aotgrad.core_ops.CORE_OPS``
+(docs/ops.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+aten = torch.ops.aten
+
+__all__ = ["core_decompositions", "KEEP", "KILN_RULES"]
+
+
+def _ops(*names: str) -> list[torch._ops.OpOverload]:
+    """Resolve "packet.overload" names; skip those this torch build lacks."""
+    out = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        pkt = getattr(aten, packet, None)
+        if pkt is None:
+            continue
+        op = getattr(pkt, overload or "default", None)
+        if op is not None:
+            out.append(op)
+    return out
+
+
+# Composite ops that torch's core table keeps whole but kiln decomposes (with torch's own
+# rules from torch._decomp.decomposition_table): loopir then sees reductions and pointwise
+# ops it fuses, and needs no lowering for these.
+_FROM_TORCH = _ops(
+    "_softmax.default",
+    "_log_softmax.default",
+    "native_layer_norm.default",
+    "native_group_norm.default",
+    "native_batch_norm.default",
+    "_native_batch_norm_legit.default",
+    "_native_batch_norm_legit.no_stats",
+    "_native_batch_norm_legit_functional.default",
+    "_native_batch_norm_legit_no_training.default",
+    "gelu.default",
+    "elu.default",
+    "leaky_relu.default",
+    "hardtanh.default",
+)
+
+# Ops kept whole: extern-call candidates for the codegens (and their aten fallback).
+KEEP = frozenset(
+    _ops(
+        "mm.default",
+        "bmm.default",
+        "addmm.default",
+        "convolution.default",
+        "_scaled_dot_product_flash_attention_for_cpu.default",
+        "_scaled_dot_product_flash_attention.default",
+        "_scaled_dot_product_efficient_attention.default",
+        "_scaled_dot_product_cudnn_attention.default",
+    )
+)
+
+KILN_RULES: dict[torch._ops.OpOverload, Callable] = {}
+
+
+def _rule(*ops: torch._ops.OpOverload):
+    def register(fn):
+        for op in ops:
+            KILN_RULES[op] = fn
+        return fn
+
+    return register
+
+
+def _reduced_dims(x: torch.Tensor, dim) -> list[int]:
+    if dim is None:
+        return list(range(x.dim()))
+    if isinstance(dim, int):
+        dim = [dim]
+    dims = list(dim)
+    if not dims:  # dim=[] means "all dims" for var
+        return list(range(x.dim()))
+    return [d % max(x.dim(), 1) for d in dims]
+
+
+def _var_mean(x: torch.Tensor, dim, correction, keepdim: bool):
+    """Two-pass variance (mean, then the mean of squared deviations) in aten ops only."""
+    dims = _reduced_dims(x, dim)
+    n = 1
+    for d in dims:
+        n = n * x.shape[d]
+    if correction is None:
+        correction = 1
+    orig_dtype = x.dtype
+    if orig_dtype in (torch.float16, torch.bfloat16):
+        x = x.to(torch.float32)
+    mean = torch.sum(x, dims, keepdim=True) / n
+    dev = x - mean
+    denom = n - correction if correction else n
+    if isinstance(denom, torch.SymInt | torch.SymFloat):
+        if not statically_known_true(denom >= 0):
+            denom = torch.sym_max(denom, 0)
+    else:
+        denom = max(denom, 0)
+    var = torch.sum(dev * dev, dims, keepdim=keepdim) / denom
+    if not keepdim:
+        mean = torch.squeeze(mean, dims)
+    return var.to(orig_dtype), mean.to(orig_dtype)
+
+
+@_rule(aten.var.correction)
+def _var_correction(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction, keepdim)[0]
+
+
+@_rule(aten.var_mean.correction)
+def _var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction, keepdim)
+
+
+@_rule(aten.var.dim)
+def _var_dim(x, dim=None, unbiased=True, keepdim=False):
+    return _var_mean(x, dim, 1 if unbiased else 0, keepdim)[0]
+
+
+@_rule(aten.var_mean.dim)
+def _var_mean_dim(x, dim=None, unbiased=True, keepdim=False):
+    return _var_mean(x, dim, 1 if unbiased else 0, keepdim)
+
+
+@_rule(aten.std.correction)
+def _std_correction(x, dim=None, *, correction=None, keepdim=False):
+    return torch.sqrt(_var_mean(x, dim, correction, keepdim)[0])
+
+
+@_rule(aten.lift_fresh_copy.default)
+def _lift_fresh_copy(x):
+    # a tensor constant built inside the traced code (torch.tensor(...)): a plain copy
+    return aten.clone.default(x)
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    from torch._decomp import core_aten_decompositions, decomposition_table
+
+    table = dict(core_aten_decompositions())
+    for op in _FROM_TORCH:
+        if op in decomposition_table:
+            table[op] = decomposition_table[op]
+    table.update(KILN_RULES)
+    for op in KEEP:
+        table.pop(op, None)
+    return table
+
+
+def core_decompositions() -> dict:
+    """op -> decomposition: the table aotgrad traces with (a fresh copy each call)."""
+    return dict(_table())

@@ -1,0 +1,69 @@
+"""CORE_OPS, the decomposition table and docs/ops.md agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from kiln_aotgrad import CORE_OPS, KEEP, core_decompositions
+from kiln_aotgrad.core_ops import CORE_OP_GROUPS
+from kiln_aotgrad.ops_doc import render
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "ops.md"
+
+
+def test_docs_ops_md_is_generated_from_core_ops():
+    if not DOC.exists():
+        pytest.skip("docs/ops.md is not beside this checkout")
+    assert DOC.read_text() == render(), (
+        "docs/ops.md is stale: run `python -m kiln_aotgrad.ops_doc docs/ops.md`"
+    )
+
+
+def test_doc_lists_exactly_core_ops():
+    text = render()
+    listed = {
+        line.strip()[len("- `aten.") : -1]
+        for line in text.splitlines()
+        if line.startswith("- `aten.")
+    }
+    assert listed == {op.__name__ for op in CORE_OPS}
+
+
+def test_no_core_op_is_decomposed():
+    table = core_decompositions()
+    assert not [op for op in CORE_OPS if op in table and op not in _SIZE_QUERIES]
+
+
+_SIZE_QUERIES = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int}
+
+
+def test_kept_ops_are_core_and_not_decomposed():
+    table = core_decompositions()
+    for op in KEEP:
+        assert op in CORE_OPS
+        assert op not in table
+
+
+def test_every_torch_core_op_is_kept_or_decomposed():
+    """A new torch release that tags more ops `core` shows up here."""
+    table = core_decompositions()
+    aten = torch.ops.aten
+    missing = []
+    for name in dir(aten):
+        packet = getattr(aten, name)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if torch.Tag.core not in op.tags or "out" in overload:
+                continue
+            if op not in CORE_OPS and op not in table:
+                missing.append(str(op))
+    assert missing == []
+
+
+def test_groups_have_no_duplicates():
+    names = [n for _, ops in CORE_OP_GROUPS.values() for n in ops]
+    assert len(names) == len(set(names))

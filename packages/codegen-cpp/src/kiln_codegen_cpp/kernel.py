@@ -1,0 +1,943 @@
+"""One C++ function per FusedGroup.
+
+How a group becomes C++ (``CppKernel(group, name).generate()``):
+
+* A pre-pass runs every node body under loopir's dependency handler (``body_deps``) to learn
+  which buffers the group reads and writes, and which internal buffers can live in a local
+  variable instead of memory (written once per outer point by a reduction or by a node with no
+  inner loop, read back only at the index it was stored at).
+* Loop levels. A pure pointwise group (every node ``inner == []``) runs its outer loops with the
+  first one(s) parallel (``#pragma omp parallel for``; the leading dims are flattened into one
+  parallel loop when there are more than two) and the innermost one ``#pragma omp simd``
+  (a single outer dim gets ``parallel for simd``). A group with inner loops runs all its outer
+  dims as one flattened parallel loop; inside it, each node runs its own inner loop nest:
+  a pointwise node's innermost loop is ``#pragma omp simd``; a reduction keeps ``LANES``
+  accumulators, walks the innermost reduction dim in chunks of ``LANES`` with a
+  ``#pragma omp simd`` lane loop, finishes the remainder in a scalar tail loop and combines the
+  lanes horizontally (so float sums vectorize without -ffast-math, and max/min/argmax keep
+  torch's NaN and tie rules).
+* The ops handler (this class) emits one typed C++ statement per op (``float tmp3 = ...;``) with
+  common-subexpression elimination, placing each statement in the outermost loop level its
+  operands allow (loop-invariant code is hoisted; loads of buffers the group itself writes are
+  never hoisted).
+* float16/bfloat16 values are raw ``uint16_t`` bit patterns; ``to_dtype`` converts them to/from
+  float (``kiln_h2f``/``kiln_f2h``/``kiln_bf2f``/``kiln_f2bf`` in the prelude).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+from kiln_loopir.analysis import body_deps
+from kiln_loopir.ops_spec import OPS, reduction_identity, result_dtype
+from kiln_loopir.sizevars import index_symbol, reduction_symbol, simplify_index, symbol_kind
+from kiln_loopir.virtualized import MissingOpError, set_ops_handler
+
+from .printer import cexpr
+
+LANES = 16  # accumulators per reduction (one AVX-512 register of floats)
+PARALLEL_THRESHOLD = 16384  # elements of work below which a kernel runs single-threaded
+
+CTYPES: dict[torch.dtype, str] = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "uint16_t",
+    torch.bfloat16: "uint16_t",
+    torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+    torch.int16: "int16_t",
+    torch.int32: "int32_t",
+    torch.int64: "int64_t",
+    torch.bool: "bool",
+    torch.uint16: "uint16_t",
+    torch.uint32: "uint32_t",
+    torch.uint64: "uint64_t",
+}
+HALF = (torch.float16, torch.bfloat16)
+
+
+def ctype(dtype: torch.dtype) -> str:
+    try:
+        return CTYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"the C++ codegen does not support dtype {dtype}") from None
+
+
+def _to_float(expr: str, dtype: torch.dtype) -> str:
+    return f"kiln_h2f({expr})" if dtype == torch.float16 else f"kiln_bf2f({expr})"
+
+
+def _from_float(expr: str, dtype: torch.dtype) -> str:
+    return f"kiln_f2h({expr})" if dtype == torch.float16 else f"kiln_f2bf({expr})"
+
+
+def c_literal(value, dtype: torch.dtype) -> str:
+    """An exactly typed C++ literal of ``value`` as ``dtype``."""
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype in HALF:
+        bits = torch.tensor(float(value), dtype=dtype).view(torch.int16).item() & 0xFFFF
+        return f"((uint16_t)0x{bits:04x})"
+    if dtype.is_floating_point:
+        v = float(value)
+        single = dtype == torch.float32
+        if math.isnan(v):
+            return "NAN" if single else "((double)NAN)"
+        if math.isinf(v):
+            s = "INFINITY" if single else "((double)INFINITY)"
+            return s if v > 0 else f"(-{s})"
+        text = repr(v)
+        if not single:
+            return text if v >= 0 else f"({text})"
+        exact = struct.unpack("f", struct.pack("f", v))[0] == v
+        lit = f"{text}f" if exact else f"((float){text})"
+        return lit if v >= 0 else f"({lit})"
+    v = int(value)
+    t = ctype(dtype)
+    if t == "int32_t" and -(2**31) <= v < 2**31:
+        return str(v) if v >= 0 else f"({v})"
+    if t == "int64_t" and v == -(2**63):
+        return "(-INT64_C(9223372036854775807) - 1)"
+    if t == "uint64_t":
+        return f"UINT64_C({v})"
+    return f"(({t}){v}{'LL' if abs(v) >= 2**31 else ''})"
+
+
+@dataclass
+class CppValue:
+    """A typed C++ value: ``expr`` is a variable name or a literal; ``depth`` is the loop level
+    where it is defined (0 = before any loop)."""
+
+    expr: str
+    dtype: torch.dtype
+    depth: int = 0
+
+    def __str__(self) -> str:
+        return self.expr
+
+
+@dataclass
+class _Block:
+    depth: int
+    lines: list[str] = field(default_factory=list)
+    cse: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Reduction:
+    dtype: torch.dtype
+    src_dtype: torch.dtype
+    rtype: str
+    value: CppValue | None
+    store_name: str | None = None
+    store_index: sympy.Expr | None = None
+    acc: str = "acc"
+
+
+class CppKernel:
+    """Generates the C++ function for one FusedGroup (see the module docstring)."""
+
+    def __init__(self, group, name: str, buffer_dtypes: dict[str, torch.dtype],
+                 written_inputs: set[str] = frozenset()):
+        self.group = group
+        self.name = name
+        self.buffer_dtypes = buffer_dtypes  # every buffer name -> dtype
+        self.written_inputs = set(written_inputs)  # graph inputs this kernel writes (mutations)
+        self._tmp = 0
+        self._ind = 0
+        self.blocks: list[_Block] = []
+        self.sym_depth: dict[str, int] = {}
+        self.size_symbols: set[sympy.Symbol] = set()
+        self.var_ranges: dict = {}
+        self.reads: list[str] = []  # buffers read from memory, first-use order
+        self.writes: list[str] = []  # buffers written to memory
+        self.locals: dict[str, tuple[sympy.Expr, CppValue]] = {}
+        self.local_buffers: set[str] = set()
+        self.written_in_group: set[str] = set()
+        self._reduction: _Reduction | None = None
+        self._load_keys: dict[str, list] = {}
+        self.cname: dict[str, str] = {}  # buffer name -> C parameter name (in_ptr0, out_ptr0, ...)
+        self._node_no = 0
+        self._no_simd = False  # set when the current loop has stores that forbid `omp simd`
+        self.stats = {"loads": 0, "stores": 0}
+
+    # =========================================================================================
+    # driver
+    # =========================================================================================
+    def generate(self) -> str:
+        g = self.group
+        self._analyse()
+        outer_syms = [index_symbol(k) for k in range(len(g.outer))]
+        self.var_ranges.update(zip(outer_syms, g.outer))
+        for r in g.outer:
+            self._note_sizes(r)
+        pure_pointwise = all(not n.inner for n in g.nodes) and all(n.kind == "pointwise" for n in g.nodes)
+
+        self.blocks = [_Block(0)]
+        body: list[str]
+        if pure_pointwise:
+            body = self._pointwise_group(outer_syms)
+        else:
+            body = self._mixed_group(outer_syms)
+        prologue = self.blocks[0].lines
+        return self._function(prologue + body)
+
+    def _function(self, body: list[str]) -> str:
+        params = []
+        for name in self.arg_buffers():
+            t = ctype(self.buffer_dtypes[name])
+            if name in self.writes:
+                restrict = "" if name in self.written_inputs else " __restrict__"
+                params.append(f"{t}*{restrict} {self.cname[name]}")
+            else:
+                params.append(f"const {t}* __restrict__ {self.cname[name]}")
+        params += [f"const int64_t {s.name}" for s in self.arg_sizes()]
+        lines = [f'extern "C" void {self.name}({", ".join(params)})', "{"]
+        lines += ["    " + ln if ln else ln for ln in body]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def arg_buffers(self) -> list[str]:
+        out = []
+        for n in self.writes + self.reads:
+            if n not in out:
+                out.append(n)
+        return out
+
+    def arg_sizes(self) -> list[sympy.Symbol]:
+        return sorted(self.size_symbols, key=lambda s: int(s.name[1:]))
+
+    def arg_names(self) -> list[str]:
+        return self.arg_buffers() + [s.name for s in self.arg_sizes()]
+
+    # =========================================================================================
+    # pre-pass: what is read/written, which internal buffers become locals
+    # =========================================================================================
+    def _analyse(self) -> None:
+        g = self.group
+        outer_syms = [index_symbol(k) for k in range(len(g.outer))]
+        stores: dict[str, tuple[int, sympy.Expr]] = {}
+        loads: dict[str, list[tuple[int, sympy.Expr]]] = {}
+        for k, node in enumerate(g.nodes):
+            inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
+            vr = dict(zip(outer_syms, g.outer)) | dict(zip(inner_syms, node.inner))
+            deps = body_deps(node.body, outer_syms, inner_syms, var_ranges=vr)
+            for d in deps.reads:
+                loads.setdefault(d.name, []).append((k, d.index))
+            for d in deps.writes:
+                self.written_in_group.add(d.name)
+                if d.name in stores or d.mode is not None:
+                    stores[d.name] = (-1, d.index)  # written twice / accumulated: keep in memory
+                else:
+                    stores[d.name] = (k, d.index)
+        internal = set(getattr(g, "internal_buffers", ()) or ())
+        for name in internal:
+            if name not in stores:
+                continue
+            k, idx = stores[name]
+            if k < 0:
+                continue
+            node = g.nodes[k]
+            if node.kind != "reduction" and node.inner:
+                continue  # written inside a loop that ends before its readers run
+            if any(symbol_kind(s) == "ind" for s in idx.free_symbols):
+                continue
+            if all(j > k and lidx == idx for j, lidx in loads.get(name, [])):
+                self.local_buffers.add(name)
+
+    # =========================================================================================
+    # loop structure
+    # =========================================================================================
+    def _open(self) -> _Block:
+        b = _Block(len(self.blocks))
+        self.blocks.append(b)
+        return b
+
+    def _close(self) -> _Block:
+        return self.blocks.pop()
+
+    def _omp_parallel(self, work: sympy.Expr, simd: bool) -> str | None:
+        """The ``#pragma omp parallel for`` line for ``work`` elements (None: too little work)."""
+        work = sympy.sympify(work)
+        what = "parallel for simd" if simd else "parallel for"
+        if work.is_Integer:
+            if int(work) < PARALLEL_THRESHOLD:
+                return "#pragma omp simd" if simd else None
+            return f"#pragma omp {what} num_threads(kiln_num_threads)"
+        return (f"#pragma omp {what} num_threads(kiln_num_threads) "
+                f"if({self._c(work)} >= {PARALLEL_THRESHOLD})")
+
+    def _c(self, expr) -> str:
+        self._note_sizes(expr)
+        return cexpr(expr)
+
+    def _note_sizes(self, expr) -> None:
+        for s in sympy.sympify(expr).free_symbols:
+            if symbol_kind(s) == "s":
+                self.size_symbols.add(s)
+
+    def _flat_loop_header(self, syms, ranges, flat: str) -> tuple[sympy.Expr, list[str]]:
+        """One loop over the product of ``ranges``; returns (trip count, lines that decode the
+        flat index into ``syms`` at the top of the loop body)."""
+        if len(syms) == 1:
+            return ranges[0], []
+        total = sympy.Mul(*ranges)
+        decode = []
+        stride = sympy.Integer(1)
+        parts = []
+        for s, r in reversed(list(zip(syms, ranges))):
+            parts.append((s, r, stride))
+            stride = stride * r
+        for s, r, st in reversed(parts):
+            e = flat if st == 1 else f"({flat} / {self._c(st)})"
+            if s is not syms[0]:
+                e = f"{e} % {self._c(r)}"
+            decode.append(f"const int64_t {s.name} = {e};")
+        return total, decode
+
+    def _pointwise_group(self, outer_syms) -> list[str]:
+        g = self.group
+        n = len(outer_syms)
+        if n == 0:
+            blk = self._open()
+            self._run_nodes([])
+            self._close()
+            return blk.lines
+        if n == 1:
+            s = outer_syms[0]
+            self.sym_depth[s.name] = 1
+            blk = self._open()
+            self._run_nodes([])
+            self._close()
+            pragma = self._omp_parallel(g.outer[0], simd=not self._no_simd)
+            head = [pragma] if pragma else []
+            return head + [f"for (int64_t {s} = 0; {s} < {self._c(g.outer[0])}; {s}++)", "{",
+                           *_indent(blk.lines), "}"]
+        # n >= 2: leading dims flattened into one parallel loop, the last one simd
+        lead, last = outer_syms[:-1], outer_syms[-1]
+        for s in lead:
+            self.sym_depth[s.name] = 1
+        self.sym_depth[last.name] = 2
+        b1 = self._open()
+        total, decode = self._flat_loop_header(lead, g.outer[:-1], "x")
+        b2 = self._open()
+        self._run_nodes([])
+        self._close()
+        inner = [] if self._no_simd else ["#pragma omp simd"]
+        inner += [f"for (int64_t {last} = 0; {last} < {self._c(g.outer[-1])}; {last}++)", "{",
+                  *_indent(b2.lines), "}"]
+        self._close()
+        pragma = self._omp_parallel(total * g.outer[-1], simd=False)
+        var = lead[0].name if len(lead) == 1 else "x"
+        head = [pragma] if pragma else []
+        return head + [f"for (int64_t {var} = 0; {var} < {self._c(total)}; {var}++)", "{",
+                       *_indent(decode + b1.lines + inner), "}"]
+
+    def _mixed_group(self, outer_syms) -> list[str]:
+        g = self.group
+        for s in outer_syms:
+            self.sym_depth[s.name] = 1
+        b1 = self._open()
+        for node in g.nodes:
+            if node.kind == "reduction":
+                b1.lines += self._reduction_node(node, outer_syms)
+            elif node.inner:
+                b1.lines += self._pointwise_node(node, outer_syms)
+            else:
+                b1.lines.append(f"// node {self._node_no}: pointwise")
+                self._node_no += 1
+                self._run_body(node, outer_syms, [])
+        self._close()
+        if not outer_syms:
+            return b1.lines
+        total, decode = self._flat_loop_header(outer_syms, g.outer, "x")
+        work = total * max((sympy.Mul(*n.inner) for n in g.nodes if n.inner),
+                           key=lambda e: 0 if not e.is_Integer else int(e), default=1)
+        pragma = self._omp_parallel(work, simd=False)
+        var = outer_syms[0].name if len(outer_syms) == 1 else "x"
+        head = [pragma] if pragma else []
+        return head + [f"for (int64_t {var} = 0; {var} < {self._c(total)}; {var}++)", "{",
+                       *_indent(decode + b1.lines), "}"]
+
+    def _run_nodes(self, inner_index) -> None:
+        for node in self.group.nodes:
+            self.blocks[-1].lines.append(f"// node {self._node_no}: pointwise")
+            self._node_no += 1
+            self._run_body(node, [index_symbol(k) for k in range(len(self.group.outer))], inner_index)
+
+    def _run_body(self, node, outer_syms, inner_syms) -> None:
+        with set_ops_handler(self):
+            node.body(outer_syms, inner_syms)
+
+    def _pointwise_node(self, node, outer_syms) -> list[str]:
+        """A pointwise node with its own inner loops (innermost: omp simd)."""
+        inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
+        base = len(self.blocks)
+        for j, s in enumerate(inner_syms):
+            self.sym_depth[s.name] = base + j
+            self.var_ranges[s] = node.inner[j]
+            self._note_sizes(node.inner[j])
+        blocks = [self._open() for _ in inner_syms]
+        self._no_simd = False
+        self._run_body(node, outer_syms, inner_syms)
+        no_simd = self._no_simd
+        for _ in inner_syms:
+            self._close()
+        code: list[str] = []
+        for j in reversed(range(len(inner_syms))):
+            s = inner_syms[j]
+            pragma = ["#pragma omp simd"] if j == len(inner_syms) - 1 and not no_simd else []
+            code = pragma + [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
+                             *_indent(blocks[j].lines + code), "}"]
+        for s in inner_syms:
+            self.var_ranges.pop(s, None)
+        node_no = self._node_no
+        self._node_no += 1
+        return [f"// node {node_no}: pointwise over [{', '.join(self._c(r) for r in node.inner)}]", *code]
+
+    # =========================================================================================
+    # reductions
+    # =========================================================================================
+    def _reduction_node(self, node, outer_syms) -> list[str]:
+        inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
+        base = len(self.blocks)
+        for j, s in enumerate(inner_syms):
+            self.sym_depth[s.name] = base + j
+            self.var_ranges[s] = node.inner[j]
+            self._note_sizes(node.inner[j])
+        blocks = [self._open() for _ in inner_syms]
+        self._reduction = None
+        self._run_body(node, outer_syms, inner_syms)
+        red = self._reduction
+        self._reduction = None
+        node_no = self._node_no
+        self._node_no += 1
+        for _ in inner_syms:
+            self._close()
+        for s in inner_syms:
+            self.var_ranges.pop(s, None)
+        if red is None or red.store_name is None:
+            raise ValueError(f"reduction node {node.buffer.name}: body did not call "
+                             "ops.reduction + ops.store_reduction")
+        if not inner_syms:  # a reduction over nothing: the value itself
+            red.acc = f"acc{node_no}"
+            return self._store_reduction_result(red, red.value.expr, red.value.dtype, [])
+
+        acc_dtype = red.dtype
+        rtype = red.rtype
+        arg = rtype in ("argmax", "argmin")
+        val_dtype = red.src_dtype if arg else acc_dtype
+        vt = ctype(val_dtype) if val_dtype not in HALF else "float"
+        acc = red.acc = f"acc{node_no}"
+        ident = c_literal(reduction_identity(rtype, val_dtype), val_dtype)
+        value = self._as_compute(red.value, val_dtype)
+
+        # the linear reduction index (argmax/argmin)
+        lin = sympy.Integer(0)
+        for s, r in zip(inner_syms, node.inner):
+            lin = lin * r + s
+        lin_c = self._c(lin)
+
+        def update(a: str, ai: str | None) -> list[str]:
+            if arg:
+                return [f"{{ const bool take = kiln_{rtype}_take({value}, {a});",
+                        f"  {a} = take ? {value} : {a};",
+                        f"  {ai} = take ? (int64_t)({lin_c}) : {ai}; }}"]
+            return [f"{a} = {self._combine(rtype, a, value, val_dtype)};"]
+
+        last = len(inner_syms) - 1
+        rl, rs = inner_syms[last], node.inner[last]
+        r_c = self._c(rs)
+        small = rs.is_Integer and int(rs) < 2 * LANES
+        decl = [f"// node {node_no}: {rtype} over [{', '.join(self._c(r) for r in node.inner)}]"]
+        decl.append(f"{vt} {acc} = {ident};")
+        if arg:
+            decl.append(f"int64_t {acc}_idx = 0;")
+        if not small:
+            decl.append(f"{vt} {acc}_lanes[{LANES}];")
+            if arg:
+                decl.append(f"int64_t {acc}_lanes_idx[{LANES}];")
+            decl.append(f"for (int l = 0; l < {LANES}; l++) {{ {acc}_lanes[l] = {ident};"
+                        + (f" {acc}_lanes_idx[l] = 0;" if arg else "") + " }")
+        body_lines = blocks[last].lines
+        # innermost reduction dim: lanes + scalar tail
+        code: list[str] = []
+        if small:
+            code += [f"for (int64_t {rl} = 0; {rl} < {r_c}; {rl}++)", "{",
+                     *_indent(body_lines + update(acc, f"{acc}_idx" if arg else None)), "}"]
+        else:
+            vend = f"{acc}_vend"
+            code += [f"const int64_t {vend} = {r_c} - ({r_c} % {LANES});",
+                     f"for (int64_t {rl}_base = 0; {rl}_base < {vend}; {rl}_base += {LANES})", "{",
+                     "    #pragma omp simd",
+                     f"    for (int64_t l = 0; l < {LANES}; l++)", "    {",
+                     f"        const int64_t {rl} = {rl}_base + l;",
+                     *_indent(body_lines + update(f"{acc}_lanes[l]", f"{acc}_lanes_idx[l]" if arg else None), 2),
+                     "    }", "}",
+                     f"for (int64_t {rl} = {vend}; {rl} < {r_c}; {rl}++)", "{",
+                     *_indent(body_lines + update(acc, f"{acc}_idx" if arg else None)), "}"]
+        for j in reversed(range(last)):
+            s = inner_syms[j]
+            code = [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
+                    *_indent(blocks[j].lines + code), "}"]
+        combine = []
+        if not small:
+            if arg:
+                combine.append(
+                    f"for (int l = 0; l < {LANES}; l++) {{ if (kiln_{rtype}_better({acc}_lanes[l], "
+                    f"{acc}_lanes_idx[l], {acc}, {acc}_idx)) {{ {acc} = {acc}_lanes[l]; "
+                    f"{acc}_idx = {acc}_lanes_idx[l]; }} }}")
+            else:
+                combine.append(f"for (int l = 0; l < {LANES}; l++) {{ {acc} = "
+                               f"{self._combine(rtype, acc, f'{acc}_lanes[l]', val_dtype)}; }}")
+        result, result_dtype = (f"{acc}_idx", torch.int64) if arg else (acc, acc_dtype)
+        if result_dtype in HALF:
+            result_dtype = torch.float32
+        return decl + code + combine + self._store_reduction_result(red, result, result_dtype, [])
+
+    def _combine(self, rtype: str, a: str, b: str, dtype: torch.dtype) -> str:
+        if rtype == "sum":
+            return f"{a} + {b}"
+        if rtype == "prod":
+            return f"{a} * {b}"
+        if rtype == "max":
+            return f"kiln_maximum({a}, {b})"
+        if rtype == "min":
+            return f"kiln_minimum({a}, {b})"
+        if rtype == "any":
+            return f"{a} | {b}"
+        if rtype == "all":
+            return f"{a} & {b}"
+        raise MissingOpError(f"reduction {rtype!r}", self)
+
+    def _as_compute(self, v: CppValue, dtype: torch.dtype) -> str:
+        """``v`` as a C expression of ``dtype``'s compute type (half -> float)."""
+        if v.dtype in HALF:
+            f = _to_float(v.expr, v.dtype)
+            return f if dtype in HALF or dtype == torch.float32 else f"(({ctype(dtype)}){f})"
+        t = "float" if dtype in HALF else ctype(dtype)
+        if v.dtype == dtype or (dtype in HALF and v.dtype == torch.float32):
+            return v.expr
+        return f"(({t}){v.expr})"
+
+    def _store_reduction_result(self, red: _Reduction, expr: str, dtype: torch.dtype,
+                                lines: list[str]) -> list[str]:
+        name, index = red.store_name, red.store_index
+        out_dtype = self.buffer_dtypes[name]
+        conv = self._convert_expr(expr, dtype, out_dtype)
+        if name in self.local_buffers:
+            var = f"{red.acc}_result"
+            self.locals[name] = (index, CppValue(var, out_dtype, len(self.blocks) - 1))
+            return lines + [f"const {ctype(out_dtype)} {var} = {conv};"]
+        ptr = self._note_write(name)
+        self._forget_loads(name)
+        self.stats["stores"] += 1
+        return lines + [f"{ptr}[{self._c(index)}] = {conv};"]
+
+    # =========================================================================================
+    # emission helpers
+    # =========================================================================================
+    def _depth_of_index(self, index: sympy.Expr) -> int:
+        d = 0
+        for s in index.free_symbols:
+            kind = symbol_kind(s)
+            if kind == "s":
+                self.size_symbols.add(s)
+                continue
+            if s.name not in self.sym_depth:
+                raise ValueError(f"kernel {self.name}: index uses unknown symbol {s}")
+            d = max(d, self.sym_depth[s.name])
+        return d
+
+    def _emit(self, expr: str, dtype: torch.dtype, deps, min_depth: int = 0, cse: bool = True) -> CppValue:
+        depth = max([min_depth] + [d.depth for d in deps if isinstance(d, CppValue)])
+        depth = min(depth, len(self.blocks) - 1)
+        blk = self.blocks[depth]
+        key = (expr, dtype)
+        if cse and key in blk.cse:
+            return blk.cse[key]
+        name = f"tmp{self._tmp}"
+        self._tmp += 1
+        blk.lines.append(f"const {ctype(dtype)} {name} = {expr};")
+        v = CppValue(name, dtype, depth)
+        if cse:
+            blk.cse[key] = v
+        return v
+
+    def _value(self, x, like: CppValue | None = None) -> CppValue:
+        if isinstance(x, CppValue):
+            return x
+        if isinstance(x, bool):
+            return CppValue(c_literal(x, torch.bool), torch.bool)
+        dtype = like.dtype if like is not None else (torch.float32 if isinstance(x, float) else torch.int64)
+        return CppValue(c_literal(x, dtype), dtype)
+
+    def _note_read(self, name: str) -> str:
+        if name not in self.reads:
+            self.reads.append(name)
+        return self._cname(name)
+
+    def _note_write(self, name: str) -> str:
+        if name not in self.writes:
+            self.writes.append(name)
+        return self._cname(name)
+
+    def _cname(self, name: str) -> str:
+        """Kernel sources name buffers by role and order, never by graph buffer name, so equal
+        kernels of different graphs (or layers) have equal sources and share one compile."""
+        c = self.cname.get(name)
+        if c is None:
+            prefix = "out_ptr" if name in self.written_in_group else "in_ptr"
+            c = f"{prefix}{sum(1 for v in self.cname.values() if v.startswith(prefix))}"
+            self.cname[name] = c
+        return c
+
+    def _index(self, index) -> sympy.Expr:
+        return simplify_index(sympy.sympify(index), self.var_ranges)
+
+    def _convert_expr(self, expr: str, src: torch.dtype, dst: torch.dtype) -> str:
+        if src == dst:
+            return expr
+        if dst == torch.bool:
+            if src in HALF:
+                return f"({_to_float(expr, src)} != 0.0f)"
+            return f"({expr} != 0)"
+        if src in HALF:
+            expr, src = _to_float(expr, src), torch.float32
+            if dst == torch.float32:
+                return expr
+        if dst in HALF:
+            if src != torch.float32:
+                expr = f"((float){expr})"
+            return _from_float(expr, dst)
+        t = ctype(dst)
+        if src.is_floating_point and not dst.is_floating_point and dst not in (torch.int64, torch.int32, torch.uint64, torch.uint32):
+            return f"(({t})(int64_t){expr})"  # narrow ints wrap like torch's conversions
+        return f"(({t}){expr})"
+
+    # =========================================================================================
+    # the ops handler: memory and indexing
+    # =========================================================================================
+    def load(self, name: str, index) -> CppValue:
+        index = self._index(index)
+        if name in self.locals and self.locals[name][0] == index:
+            return self.locals[name][1]
+        dtype = self.buffer_dtypes[name]
+        depth = self._depth_of_index(index)
+        if name in self.written_in_group:
+            depth = len(self.blocks) - 1  # never hoist above the loop that writes it
+        ptr = self._note_read(name)
+        self.stats["loads"] += 1
+        expr = f"{ptr}[{self._c(index)}]"
+        v = self._emit(expr, dtype, [], min_depth=depth)
+        self._load_keys.setdefault(name, []).append((v.depth, (expr, dtype)))
+        return v
+
+    def _forget_loads(self, name: str) -> None:
+        """A store to ``name``: earlier loads of it must not be reused by CSE."""
+        for depth, key in self._load_keys.pop(name, []):
+            if depth < len(self.blocks):
+                self.blocks[depth].cse.pop(key, None)
+
+    def store(self, name: str, index, value, mode=None) -> None:
+        index = self._index(index)
+        value = self._value(value)
+        dtype = self.buffer_dtypes[name]
+        expr = self._convert_expr(value.expr, value.dtype, dtype)
+        if any(symbol_kind(s) == "ind" for s in index.free_symbols):
+            self._no_simd = True  # a scatter: lanes may collide
+        if name in self.local_buffers and mode is None:
+            self.locals[name] = (index, self._value(value) if value.dtype == dtype
+                                 else self._emit(expr, dtype, [value]))
+            return
+        ptr = self._note_write(name)
+        self._forget_loads(name)
+        self.stats["stores"] += 1
+        idx = self._c(index)
+        if mode is None:
+            self.blocks[-1].lines.append(f"{ptr}[{idx}] = {expr};")
+        elif mode == "atomic_add":
+            self._no_simd = True
+            if dtype in HALF:
+                f = self._convert_expr(value.expr, value.dtype, torch.float32)
+                fn = "kiln_atomic_add_f16" if dtype == torch.float16 else "kiln_atomic_add_bf16"
+                self.blocks[-1].lines.append(f"{fn}(&{ptr}[{idx}], {f});")
+            else:
+                self.blocks[-1].lines.append(f"kiln_atomic_add(&{ptr}[{idx}], ({ctype(dtype)}){expr});")
+        else:
+            raise MissingOpError(f"store mode {mode!r}", self)
+
+    def reduction(self, dtype, src_dtype, reduction_type, value) -> CppValue:
+        if reduction_type not in ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"):
+            raise MissingOpError(f"reduction {reduction_type!r}", self)
+        self._reduction = _Reduction(dtype, src_dtype, reduction_type, self._value(value))
+        return CppValue("<reduction>", dtype, 0)
+
+    def store_reduction(self, name: str, index, value) -> None:
+        if self._reduction is None:
+            raise ValueError("ops.store_reduction without ops.reduction")
+        self._reduction.store_name = name
+        self._reduction.store_index = self._index(index)
+
+    def index_expr(self, expr, dtype) -> CppValue:
+        expr = self._index(expr)
+        return self._emit(f"static_cast<{ctype(dtype)}>({self._c(expr)})", dtype, [],
+                          min_depth=self._depth_of_index(expr))
+
+    def indirect_indexing(self, x, size, check=True) -> sympy.Symbol:
+        x = self._value(x)
+        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
+        self._ind += 1
+        size = sympy.sympify(size)
+        depth = max(x.depth, self._depth_of_index(size))
+        depth = min(depth, len(self.blocks) - 1)
+        self.blocks[depth].lines.append(
+            f"const int64_t {sym.name} = {x} < 0 ? (int64_t){x} + {self._c(size)} : (int64_t){x};")
+        self.sym_depth[sym.name] = depth
+        return sym
+
+    def constant(self, value, dtype) -> CppValue:
+        return CppValue(c_literal(value, dtype), dtype)
+
+    def to_dtype(self, x, dtype) -> CppValue:
+        x = self._value(x)
+        if x.dtype == dtype:
+            return x
+        return self._emit(self._convert_expr(x.expr, x.dtype, dtype), dtype, [x])
+
+    def where(self, cond, a, b) -> CppValue:
+        a = self._value(a, b if isinstance(b, CppValue) else None)
+        b = self._value(b, a)
+        cond = self._value(cond)
+        return self._emit(f"{cond} ? {a} : {b}", a.dtype, [cond, a, b])
+
+    # =========================================================================================
+    # the ops handler: math
+    # =========================================================================================
+    def _math(self, name: str, args, fmt) -> CppValue:
+        vals = []
+        like = next((a for a in args if isinstance(a, CppValue)), None)
+        for a in args:
+            vals.append(self._value(a, like))
+        dtype = vals[0].dtype
+        out_dtype = result_dtype(name, [v.dtype for v in vals])
+        if dtype in HALF:  # never produced by lowering; compute in float and round back
+            fvals = [CppValue(_to_float(v.expr, v.dtype), torch.float32, v.depth) for v in vals]
+            res = self._math(name, fvals, fmt)
+            return self.to_dtype(res, out_dtype) if out_dtype in HALF else res
+        expr = fmt(*[v.expr for v in vals], dtype=dtype) if callable(fmt) else fmt.format(*vals)
+        return self._emit(expr, out_dtype, vals)
+
+    def __getattr__(self, name):
+        spec = OPS.get(name)
+        if spec is None or name not in _MATH:
+            raise MissingOpError(name, self)
+        fmt = _MATH[name]
+
+        def op(*args):
+            return self._math(name, args, fmt)
+
+        op.__name__ = name
+        return op
+
+
+# =============================================================================================
+# math op table: name -> format string over the operands, or fn(*exprs, dtype) -> str
+# =============================================================================================
+
+
+def _fp(fn: str):
+    """A libm function: ``sinf`` for float, ``sin`` for double, via double for integers."""
+
+    def fmt(*xs, dtype):
+        if dtype == torch.float32:
+            return f"{fn}f({', '.join(xs)})"
+        if dtype == torch.float64:
+            return f"{fn}({', '.join(xs)})"
+        return f"{fn}({', '.join(f'(double){x}' for x in xs)})"
+
+    return fmt
+
+
+def _is_float(dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def _abs(x, dtype):
+    return f"kiln_abs({x})" if dtype != torch.bool else x
+
+
+def _neg(x, dtype):
+    return f"-{x}"
+
+
+def _recip(x, dtype):
+    return f"1.0f / {x}" if dtype == torch.float32 else f"1.0 / {x}"
+
+
+def _rsqrt(x, dtype):
+    return f"1.0f / sqrtf({x})" if dtype == torch.float32 else f"1.0 / sqrt({x})"
+
+
+def _float_only(fn):
+    def fmt(*xs, dtype):
+        return fn(*xs, dtype=dtype) if _is_float(dtype) else xs[0]
+
+    return fmt
+
+
+def _sign(x, dtype):
+    return x if dtype == torch.bool else f"kiln_sign({x})"
+
+
+def _signbit(x, dtype):
+    if _is_float(dtype):
+        return f"signbit({x}) != 0"
+    return "false" if dtype == torch.bool or not dtype.is_signed else f"{x} < 0"
+
+
+def _isnan(x, dtype):
+    return f"{x} != {x}" if _is_float(dtype) else "false"
+
+
+def _isinf(x, dtype):
+    if dtype == torch.float32:
+        return f"fabsf({x}) == INFINITY"
+    if dtype == torch.float64:
+        return f"fabs({x}) == (double)INFINITY"
+    return "false"
+
+
+def _isfinite(x, dtype):
+    if dtype == torch.float32:
+        return f"fabsf({x}) < INFINITY"
+    if dtype == torch.float64:
+        return f"fabs({x}) < (double)INFINITY"
+    return "true"
+
+
+def _relu(x, dtype):
+    if dtype == torch.bool:
+        return x
+    zero = c_literal(0, dtype)
+    return f"{x} < {zero} ? {zero} : {x}"
+
+
+def _sigmoid(x, dtype):
+    return f"kiln_sigmoid({x})"
+
+
+def _binop(op):
+    return "{0} " + op + " {1}"
+
+
+def _float_or(fn_float: str, fn_int: str):
+    def fmt(a, b, dtype):
+        if dtype == torch.float32:
+            return f"{fn_float}f({a}, {b})" if fn_float else f"{fn_int}({a}, {b})"
+        if dtype == torch.float64:
+            return f"{fn_float}({a}, {b})" if fn_float else f"{fn_int}({a}, {b})"
+        return f"{fn_int}({a}, {b})"
+
+    return fmt
+
+
+def _logical(op):
+    def fmt(a, b, dtype):
+        return f"(bool){a} {op} (bool){b}"
+
+    return fmt
+
+
+def _bitwise_not(x, dtype):
+    return f"!{x}" if dtype == torch.bool else f"~{x}"
+
+
+def _round(x, dtype):
+    if dtype == torch.float32:
+        return f"nearbyintf({x})"
+    if dtype == torch.float64:
+        return f"nearbyint({x})"
+    return x
+
+
+_MATH = {
+    "abs": _abs,
+    "neg": _neg,
+    "reciprocal": _recip,
+    "sqrt": _fp("sqrt"),
+    "rsqrt": _rsqrt,
+    "exp": _fp("exp"),
+    "exp2": _fp("exp2"),
+    "expm1": _fp("expm1"),
+    "log": _fp("log"),
+    "log2": _fp("log2"),
+    "log10": _fp("log10"),
+    "log1p": _fp("log1p"),
+    "sin": _fp("sin"),
+    "cos": _fp("cos"),
+    "tan": _fp("tan"),
+    "asin": _fp("asin"),
+    "acos": _fp("acos"),
+    "atan": _fp("atan"),
+    "sinh": _fp("sinh"),
+    "cosh": _fp("cosh"),
+    "tanh": _fp("tanh"),
+    "asinh": _fp("asinh"),
+    "acosh": _fp("acosh"),
+    "atanh": _fp("atanh"),
+    "sigmoid": _sigmoid,
+    "erf": _fp("erf"),
+    "erfc": _fp("erfc"),
+    "erfinv": lambda x, dtype: f"kiln_erfinv({x})",
+    "lgamma": _fp("lgamma"),
+    "sign": _sign,
+    "signbit": _signbit,
+    "floor": _float_only(_fp("floor")),
+    "ceil": _float_only(_fp("ceil")),
+    "round": _round,
+    "trunc": _float_only(_fp("trunc")),
+    "isnan": _isnan,
+    "isinf": _isinf,
+    "isfinite": _isfinite,
+    "relu": _relu,
+    "add": _binop("+"),
+    "sub": _binop("-"),
+    "mul": _binop("*"),
+    "truediv": _binop("/"),
+    "floordiv": lambda a, b, dtype: f"kiln_floordiv({a}, {b})",
+    "truncdiv": lambda a, b, dtype: f"kiln_truncdiv({a}, {b})",
+    "remainder": lambda a, b, dtype: f"kiln_remainder({a}, {b})",
+    "fmod": lambda a, b, dtype: f"kiln_fmod({a}, {b})",
+    "pow": lambda a, b, dtype: f"kiln_pow({a}, {b})",
+    "atan2": _fp("atan2"),
+    "hypot": _fp("hypot"),
+    "copysign": _fp("copysign"),
+    "maximum": lambda a, b, dtype: f"kiln_maximum({a}, {b})",
+    "minimum": lambda a, b, dtype: f"kiln_minimum({a}, {b})",
+    "eq": _binop("=="),
+    "ne": _binop("!="),
+    "lt": _binop("<"),
+    "le": _binop("<="),
+    "gt": _binop(">"),
+    "ge": _binop(">="),
+    "logical_and": _logical("&&"),
+    "logical_or": _logical("||"),
+    "logical_xor": _logical("!="),
+    "logical_not": lambda x, dtype: f"!(bool){x}",
+    "bitwise_and": _binop("&"),
+    "bitwise_or": _binop("|"),
+    "bitwise_xor": _binop("^"),
+    "bitwise_not": _bitwise_not,
+    "bitwise_left_shift": lambda a, b, dtype: f"kiln_shl({a}, {b})",
+    "bitwise_right_shift": lambda a, b, dtype: f"kiln_shr({a}, {b})",
+}
+
+
+def _indent(lines: list[str], n: int = 1) -> list[str]:
+    pad = "    " * n
+    return [pad + ln if ln else ln for ln in lines]

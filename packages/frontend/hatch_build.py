@@ -1,0 +1,135 @@
+"""Build kiln_frontend's C extension (_evalframe) for hatchling, or in place.
+
+hatchling loads this file as a custom build hook (see `[tool.hatch.build.targets.wheel.hooks
+.custom]` in pyproject.toml):
+
+- regular wheel (`pip install ./packages/frontend`): compiles `src/kiln_frontend/_evalframe.c`
+  with the running interpreter's compiler settings (sysconfig: CC, CFLAGS, CCSHARED, LDSHARED,
+  include dir, EXT_SUFFIX) into a temporary folder, force-includes the result as
+  `kiln_frontend/_evalframe<EXT_SUFFIX>`, and marks the wheel non-pure with the interpreter's
+  tag (e.g. cp311-cp311-linux_x86_64).
+- editable wheel (`pip install -e ./packages/frontend`): compiles the extension in place,
+  beside the sources, where the editable install's path entry finds it.
+
+Without pip, for a development checkout:
+
+    python packages/frontend/hatch_build.py --inplace
+
+compiles `src/kiln_frontend/_evalframe<EXT_SUFFIX>` for the interpreter that runs it. The
+compiler can be overridden with the CC environment variable (and extra flags with CFLAGS).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "src" / "kiln_frontend" / "_evalframe.c"
+MODULE = "_evalframe"
+
+
+def extension_filename() -> str:
+    return MODULE + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def _compiler() -> list[str]:
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    parts = shlex.split(cc)
+    if not shutil.which(parts[0]):
+        # The interpreter may have been built with a compiler this machine lacks.
+        for fallback in ("cc", "gcc", "clang"):
+            if shutil.which(fallback):
+                return [fallback, *parts[1:]]
+        raise RuntimeError(f"kiln-frontend: no C compiler found (tried {parts[0]!r}, cc, gcc, clang)")
+    return parts
+
+
+def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -> Path:
+    """Compile _evalframe.c into out_dir; returns the path of the shared library."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / extension_filename()
+    cc = _compiler()
+    cflags = shlex.split(sysconfig.get_config_var("CFLAGS") or "")
+    cflags += shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC")
+    if not any(flag.startswith("-O") for flag in cflags):
+        cflags.append("-O2")
+    cflags += shlex.split(os.environ.get("KILN_EXTRA_CFLAGS", ""))
+    include = sysconfig.get_paths()["include"]
+    plat_include = sysconfig.get_paths().get("platinclude", include)
+    ldshared = shlex.split(sysconfig.get_config_var("LDSHARED") or "")
+    # LDSHARED starts with the compiler the interpreter was built with; use ours instead.
+    ldflags = [flag for flag in ldshared[1:]] if ldshared else ["-shared"]
+    if "-shared" not in ldflags:
+        ldflags.append("-shared")
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = Path(tmp) / (MODULE + ".o")
+        compile_cmd = [
+            *cc, *cflags, "-std=gnu11", "-I", include, "-I", plat_include,
+            "-c", str(SOURCE), "-o", str(obj),
+        ]
+        link_cmd = [*cc, *ldflags, str(obj), "-o", str(target)]
+        for cmd in (compile_cmd, link_cmd):
+            if verbose:
+                print(" ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(
+                    "kiln-frontend: building the _evalframe extension failed:\n"
+                    f"$ {' '.join(cmd)}\n{result.stdout}{result.stderr}"
+                )
+    return target
+
+
+def build_inplace(*, verbose: bool = False) -> Path:
+    return build_extension(SOURCE.parent, verbose=verbose)
+
+
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # run as a script without hatchling installed
+    BuildHookInterface = object  # type: ignore[assignment,misc]
+
+
+class CustomBuildHook(BuildHookInterface):  # type: ignore[misc,valid-type]
+    """hatchling hook: compile the extension and put it into the wheel."""
+
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict) -> None:
+        if self.target_name != "wheel":
+            return
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+        if version == "editable":
+            build_inplace()
+            return
+        self._tmp = tempfile.mkdtemp(prefix="kiln-frontend-build-")
+        built = build_extension(self._tmp)
+        build_data["force_include"][str(built)] = f"kiln_frontend/{built.name}"
+
+    def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
+        tmp = getattr(self, "_tmp", None)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inplace", action="store_true", help="build beside the sources")
+    parser.add_argument("--out", help="build into this folder instead")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    ns = parser.parse_args()
+    if not ns.inplace and not ns.out:
+        parser.error("give --inplace or --out DIR")
+    path = build_inplace(verbose=ns.verbose) if ns.inplace else build_extension(ns.out, verbose=ns.verbose)
+    print(path)

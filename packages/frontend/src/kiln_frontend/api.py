@@ -1,0 +1,263 @@
+"""kiln-frontend's user API: optimize, compile, run, disable, reset.
+
+``optimize(backend)``, ``run()`` and ``disable()`` each make a *hook context*: an object that
+is both a context manager (``with kiln_frontend.optimize("eager"): ...``) and a decorator
+(``@kiln_frontend.optimize("eager")``) over functions, methods and ``nn.Module`` instances (a
+module comes back wrapped in ``OptimizedModule``).  Inside it, this thread's eval-frame hook
+is set to the context's callback:
+
+- ``optimize``: a ``CompileCallback`` — frames are captured and compiled with the backend;
+- ``run``: ``False`` — run-only (quiescence) mode: cached compiled code is used where its
+  guards pass, nothing new is ever compiled;
+- ``disable``: ``None`` — no hook at all.
+
+Contexts nest; leaving one restores what was there before.  The hook is per thread.
+
+This module imports torch only when it meets an ``nn.Module`` (so the hook and these
+wrappers also work, and are tested, on an interpreter without torch).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import eval_frame
+from .backends import backend_name, lookup_backend
+from .eval_frame import CompileCallback, set_eval_frame
+
+_DISABLED = None  # callback value meaning "hook off"
+_RUN_ONLY = False  # callback value meaning "cached code only"
+
+
+def _is_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+class _HookContext:
+    """Installs ``callback`` as this thread's eval-frame callback; decorator and context manager."""
+
+    def __init__(self, callback: Any, kind: str):
+        self.callback = callback
+        self.kind = kind  # "optimize", "run" or "disable"
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"<kiln_frontend.{self.kind} context: {self.callback!r}>"
+
+    # context manager -----------------------------------------------------------------
+    def __enter__(self) -> _HookContext:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append(set_eval_frame(self.callback))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        set_eval_frame(self._local.stack.pop())
+
+    # decorator -----------------------------------------------------------------------
+    def __call__(self, fn: Any) -> Any:
+        if _is_module(fn):
+            return _optimized_module_class()(fn, self)
+        if isinstance(fn, type):
+            raise TypeError(
+                f"kiln_frontend.{self.kind}() wraps functions, methods and nn.Module instances, "
+                f"not the class {fn.__qualname__}; wrap an instance or the method instead"
+            )
+        if not callable(fn):
+            raise TypeError(f"kiln_frontend.{self.kind}() needs a callable, not {type(fn).__name__}")
+        return _wrap_callable(fn, self)
+
+
+def _wrap_callable(fn: Callable[..., Any], ctx: _HookContext) -> Callable[..., Any]:
+    # A C callable (no Python frame of its own): sets this thread's callback, calls fn,
+    # restores the previous callback. Binds as a method like a function does.
+    wrapper = eval_frame.with_callback(ctx.callback, fn)
+    functools.update_wrapper(wrapper, fn)
+    wrapper._kiln_context = ctx
+    wrapper._kiln_orig = fn
+    if ctx.kind == "disable":
+        wrapper._kiln_disabled = True
+    return wrapper
+
+
+_OptimizedModule: type | None = None
+
+
+def _optimized_module_class() -> type:
+    """OptimizedModule is an nn.Module subclass, so it is defined when torch is first needed."""
+    global _OptimizedModule
+    if _OptimizedModule is not None:
+        return _OptimizedModule
+    import torch
+
+    class OptimizedModule(torch.nn.Module):
+        """An ``nn.Module`` whose calls run its ``_orig_mod`` under a kiln hook context.
+
+        Attribute reads it does not have itself go to ``_orig_mod``; ``state_dict()`` and
+        ``load_state_dict()`` are ``_orig_mod``'s (keys without a prefix).
+        """
+
+        def __init__(self, mod: torch.nn.Module, ctx: _HookContext):
+            super().__init__()
+            self._orig_mod = mod
+            object.__setattr__(self, "_kiln_context", ctx)
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            prev = set_eval_frame(self._kiln_context.callback)
+            try:
+                return self._orig_mod(*args, **kwargs)
+            finally:
+                set_eval_frame(prev)
+
+        def __getattr__(self, name: str) -> Any:
+            modules = self.__dict__.get("_modules")
+            if modules is None or name.startswith("__"):
+                raise AttributeError(name)
+            if name == "_orig_mod":
+                return modules["_orig_mod"]
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                return getattr(modules["_orig_mod"], name)
+
+        def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+            return self._orig_mod.state_dict(*args, **kwargs)
+
+        def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+            return self._orig_mod.load_state_dict(*args, **kwargs)
+
+        def __dir__(self) -> list[str]:
+            return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
+
+    OptimizedModule.__module__ = __name__
+    _OptimizedModule = OptimizedModule
+    return OptimizedModule
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OptimizedModule":
+        return _optimized_module_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ----------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------
+
+
+def optimize(
+    backend: str | Callable[..., Any] = "kiln",
+    nopython: bool = False,
+    dynamic: bool | None = None,
+) -> _HookContext:
+    """Capture the frames run inside it and compile their graphs with ``backend``.
+
+    ``backend`` is a registered name (``list_backends()``) or a callable
+    ``(gm, example_inputs) -> callable``; ``nopython=True`` turns every graph break into an
+    ``Unsupported`` error; ``dynamic`` (None: decide automatically, True/False) is handed to
+    the capture layer.  Use as ``@optimize(...)`` or ``with optimize(...):``.
+    """
+    if isinstance(backend, _HookContext):
+        raise TypeError("optimize() takes a backend, not another optimize() context")
+    compiler_fn = lookup_backend(backend)
+    callback = CompileCallback(
+        compiler_fn, nopython=nopython, dynamic=dynamic, backend_name=backend_name(backend)
+    )
+    return _HookContext(callback, "optimize")
+
+
+def _accepts_options(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "options" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _with_options(
+    compiler_fn: Callable[..., Any], name: str, mode: str | None, options: dict[str, Any] | None
+) -> Callable[..., Any]:
+    if mode is None and options is None:
+        return compiler_fn
+    if not _accepts_options(compiler_fn):
+        raise ValueError(
+            f"backend {name!r} takes no 'options' keyword, so compile(mode=..., options=...) "
+            "cannot be passed to it; drop mode/options or use a backend that accepts them "
+            "(e.g. 'kiln')"
+        )
+    opts = dict(options or {})
+    if mode is not None:
+        opts["mode"] = mode
+    return functools.partial(compiler_fn, options=opts)
+
+
+def compile(
+    model: Any = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable[..., Any] = "kiln",
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    disable: bool = False,
+) -> Any:
+    """torch.compile's signature over kiln's frontend.
+
+    ``compile(fn_or_module, ...)`` returns the optimized function / ``OptimizedModule``;
+    ``@compile`` and ``@compile(...)`` work as decorators.  ``fullgraph`` is ``nopython``;
+    ``mode`` and ``options`` reach backends that take an ``options`` keyword (as one dict,
+    ``mode`` under the key ``"mode"``); other backends raise ``ValueError`` for them.
+    ``disable=True`` returns ``model`` untouched.
+    """
+    if model is None:
+
+        def decorator(m: Any) -> Any:
+            return compile(
+                m,
+                fullgraph=fullgraph,
+                dynamic=dynamic,
+                backend=backend,
+                mode=mode,
+                options=options,
+                disable=disable,
+            )
+
+        return decorator
+    if disable:
+        return model
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict, not {type(options).__name__}")
+    name = backend_name(backend)
+    compiler_fn = _with_options(lookup_backend(backend), name, mode, options)
+    callback = CompileCallback(compiler_fn, nopython=fullgraph, dynamic=dynamic, backend_name=name)
+    return _HookContext(callback, "optimize")(model)
+
+
+def run(fn: Any = None) -> Any:
+    """Run-only (quiescence) mode: use already compiled code where guards pass, never compile.
+
+    ``@run``/``run(fn)`` wraps ``fn``; ``with run():`` applies to a block.
+    """
+    ctx = _HookContext(_RUN_ONLY, "run")
+    return ctx if fn is None else ctx(fn)
+
+
+def disable(fn: Any = None) -> Any:
+    """Turn the eval-frame hook off: ``@disable``/``disable(fn)`` or ``with disable():``."""
+    ctx = _HookContext(_DISABLED, "disable")
+    return ctx if fn is None else ctx(fn)
+
+
+def reset() -> None:
+    """Forget everything compiled: every cache entry, skip mark, frame state and counter."""
+    eval_frame.reset()
+
+
+__all__ = ["compile", "disable", "optimize", "reset", "run"]

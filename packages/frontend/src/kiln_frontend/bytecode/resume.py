@@ -1,0 +1,175 @@
+"""``make_resume_code``: continuation code objects for graph breaks.
+
+A resume function continues a frame of ``code`` at instruction ``target`` from a state that
+its caller passes in as arguments: first the values that were on the stack (bottom first),
+then the live local variables.  Its code is
+
+    COPY_FREE_VARS n            (when the continuation has free variables)
+    RESUME 0
+    LOAD_FAST <stack var>...    (PUSH_NULL for a NULL stack slot)
+    JUMP_FORWARD target
+    ...every instruction of the original reachable from target (jumps back into loops
+    included), with the exception-table entries that cover them...
+
+Cell and free variables: every cell variable and every free variable of the original
+becomes a *free* variable of the continuation (``co_freevars == code.co_cellvars +
+code.co_freevars``), so the continuation shares the cells with the original frame and with
+closures created before the break.  Build the function in the original (transformed) frame
+with ``versions.make_function(resume_code, resume_code.co_freevars)`` (``LOAD_CLOSURE``
+pushes each cell), or outside with
+``types.FunctionType(resume_code, globals, name, None, closure)`` where ``closure`` is the
+tuple of cells for ``resume_code.co_freevars`` in order (for an original without cell
+variables that is just the original function's ``__closure__``).  When
+``resume_code.co_freevars`` is empty the function needs no closure and can be installed as a
+global.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from types import CodeType
+
+from . import versions
+from .assemble import BytecodeError, assemble
+from .instructions import (
+    ExceptionTableEntry,
+    Instruction,
+    Positions,
+    create_instruction,
+    decode,
+)
+
+#: prefix of the argument that stands in for a live cell/free variable
+_IGNORED_ARG = "___closure_var_"
+
+_UNSUPPORTED_FLAGS = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)
+
+
+def make_resume_code(
+    code: CodeType,
+    target: Instruction | int,
+    stack_vars: Sequence[str | None],
+    live_locals: Sequence[str],
+    name: str,
+    *,
+    qualname: str | None = None,
+) -> CodeType:
+    """Continuation of ``code`` at ``target`` (an Instruction decoded from ``code``, or its
+    offset).
+
+    ``stack_vars``: one entry per stack slot at ``target``, bottom first: an argument name
+    for the value (must not be a name ``code`` already uses), or ``None`` for a NULL slot
+    (pushed with PUSH_NULL; it takes no argument).  ``live_locals``: local variables to
+    pass in, after the stack values.  Cell and free variables travel in the closure (see
+    the module docstring); when listed in ``live_locals`` their argument is accepted and
+    ignored (the variable reads the shared cell).  The result takes
+    ``[s for s in stack_vars if s] + live_locals`` as positional arguments; its name is
+    ``name`` (e.g. ``__resume_at_<offset>_<n>``), its qualname ``qualname`` or ``name``.
+    Raises ``BytecodeError`` when the stack layout does not fit the code after ``target``.
+    Locals that are not passed start unbound; reading one raises UnboundLocalError.
+    """
+    if code.co_flags & _UNSUPPORTED_FLAGS:
+        raise BytecodeError(f"{code.co_name}: resume code for generators/coroutines is not supported")
+    offset = target if isinstance(target, int) else target.offset
+    if offset is None:
+        raise BytecodeError(f"resume target {target!r} has no offset in {code.co_name}")
+
+    original = decode(code)
+    try:
+        start = next(k for k, inst in enumerate(original) if inst.offset == offset)
+    except StopIteration:
+        raise BytecodeError(f"{code.co_name}: no instruction at offset {offset}") from None
+
+    closure_names = tuple(code.co_cellvars) + tuple(code.co_freevars)
+    closure_set = set(closure_names)
+    stack_names = [s for s in stack_vars if s is not None]
+    used_names = set(code.co_varnames) | closure_set
+    for s in stack_names:
+        if s in used_names:
+            raise BytecodeError(f"stack variable name {s!r} is already used by {code.co_name}")
+    # A cell/free variable listed as live keeps its argument slot (so argument positions
+    # stay what the caller built) under a placeholder name; its value comes from the cell.
+    live_args = [_IGNORED_ARG + s if s in closure_set else s for s in live_locals]
+    arg_names = stack_names + live_args
+    if len(set(arg_names)) != len(arg_names):
+        raise BytecodeError(f"duplicate argument names: {arg_names}")
+    varnames = arg_names + [
+        v for v in code.co_varnames if v not in closure_set and v not in set(arg_names)
+    ]
+
+    body, first = _reachable_copy(original, start)
+    # The compiler proved locals bound from the original entry; here only the arguments
+    # are, so every other local read must check (3.12's LOAD_FAST does not).
+    passed = set(arg_names)
+    for inst in body:
+        if inst.opname == "LOAD_FAST" and inst.argval not in passed:
+            inst.opname = versions.CHECKED_LOAD_FAST
+    prologue: list[Instruction] = versions.copy_free_vars(len(closure_names))
+    prologue += versions.resume(0)
+    for s in stack_vars:
+        prologue += versions.push_null() if s is None else versions.load_fast(s)
+    prologue.append(create_instruction("JUMP_FORWARD", target=first))
+    if first.lineno is not None:
+        for inst in prologue:
+            inst.positions = Positions(first.lineno, first.lineno, None, None)
+
+    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    return assemble(
+        prologue + body,
+        code,
+        co_argcount=len(arg_names),
+        co_posonlyargcount=0,
+        co_kwonlyargcount=0,
+        co_flags=flags,
+        co_name=name,
+        co_qualname=qualname or name,
+        co_varnames=tuple(varnames),
+        co_cellvars=(),
+        co_freevars=closure_names,
+    )
+
+
+def _reachable_copy(insts: list[Instruction], start: int) -> tuple[list[Instruction], Instruction]:
+    """Copies of the instructions reachable from ``insts[start]`` (fall-through, jumps and
+    exception handlers) in their original order, and the copy of ``insts[start]``.
+    Targets and exception-table entries point at the copies; entries are narrowed to the
+    kept instructions."""
+    index_of = {id(inst): k for k, inst in enumerate(insts)}
+    keep = [False] * len(insts)
+    work = [start]
+    while work:
+        k = work.pop()
+        if k >= len(insts) or keep[k]:
+            continue
+        keep[k] = True
+        inst = insts[k]
+        if inst.target is not None:
+            work.append(index_of[id(inst.target)])
+        if inst.exn_tab_entry is not None:
+            work.append(index_of[id(inst.exn_tab_entry.target)])
+        if not versions.is_terminator(inst):
+            work.append(k + 1)
+
+    order = [k for k in range(len(insts)) if keep[k]]
+    copies = {id(insts[k]): insts[k].copy() for k in order}
+    entries: dict[int, ExceptionTableEntry] = {}
+    out = []
+    for k in order:
+        new = copies[id(insts[k])]
+        if new.target is not None:
+            new.target = copies[id(new.target)]
+        e = new.exn_tab_entry
+        if e is not None:
+            ne = entries.get(id(e))
+            if ne is None:
+                ne = entries[id(e)] = ExceptionTableEntry(
+                    new, new, copies[id(e.target)], e.depth, e.lasti
+                )
+            ne.end = new
+            new.exn_tab_entry = ne
+        out.append(new)
+    return out, copies[id(insts[start])]

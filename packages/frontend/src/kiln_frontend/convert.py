@@ -1,0 +1,123 @@
+"""``convert_frame``: what the eval-frame callback calls for a frame it has not seen.
+
+It runs the symbolic interpreter over the frame's bytecode (restarting when a graph break
+has to happen at an earlier instruction than where the problem showed), compiles the graph
+with the backend, assembles the transformed code and builds the guard check function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch.fx
+
+from .bytecode import assemble
+from .exc import Unsupported
+from .guards import Guard, build_check_fn
+from .symbolic import InstructionTranslator, RestartAnalysis
+from .symbolic.translator import num_argument_slots
+
+log = logging.getLogger("kiln.capture")
+
+_GEN_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+              | inspect.CO_ITERABLE_COROUTINE)
+
+#: graph breaks one frame may need before we give up on it
+MAX_RESTARTS = 16
+
+
+@dataclasses.dataclass
+class CompiledFrame:
+    """One cache entry: ``check_fn(*args)`` says whether ``fn(*args)`` may run instead of
+    the frame (``args``: the frame's argument slots, positional, keyword-only, ``*args``,
+    ``**kwargs``)."""
+
+    check_fn: Callable[..., bool]
+    fn: types.FunctionType
+    graphs: list[torch.fx.GraphModule]
+    code: types.CodeType
+    #: the graph break taken in this frame (at most one: the rest runs in resume functions)
+    graph_breaks: list[Unsupported] = dataclasses.field(default_factory=list)
+    #: names of the globals installed in the frame's globals (compiled fns, resume fns)
+    installed_globals: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def guards(self) -> list[Guard]:
+        return list(self.check_fn.guards)  # type: ignore[attr-defined]
+
+
+def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
+                  frame_state: dict | None = None) -> CompiledFrame | None:
+    """Capture ``frame_info`` (``.code``, ``.func``, ``.globals``, ``.builtins``, ``.args``,
+    ``.closure``).  Returns None when there is nothing worth compiling (or, without
+    ``nopython``, when the frame cannot be captured at all); raises ``exc.Unsupported`` with
+    ``nopython`` when a graph break would be needed, and ``exc.BackendCompilerFailed`` when
+    the backend fails."""
+    code: types.CodeType = frame_info.code
+    if code.co_flags & _GEN_FLAGS:
+        if nopython:
+            raise Unsupported(f"{code.co_filename}:{code.co_firstlineno}: generators and "
+                              f"coroutines are not captured ({code.co_name})")
+        return None
+    if frame_state is not None:
+        frame_state.setdefault("compiles", 0)
+        frame_state["compiles"] += 1
+
+    break_points: dict[int, Unsupported] = {}
+    tracer: InstructionTranslator | None = None
+    for _attempt in range(MAX_RESTARTS + 1):
+        tracer = InstructionTranslator(frame_info, compiler_fn=compiler_fn, nopython=nopython,
+                                       break_points=break_points)
+        try:
+            tracer.run()
+        except RestartAnalysis as restart:
+            if restart.index in break_points:  # pragma: no cover - would loop
+                log.debug("not capturing %s: %s", code.co_name, restart.reason)
+                return None
+            log.debug("graph break in %s: %s", code.co_name, restart.reason)
+            break_points[restart.index] = restart.reason
+            continue
+        except Unsupported as e:
+            if nopython:
+                raise
+            log.debug("not capturing %s: %s", code.co_name, e)
+            return None
+        break
+    else:
+        log.debug("not capturing %s: too many graph breaks", code.co_name)
+        return None
+
+    assert tracer is not None
+    if tracer.output_instructions is None:
+        return None
+    nslots = num_argument_slots(code)
+    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    new_code = assemble(tracer.output_instructions, code, co_argcount=nslots,
+                        co_posonlyargcount=0, co_kwonlyargcount=0, co_flags=flags)
+    fn = types.FunctionType(new_code, frame_info.globals, code.co_name, None,
+                            frame_info.closure)
+    fn.__qualname__ = code.co_qualname
+    fn.__kwdefaults__ = None
+    check_fn = build_check_fn(tracer.output.guards, tracer.arg_names, frame_info.globals,
+                              name=f"check_{code.co_name}" if code.co_name.isidentifier()
+                              else "check")
+    from .debug_print import debug_enabled, print_frame
+
+    if debug_enabled():
+        print_frame(code, new_code, check_fn.guards)  # type: ignore[attr-defined]
+    return CompiledFrame(
+        check_fn=check_fn,
+        fn=fn,
+        graphs=list(tracer.output.graphs),
+        code=new_code,
+        graph_breaks=list(tracer.graph_breaks),
+        installed_globals=list(tracer.output.installed_globals),
+    )
+
+
+__all__ = ["CompiledFrame", "convert_frame"]

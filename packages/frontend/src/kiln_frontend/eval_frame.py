@@ -1,0 +1,403 @@
+"""The Python side of kiln's PEP 523 hook: the callback that `optimize` installs.
+
+The C extension (`kiln_frontend._evalframe`) calls ``CompileCallback.__call__(frame_info)`` for
+a frame whose code has no matching cache entry.  The callback
+
+1. returns None (the frame runs as is and its code is marked "skip") for frames we never
+   capture: code in torch, kiln_frontend or another kiln package, the standard library
+   (``config.skip_stdlib``), FX-generated code (``<eval_with_key>``) and ``__compiled_fn*``;
+2. returns None, after one warning naming the function, once the code already has
+   ``config.cache_size_limit`` entries (the frame runs eagerly from then on, until ``reset``);
+3. on a guard miss with existing entries, logs why (logger ``kiln.recompiles``; printed with
+   ``config.log_recompiles`` / ``KILN_LOGS=recompiles``) from the old entries'
+   ``check_fn.failure_reason(*args)``;
+4. calls ``convert_frame(frame_info, compiler_fn=..., nopython=..., frame_state=...)`` and
+   returns ``(compiled.check_fn, compiled.fn)`` or None.
+
+Errors: ``Unsupported`` under nopython propagates to the user's call.  Anything else
+(``BackendCompilerFailed`` included) warns once per code and returns None (eager) while
+``config.suppress_errors`` is true; otherwise it propagates.
+
+Test seam: ``convert_frame_fn`` (module attribute). None means "use
+``kiln_frontend.convert.convert_frame``"; tests may set it to any function with the same
+signature returning None, a ``(check_fn, fn)`` tuple, or an object with ``.check_fn``/``.fn``.
+
+Also here: ``run_without_hook(fn)`` (a C callable that runs ``fn`` with this thread's hook
+off; compiled graphs are wrapped with it), ``hook(callback)`` (a context manager that installs
+a callback for the current thread), ``on_reset(fn)`` (register state to clear in
+``kiln_frontend.reset()``) and ``counters``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import inspect
+import os
+import sys
+import sysconfig
+import traceback
+import weakref
+from collections.abc import Callable, Iterator
+from types import CodeType
+from typing import Any
+
+from . import config
+from .logging_utils import RECOMPILES, emit, reset_warnings, warn_once
+
+try:
+    from . import _evalframe as _C
+except ImportError as e:  # pragma: no cover - only without a built extension
+    raise ImportError(
+        "kiln_frontend's C extension _evalframe is not built. Install the package with "
+        "`pip install ./packages/frontend` (or `pip install -e`), or build it in place with "
+        "`python packages/frontend/hatch_build.py --inplace`."
+    ) from e
+
+set_eval_frame = _C.set_eval_frame
+get_eval_frame = _C.get_eval_frame
+skip_code = _C.skip_code
+unskip_code = _C.unskip_code
+is_skipped = _C.is_skipped
+cache_entries = _C.cache_entries
+clear_cache = _C.clear_cache
+TensorGuard = _C.TensorGuard
+FrameInfo = _C.FrameInfo
+with_callback = _C.with_callback
+
+#: Test seam: replaces kiln_frontend.convert.convert_frame when not None.
+convert_frame_fn: Callable[..., Any] | None = None
+
+#: Event counts since the last reset(): frames the callback saw, compiles, recompiles,
+#: frames skipped, cache_limit hits, suppressed failures.
+counters: collections.Counter[str] = collections.Counter()
+
+
+def run_without_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Return a callable that calls ``fn`` with this thread's eval-frame hook off.
+
+    Implemented in C (no Python frame of its own); compiled graphs installed as
+    ``__compiled_fn_<n>`` globals are wrapped with it.  ``.__wrapped__`` is ``fn``.
+    """
+    return _C.run_without_hook(fn)
+
+
+@contextlib.contextmanager
+def hook(callback: Any) -> Iterator[None]:
+    """Install ``callback`` (None, False or a callable) for this thread inside the block."""
+    prev = set_eval_frame(callback)
+    try:
+        yield
+    finally:
+        set_eval_frame(prev)
+
+
+# ----------------------------------------------------------------------------------------
+# Which files are never captured
+# ----------------------------------------------------------------------------------------
+
+_SKIP_PACKAGES = (
+    "torch",
+    "kiln_frontend",
+    "kiln",
+    "kiln_aotgrad",
+    "kiln_loopir",
+    "kiln_runtime",
+    "kiln_codegen_cpp",
+    "kiln_codegen_triton",
+)
+_extra_skip_dirs: list[str] = []
+
+
+def _package_dirs(names: tuple[str, ...]) -> list[str]:
+    dirs = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for loc in spec.submodule_search_locations:
+            dirs.append(os.path.join(os.path.realpath(loc), ""))
+    return dirs
+
+
+def _stdlib_dirs() -> tuple[list[str], list[str]]:
+    paths = sysconfig.get_paths()
+    std = {os.path.join(os.path.realpath(paths[k]), "") for k in ("stdlib", "platstdlib") if k in paths}
+    site = {os.path.join(os.path.realpath(paths[k]), "") for k in ("purelib", "platlib") if k in paths}
+    return sorted(std), sorted(site)
+
+
+_skip_dirs_cache: list[str] | None = None
+_STDLIB_DIRS, _SITE_DIRS = _stdlib_dirs()
+
+
+def add_skip_dir(path: str) -> None:
+    """Never capture frames of files under ``path`` (e.g. a backend's own package)."""
+    global _skip_dirs_cache
+    _extra_skip_dirs.append(os.path.join(os.path.realpath(path), ""))
+    _skip_dirs_cache = None
+
+
+def _skip_dirs() -> list[str]:
+    global _skip_dirs_cache
+    if _skip_dirs_cache is None:
+        _skip_dirs_cache = _package_dirs(_SKIP_PACKAGES) + list(_extra_skip_dirs)
+    return _skip_dirs_cache
+
+
+_realpath_cache: dict[str, str] = {}
+
+
+def _real(filename: str) -> str:
+    real = _realpath_cache.get(filename)
+    if real is None:
+        real = os.path.realpath(filename)
+        _realpath_cache[filename] = real
+    return real
+
+
+def should_skip(code: CodeType) -> str | None:
+    """Why this code is never captured (a short reason), or None if it may be."""
+    name = code.co_name
+    if name.startswith("__compiled_fn"):
+        return "compiled graph"
+    filename = code.co_filename
+    if filename.startswith("<"):
+        if filename.startswith(("<eval_with_key>", "<frozen ", "<kiln")):
+            return "generated code"
+        return None
+    real = _real(filename)
+    for d in _skip_dirs():
+        if real.startswith(d):
+            return "library code"
+    if config.skip_stdlib and any(real.startswith(d) for d in _STDLIB_DIRS):
+        if not any(real.startswith(d) for d in _SITE_DIRS) and "-packages" + os.sep not in real:
+            return "standard library"
+    return None
+
+
+# ----------------------------------------------------------------------------------------
+# Per-code state shared across recompiles (frame_state) and reset hooks
+# ----------------------------------------------------------------------------------------
+
+_frame_states: dict[int, tuple[weakref.ref[CodeType], dict[str, Any]]] = {}
+
+
+def frame_state_for(code: CodeType) -> dict[str, Any]:
+    """The dict handed to convert_frame as ``frame_state`` for every compile of ``code``."""
+    key = id(code)
+    hit = _frame_states.get(key)
+    if hit is not None and hit[0]() is code:
+        return hit[1]
+    state: dict[str, Any] = {}
+    ref = weakref.ref(code, lambda _r, key=key: _frame_states.pop(key, None))
+    _frame_states[key] = (ref, state)
+    return state
+
+
+_reset_hooks: list[Callable[[], None]] = []
+
+
+def on_reset(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register ``fn`` to be called by ``kiln_frontend.reset()`` (usable as a decorator)."""
+    if fn not in _reset_hooks:
+        _reset_hooks.append(fn)
+    return fn
+
+
+def reset() -> None:
+    """Drop every cache entry, skip mark, frame state, counter and one-time warning."""
+    _C.reset()
+    _frame_states.clear()
+    counters.clear()
+    reset_warnings()
+    for fn in list(_reset_hooks):
+        fn()
+
+
+# ----------------------------------------------------------------------------------------
+# The callback
+# ----------------------------------------------------------------------------------------
+
+
+def _error_types() -> tuple[type[BaseException], type[BaseException]]:
+    try:
+        from .exc import BackendCompilerFailed, Unsupported
+    except ImportError:  # capture layer not there yet
+
+        class _Never(Exception):
+            pass
+
+        return _Never, _Never
+    return Unsupported, BackendCompilerFailed
+
+
+def _default_convert_frame() -> Callable[..., Any]:
+    from .convert import convert_frame
+
+    return convert_frame
+
+
+def _where(code: CodeType) -> str:
+    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
+def _failure_reasons(entries: list[tuple[Any, Any]], args: tuple[Any, ...]) -> list[str]:
+    reasons = []
+    for i, (check_fn, _fn) in enumerate(entries):
+        explain = getattr(check_fn, "failure_reason", None)
+        reason = None
+        if explain is not None:
+            try:
+                reason = explain(*args)
+            except Exception as e:  # a broken explanation must not break compiling
+                reason = f"<failure_reason raised {type(e).__name__}: {e}>"
+        reasons.append(f"entry {i}: {reason if reason is not None else 'guard check failed'}")
+    return reasons
+
+
+_accepts_dynamic: dict[Any, bool] = {}
+
+
+def _convert_accepts(convert: Callable[..., Any], name: str) -> bool:
+    key = (convert, name)
+    if key not in _accepts_dynamic:
+        try:
+            params = inspect.signature(convert).parameters
+            _accepts_dynamic[key] = name in params or any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+            )
+        except (TypeError, ValueError):
+            _accepts_dynamic[key] = False
+    return _accepts_dynamic[key]
+
+
+class CompileCallback:
+    """What ``optimize(backend, nopython, dynamic)`` installs as the eval-frame callback."""
+
+    def __init__(
+        self,
+        compiler_fn: Callable[..., Any],
+        *,
+        nopython: bool = False,
+        dynamic: bool | None = None,
+        backend_name: str | None = None,
+    ):
+        self.compiler_fn = compiler_fn
+        self.nopython = nopython
+        self.dynamic = dynamic
+        self.backend_name = backend_name or getattr(compiler_fn, "__name__", repr(compiler_fn))
+
+    def __repr__(self) -> str:
+        return (
+            f"CompileCallback(backend={self.backend_name!r}, nopython={self.nopython}, "
+            f"dynamic={self.dynamic})"
+        )
+
+    def __call__(self, frame: Any) -> tuple[Any, Any] | None:
+        code = frame.code
+        counters["frames"] += 1
+        if should_skip(code) is not None:
+            counters["skipped"] += 1
+            return None
+        entries = cache_entries(code)
+        if entries:
+            limit = config.cache_size_limit
+            if len(entries) >= limit:
+                counters["cache_limit"] += 1
+                reasons = _failure_reasons(entries[-1:], frame.args)
+                warn_once(
+                    ("cache_size_limit", id(code)),
+                    f"kiln: {_where(code)} hit config.cache_size_limit ({limit}); it runs "
+                    f"eagerly from now on. Last guard failure: {reasons[0]}. "
+                    "Run with KILN_LOGS=recompiles to see every recompile's reason.",
+                    stacklevel=2,  # the caller of the user's function
+                )
+                return None
+            counters["recompiles"] += 1
+            reasons = _failure_reasons(entries, frame.args)
+            emit(
+                RECOMPILES,
+                f"Recompiling function {_where(code)}\n"
+                "    triggered by the following guard failure(s):\n"
+                + "\n".join(f"    - {r}" for r in reasons),
+                show=config.log_recompiles,
+            )
+        return self._convert(frame)
+
+    def _convert(self, frame: Any) -> tuple[Any, Any] | None:
+        code = frame.code
+        convert = convert_frame_fn
+        unsupported, backend_failed = _error_types()
+        try:
+            if convert is None:
+                convert = _default_convert_frame()
+            kwargs: dict[str, Any] = {}
+            if self.dynamic is not None and _convert_accepts(convert, "dynamic"):
+                kwargs["dynamic"] = self.dynamic
+            counters["compiles"] += 1
+            result = convert(
+                frame,
+                compiler_fn=self.compiler_fn,
+                nopython=self.nopython,
+                frame_state=frame_state_for(code),
+                **kwargs,
+            )
+        except unsupported:
+            if self.nopython:
+                raise
+            return self._suppressed(code, sys.exc_info()[1])
+        except backend_failed:
+            return self._suppressed(code, sys.exc_info()[1])
+        except Exception:
+            return self._suppressed(code, sys.exc_info()[1])
+        if result is None:
+            return None
+        if isinstance(result, tuple):
+            return result
+        return (result.check_fn, result.fn)
+
+    def _suppressed(self, code: CodeType, error: BaseException | None) -> None:
+        if not config.suppress_errors:
+            assert error is not None
+            raise error
+        counters["failures"] += 1
+        detail = (
+            "".join(traceback.format_exception(error)) if config.verbose else f"{type(error).__name__}: {error}"
+        )
+        warn_once(
+            ("compile_failed", id(code)),
+            f"kiln: compiling {_where(code)} with backend {self.backend_name!r} failed; it runs "
+            f"eagerly. {detail}\n(set kiln_frontend.config.suppress_errors = False to raise; "
+            "KILN_VERBOSE=1 for the full traceback)",
+            stacklevel=4,  # _suppressed <- _convert <- __call__ <- caller of the user's function
+        )
+        return None
+
+
+__all__ = [
+    "CompileCallback",
+    "FrameInfo",
+    "TensorGuard",
+    "add_skip_dir",
+    "cache_entries",
+    "clear_cache",
+    "convert_frame_fn",
+    "counters",
+    "frame_state_for",
+    "get_eval_frame",
+    "hook",
+    "is_skipped",
+    "on_reset",
+    "reset",
+    "run_without_hook",
+    "set_eval_frame",
+    "should_skip",
+    "skip_code",
+    "unskip_code",
+    "with_callback",
+]

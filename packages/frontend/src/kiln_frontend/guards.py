@@ -1,0 +1,365 @@
+"""Guards: the conditions under which a compiled frame may be reused.
+
+While the symbolic interpreter runs it records ``Guard`` objects (a ``Source`` and a kind:
+``TENSOR_MATCH``, ``TYPE_MATCH``, ``ID_MATCH``, ``CONSTANT_MATCH``, ``FUNCTION_MATCH``,
+``NN_MODULE``, ``LIST_LENGTH``, ``DICT_KEYS``, ``GRAD_MODE``).  When the frame is done they are
+compiled into ONE check function per cache entry: Python source for
+``def check(<argument slot names>):`` that ``and``s every guard's expression is generated and
+exec'd once.  Tensor checks call ``TensorGuard`` objects (C, from ``kiln_frontend._evalframe``;
+a pure-Python stand-in with the same interface is used only while the C extension is not
+built).
+
+The check function carries ``.guards`` (the Guard list, printable like TorchDynamo's GUARDS
+section), ``.code`` (the generated source) and ``.failure_reason(*args)`` (the first failing
+guard, in words, or None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .sources import Source
+
+# --------------------------------------------------------------------------------------
+# TensorGuard: C implementation from _evalframe when built, Python stand-in otherwise
+# --------------------------------------------------------------------------------------
+
+
+class PyTensorGuardFallback:
+    """Pure-Python stand-in for ``kiln_frontend._evalframe.TensorGuard``.
+
+    Used ONLY while the C extension is not importable.  Same interface:
+    ``TensorGuard(expected, dynamic_dims=(), check_strides=True)``, ``guard(value) -> bool``,
+    ``guard.reason(value) -> str | None``, ``repr(guard)``.
+    """
+
+    def __init__(self, expected: torch.Tensor, dynamic_dims: Sequence[int] = (),
+                 check_strides: bool = True):
+        self.cls = type(expected)
+        self.dtype = expected.dtype
+        self.device = expected.device
+        self.requires_grad = expected.requires_grad
+        self.dispatch_keys = torch._C._dispatch_keys(expected).raw_repr()
+        self.ndim = expected.dim()
+        self.dynamic_dims = tuple(dynamic_dims)
+        self.sizes = tuple(expected.size())
+        self.check_strides = check_strides
+        self.strides = tuple(expected.stride()) if expected.layout == torch.strided else None
+
+    def __call__(self, value: Any) -> bool:
+        return self.reason(value) is None
+
+    def reason(self, value: Any) -> str | None:
+        if type(value) is not self.cls:
+            return (f"class mismatch: expected {self.cls.__name__}, "
+                    f"actual {type(value).__name__}")
+        if value.dtype != self.dtype:
+            return f"dtype mismatch: expected {self.dtype}, actual {value.dtype}"
+        if value.device != self.device:
+            return f"device mismatch: expected {self.device}, actual {value.device}"
+        if value.requires_grad != self.requires_grad:
+            return (f"requires_grad mismatch: expected {self.requires_grad}, "
+                    f"actual {value.requires_grad}")
+        if torch._C._dispatch_keys(value).raw_repr() != self.dispatch_keys:
+            return (f"dispatch key set mismatch: expected "
+                    f"{torch._C.DispatchKeySet.from_raw_repr(self.dispatch_keys)}, "
+                    f"actual {torch._C._dispatch_keys(value)}")
+        if value.dim() != self.ndim:
+            return f"ndim mismatch: expected {self.ndim}, actual {value.dim()}"
+        sizes = value.size()
+        for i, s in enumerate(self.sizes):
+            if i not in self.dynamic_dims and sizes[i] != s:
+                return f"size mismatch at index {i}: expected {s}, actual {sizes[i]}"
+        if self.check_strides and self.strides is not None:
+            strides = value.stride()
+            for i, s in enumerate(self.strides):
+                if i not in self.dynamic_dims and strides[i] != s:
+                    return f"stride mismatch at index {i}: expected {s}, actual {strides[i]}"
+        return None
+
+    def __repr__(self) -> str:
+        sizes = [("*" if i in self.dynamic_dims else s) for i, s in enumerate(self.sizes)]
+        return (f"TensorGuard({self.cls.__name__}, {self.dtype}, device={self.device}, "
+                f"requires_grad={self.requires_grad}, size={sizes}, stride="
+                f"{list(self.strides) if self.strides is not None else None})")
+
+
+try:  # the C guard, built by H1's hatch build hook
+    from ._evalframe import TensorGuard  # type: ignore[attr-defined]
+
+    USING_C_TENSOR_GUARD = True
+except ImportError:  # pragma: no cover - depends on the build
+    TensorGuard = PyTensorGuardFallback  # type: ignore[misc,assignment]
+    USING_C_TENSOR_GUARD = False
+
+
+# --------------------------------------------------------------------------------------
+# Guard objects
+# --------------------------------------------------------------------------------------
+
+
+class GuardKind(enum.Enum):
+    TENSOR_MATCH = "TENSOR_MATCH"
+    TYPE_MATCH = "TYPE_MATCH"
+    ID_MATCH = "ID_MATCH"
+    CONSTANT_MATCH = "CONSTANT_MATCH"
+    FUNCTION_MATCH = "FUNCTION_MATCH"
+    NN_MODULE = "NN_MODULE"
+    LIST_LENGTH = "LIST_LENGTH"
+    DICT_KEYS = "DICT_KEYS"
+    GRAD_MODE = "GRAD_MODE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: order in which kinds are checked within one source depth (cheap and type checks first)
+_KIND_ORDER = {
+    GuardKind.GRAD_MODE: 0,
+    GuardKind.ID_MATCH: 1,
+    GuardKind.FUNCTION_MATCH: 1,
+    GuardKind.NN_MODULE: 1,
+    GuardKind.TYPE_MATCH: 2,
+    GuardKind.CONSTANT_MATCH: 3,
+    GuardKind.LIST_LENGTH: 3,
+    GuardKind.DICT_KEYS: 3,
+    GuardKind.TENSOR_MATCH: 4,
+}
+
+
+class _Namespace:
+    """Names for the objects a check function refers to (``___tg0``, ``___type1``...)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self._ids: dict[int, str] = {}
+        self._counter = itertools.count()
+
+    def add(self, prefix: str, obj: Any) -> str:
+        key = id(obj)
+        if key in self._ids:
+            return self._ids[key]
+        name = f"___{prefix}{next(self._counter)}"
+        self.values[name] = obj
+        self._ids[key] = name
+        return name
+
+
+@dataclasses.dataclass(eq=False)
+class Guard:
+    """One condition on one source.
+
+    ``expected`` depends on the kind: the constant (CONSTANT_MATCH), the object id
+    (ID_MATCH/FUNCTION_MATCH), ``(id, training)`` (NN_MODULE), the type (TYPE_MATCH),
+    ``(type, length)`` (LIST_LENGTH), ``(type, keys)`` (DICT_KEYS), a TensorGuard
+    (TENSOR_MATCH), the flag (GRAD_MODE; source None)."""
+
+    source: Source | None
+    kind: GuardKind
+    expected: Any = None
+    #: a readable name of what was seen at compile time (for messages)
+    what: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return (self.source, self.kind)
+
+    # -- printing ---------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        if self.source is None:
+            return f" - global state {self.kind}"
+        return f" - {self.source.scope} {self.source.short_name()!r} {self.kind}"
+
+    def __repr__(self) -> str:
+        return f"Guard({self.source.name() if self.source else 'global'}, {self.kind})"
+
+    # -- code -------------------------------------------------------------------------
+
+    def expr(self, ns: _Namespace) -> str:
+        """The guard as a Python expression in the check function."""
+        k = self.kind
+        if k is GuardKind.GRAD_MODE:
+            fn = ns.add("grad_enabled", torch.is_grad_enabled)
+            return f"{fn}() is {self.expected!r}"
+        assert self.source is not None
+        x = self.source.guard_expr()
+        if k is GuardKind.TENSOR_MATCH:
+            return f"{ns.add('tg', self.expected)}({x})"
+        if k in (GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH):
+            return f"id({x}) == {self.expected}"
+        if k is GuardKind.NN_MODULE:
+            obj_id, training = self.expected
+            return f"id({x}) == {obj_id} and {x}.training is {training!r}"
+        if k is GuardKind.TYPE_MATCH:
+            return f"type({x}) is {ns.add('type', self.expected)}"
+        if k is GuardKind.CONSTANT_MATCH:
+            v = self.expected
+            if v is None or v is True or v is False or v is Ellipsis:
+                return f"{x} is {v!r}"
+            t = ns.add("type", type(v))
+            if isinstance(v, float) and v != v:
+                return f"type({x}) is {t} and {x} != {x}"
+            if type(v) in (int, float, str, bytes, complex):
+                return f"type({x}) is {t} and {x} == {v!r}"
+            return f"type({x}) is {t} and {x} == {ns.add('const', v)}"
+        if k is GuardKind.LIST_LENGTH:
+            typ, n = self.expected
+            return f"type({x}) is {ns.add('type', typ)} and len({x}) == {n}"
+        if k is GuardKind.DICT_KEYS:
+            typ, keys = self.expected
+            return (f"type({x}) is {ns.add('type', typ)} and "
+                    f"list({x}.keys()) == {ns.add('keys', list(keys))}")
+        raise AssertionError(k)
+
+    def describe_failure(self, value: Any) -> str:
+        """Words for why this guard failed on ``value`` (the source's current value)."""
+        k = self.kind
+        if k is GuardKind.GRAD_MODE:
+            return f"grad mode changed: expected {'enabled' if self.expected else 'disabled'}"
+        assert self.source is not None
+        name = self.source.name()
+        if k is GuardKind.TENSOR_MATCH:
+            reason = self.expected.reason(value) if isinstance(value, torch.Tensor) else (
+                f"expected a tensor, got {type(value).__name__}")
+            return f"tensor {name} {reason}"
+        if k is GuardKind.CONSTANT_MATCH:
+            return f"{name} == {self.expected!r} (actual {_short(value)})"
+        if k is GuardKind.TYPE_MATCH:
+            return (f"type({name}) is {self.expected.__qualname__} "
+                    f"(actual {type(value).__qualname__})")
+        if k in (GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH):
+            return f"{name} is not the {self.what or 'object'} seen at compile time ({k})"
+        if k is GuardKind.NN_MODULE:
+            obj_id, training = self.expected
+            if id(value) != obj_id:
+                return f"{name} is not the module seen at compile time ({k})"
+            return f"{name}.training == {training!r} (actual {value.training!r})"
+        if k is GuardKind.LIST_LENGTH:
+            typ, n = self.expected
+            if type(value) is not typ:
+                return f"type({name}) is {typ.__qualname__} (actual {type(value).__qualname__})"
+            return f"len({name}) == {n} (actual {len(value)})"
+        if k is GuardKind.DICT_KEYS:
+            typ, keys = self.expected
+            if type(value) is not typ:
+                return f"type({name}) is {typ.__qualname__} (actual {type(value).__qualname__})"
+            return f"list({name}.keys()) == {list(keys)!r} (actual {list(value.keys())!r})"
+        raise AssertionError(k)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+class GuardSet:
+    """Ordered, de-duplicated collection of guards (one per (source, kind))."""
+
+    def __init__(self) -> None:
+        self._guards: dict[tuple, Guard] = {}
+
+    def add(self, guard: Guard) -> Guard:
+        if guard.source is not None and not guard.source.guardable:
+            return guard
+        return self._guards.setdefault(guard.key, guard)
+
+    def __iter__(self):
+        return iter(self._guards.values())
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._guards
+
+    def sorted(self) -> list[Guard]:
+        """Check order: shallow sources before the attributes/items reached through them."""
+        guards = list(self._guards.values())
+        return sorted(guards, key=lambda g: (g.source.depth() if g.source else -1,
+                                             _KIND_ORDER[g.kind]))
+
+
+# --------------------------------------------------------------------------------------
+# Building the check function
+# --------------------------------------------------------------------------------------
+
+_check_counter = itertools.count()
+
+
+def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
+                   f_globals: dict[str, Any], *, name: str = "check") -> Callable[..., bool]:
+    """ONE Python function ``check(<arg names>) -> bool`` that ``and``s every guard.
+
+    Any exception while checking (a missing attribute, a changed type) counts as a miss.
+    The function gets ``.guards``, ``.code`` and ``.failure_reason(*args)``.
+    """
+    guard_list = guards.sorted() if isinstance(guards, GuardSet) else list(guards)
+    ns = _Namespace()
+    exprs = [g.expr(ns) for g in guard_list]
+    params = ", ".join(arg_names)
+    body = " and\n            ".join(f"({e})" for e in exprs) if exprs else "True"
+    src = (f"def {name}({params}):\n"
+           f"    try:\n"
+           f"        return bool({body})\n"
+           f"    except Exception:\n"
+           f"        return False\n")
+    scope: dict[str, Any] = dict(ns.values)
+    scope["G"] = f_globals
+    filename = f"<kiln guards {next(_check_counter)}>"
+    exec(compile(src, filename, "exec"), scope)
+    check = scope[name]
+
+    # failure_reason: each guard on its own, with its value fetched from its source.
+    per_guard: list[tuple[Guard, Callable, Callable | None]] = []
+    for g, e in zip(guard_list, exprs, strict=True):
+        ok_fn = eval(compile(f"lambda {params}: ({e})", filename, "eval"), scope)
+        val_fn = None
+        if g.source is not None:
+            val_fn = eval(compile(f"lambda {params}: ({g.source.guard_expr()})", filename,
+                                  "eval"), scope)
+        per_guard.append((g, ok_fn, val_fn))
+
+    def failure_reason(*args: Any) -> str | None:
+        for g, ok_fn, val_fn in per_guard:
+            try:
+                ok = bool(ok_fn(*args))
+            except Exception as e:  # noqa: BLE001
+                where = g.source.name() if g.source else "global state"
+                return f"{where}: {type(e).__name__}: {e} ({g.kind})"
+            if not ok:
+                try:
+                    value = val_fn(*args) if val_fn is not None else None
+                except Exception:  # noqa: BLE001
+                    value = None
+                return g.describe_failure(value)
+        return None
+
+    check.guards = guard_list  # type: ignore[attr-defined]
+    check.code = src  # type: ignore[attr-defined]
+    check.failure_reason = failure_reason  # type: ignore[attr-defined]
+    return check
+
+
+def format_guards(guards: Iterable[Guard]) -> str:
+    """The GUARDS section as TorchDynamo prints it (one `` - local 'a' TENSOR_MATCH`` line
+    per guard)."""
+    return "\n".join(str(g) for g in guards)
+
+
+__all__ = [
+    "Guard",
+    "GuardKind",
+    "GuardSet",
+    "TensorGuard",
+    "PyTensorGuardFallback",
+    "USING_C_TENSOR_GUARD",
+    "build_check_fn",
+    "format_guards",
+]

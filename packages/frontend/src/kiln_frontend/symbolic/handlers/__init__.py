@@ -1,0 +1,11 @@
+"""Opcode handlers, one module per family.  Importing this package registers them all."""
+
+from . import (  # noqa: F401
+    arithmetic,
+    calls,
+    compare_jumps,
+    containers,
+    loads_stores,
+    returns,
+    stack,
+)

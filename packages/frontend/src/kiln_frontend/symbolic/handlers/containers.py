@@ -1,0 +1,206 @@
+"""Building, unpacking and indexing tuples, lists, dicts and slices."""
+
+from __future__ import annotations
+
+import operator
+
+from ...exc import Unsupported
+from ..registry import handler
+from ..variables import (
+    ConstantVariable,
+    ConstDictVariable,
+    ListVariable,
+    SliceVariable,
+    TensorVariable,
+    TupleVariable,
+)
+from ..variables.base import NotConstant
+
+
+@handler("BUILD_TUPLE")
+def BUILD_TUPLE(tx, inst):
+    tx.push(TupleVariable(tx.popn(inst.arg)))
+
+
+@handler("BUILD_LIST")
+def BUILD_LIST(tx, inst):
+    tx.push(ListVariable(tx.popn(inst.arg)))
+
+
+@handler("LIST_TO_TUPLE", versions=(3, 11))
+def LIST_TO_TUPLE(tx, inst):
+    tx.push(TupleVariable(tx.unpack_sequence(tx.pop())))
+
+
+@handler("LIST_APPEND")
+def LIST_APPEND(tx, inst):
+    value = tx.pop()
+    target = tx.peek(inst.arg)
+    if not isinstance(target, ListVariable):
+        raise Unsupported("LIST_APPEND on a non-list")
+    target.items.append(value)
+
+
+@handler("LIST_EXTEND")
+def LIST_EXTEND(tx, inst):
+    seq = tx.pop()
+    target = tx.peek(inst.arg)
+    if not isinstance(target, ListVariable):
+        raise Unsupported("LIST_EXTEND on a non-list")
+    target.items.extend(tx.unpack_sequence(seq))
+
+
+def _const_key(var):
+    try:
+        return var.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"dict key {var.describe()} is not a constant") from None
+
+
+@handler("BUILD_MAP")
+def BUILD_MAP(tx, inst):
+    flat = tx.popn(2 * inst.arg)
+    items = {}
+    for k, v in zip(flat[::2], flat[1::2], strict=True):
+        items[_const_key(k)] = v
+    tx.push(ConstDictVariable(items))
+
+
+@handler("BUILD_CONST_KEY_MAP")
+def BUILD_CONST_KEY_MAP(tx, inst):
+    keys = tx.pop().as_python_constant()
+    values = tx.popn(inst.arg)
+    tx.push(ConstDictVariable(dict(zip(keys, values, strict=True))))
+
+
+@handler("MAP_ADD")
+def MAP_ADD(tx, inst):
+    value = tx.pop()
+    key = tx.pop()
+    target = tx.peek(inst.arg)
+    if not isinstance(target, ConstDictVariable):
+        raise Unsupported("MAP_ADD on a non-dict")
+    target.items[_const_key(key)] = value
+
+
+@handler("DICT_UPDATE", "DICT_MERGE")
+def DICT_UPDATE(tx, inst):
+    other = tx.realize(tx.pop())
+    target = tx.peek(inst.arg)
+    if not isinstance(other, ConstDictVariable) or not isinstance(target, ConstDictVariable):
+        raise Unsupported(f"{inst.opname} with a non-dict")
+    target.items.update(other.items)
+
+
+@handler("UNPACK_SEQUENCE")
+def UNPACK_SEQUENCE(tx, inst):
+    items = tx.unpack_sequence(tx.pop())
+    if len(items) != inst.arg:
+        raise Unsupported(f"unpacking {len(items)} values into {inst.arg} names")
+    for item in reversed(items):
+        tx.push(item)
+
+
+@handler("UNPACK_EX")
+def UNPACK_EX(tx, inst):
+    before = inst.arg & 0xFF
+    after = inst.arg >> 8
+    items = tx.unpack_sequence(tx.pop())
+    if len(items) < before + after:
+        raise Unsupported("not enough values to unpack")
+    head = items[:before]
+    mid = items[before:len(items) - after]
+    tail = items[len(items) - after:]
+    for item in reversed(tail):
+        tx.push(item)
+    tx.push(ListVariable(mid))
+    for item in reversed(head):
+        tx.push(item)
+
+
+@handler("BINARY_SUBSCR")
+def BINARY_SUBSCR(tx, inst):
+    index = tx.pop()
+    obj = tx.pop()
+    tx.push(tx.getitem(obj, tx.realize(index)))
+
+
+def _setitem(tx, obj, index, value):
+    obj = tx.realize(obj)
+    if isinstance(obj, TensorVariable):
+        tx.output.create_graph_op("call_function", operator.setitem, [obj, index, value], {},
+                                  mutation=True)
+        return
+    if hasattr(obj, "setitem"):
+        obj.setitem(tx, index, value)
+        return
+    raise Unsupported(f"item assignment on {obj.describe()}")
+
+
+@handler("STORE_SUBSCR")
+def STORE_SUBSCR(tx, inst):
+    index = tx.realize(tx.pop())
+    obj = tx.pop()
+    value = tx.realize(tx.pop())
+    _setitem(tx, obj, index, value)
+
+
+@handler("DELETE_SUBSCR")
+def DELETE_SUBSCR(tx, inst):
+    raise Unsupported("del x[i] (side effects are not tracked yet)")
+
+
+def _slice(parts):
+    if all(p.is_python_constant() for p in parts):
+        return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
+    return SliceVariable(parts)
+
+
+@handler("BUILD_SLICE")
+def BUILD_SLICE(tx, inst):
+    tx.push(_slice([tx.realize(p) for p in tx.popn(inst.arg)]))
+
+
+@handler("BINARY_SLICE", versions=(3, 12))
+def BINARY_SLICE(tx, inst):
+    end = tx.realize(tx.pop())
+    start = tx.realize(tx.pop())
+    container = tx.pop()
+    tx.push(tx.getitem(container, _slice([start, end])))
+
+
+@handler("STORE_SLICE", versions=(3, 12))
+def STORE_SLICE(tx, inst):
+    end = tx.realize(tx.pop())
+    start = tx.realize(tx.pop())
+    container = tx.pop()
+    value = tx.realize(tx.pop())
+    _setitem(tx, container, _slice([start, end]), value)
+
+
+@handler("BUILD_STRING")
+def BUILD_STRING(tx, inst):
+    parts = tx.popn(inst.arg)
+    try:
+        tx.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+    except NotConstant:
+        raise Unsupported("building a string from non-constants") from None
+
+
+@handler("FORMAT_VALUE")
+def FORMAT_VALUE(tx, inst):
+    flags = inst.arg or 0
+    spec = tx.pop().as_python_constant() if flags & 0x04 else ""
+    value = tx.pop()
+    try:
+        v = value.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"formatting {value.describe()}") from None
+    conv = flags & 0x03
+    if conv == 1:
+        v = str(v)
+    elif conv == 2:
+        v = repr(v)
+    elif conv == 3:
+        v = ascii(v)
+    tx.push(ConstantVariable(format(v, spec)))

@@ -1,0 +1,131 @@
+"""Loads and stores: locals, constants, globals, cells, attributes."""
+
+from __future__ import annotations
+
+from ...exc import Unsupported
+from ..registry import handler
+from ..variables import ConstantVariable, NullVariable
+from ..variables.misc import DeletedVariable, GetAttrVariable, LazyVariable
+
+
+@handler("LOAD_FAST", "LOAD_FAST_CHECK")
+def LOAD_FAST(tx, inst):
+    name = inst.argval
+    value = tx.symbolic_locals.get(name)
+    if value is None or isinstance(value, DeletedVariable):
+        raise Unsupported(f"UnboundLocalError: local variable {name!r} read before assignment")
+    if isinstance(value, LazyVariable):
+        value = value.realize(tx)
+        tx.symbolic_locals[name] = value
+    tx.push(value)
+
+
+@handler("LOAD_FAST_AND_CLEAR", versions=(3, 12))
+def LOAD_FAST_AND_CLEAR(tx, inst):
+    name = inst.argval
+    value = tx.symbolic_locals.pop(name, None)
+    if isinstance(value, LazyVariable):
+        value = value.realize(tx)
+    tx.push(value if value is not None else DeletedVariable())
+
+
+@handler("STORE_FAST")
+def STORE_FAST(tx, inst):
+    value = tx.pop()
+    if isinstance(value, DeletedVariable):
+        tx.symbolic_locals.pop(inst.argval, None)
+    else:
+        tx.symbolic_locals[inst.argval] = value
+
+
+@handler("DELETE_FAST")
+def DELETE_FAST(tx, inst):
+    if inst.argval not in tx.symbolic_locals:
+        raise Unsupported(f"UnboundLocalError: cannot delete {inst.argval!r}")
+    del tx.symbolic_locals[inst.argval]
+
+
+@handler("LOAD_CONST")
+def LOAD_CONST(tx, inst):
+    tx.push(ConstantVariable.create(inst.argval))
+
+
+@handler("LOAD_GLOBAL")
+def LOAD_GLOBAL(tx, inst):
+    value = tx.load_global(inst.argval)
+    if (inst.arg or 0) & 1:
+        tx.push(NullVariable())
+    tx.push(value)
+
+
+@handler("STORE_GLOBAL", "DELETE_GLOBAL")
+def STORE_GLOBAL(tx, inst):
+    raise Unsupported(f"assignment to global {inst.argval!r} (side effects are not tracked)")
+
+
+@handler("MAKE_CELL", "COPY_FREE_VARS")
+def MAKE_CELL(tx, inst):
+    # cells are modelled by name: a cell variable lives in the symbolic locals
+    pass
+
+
+@handler("LOAD_DEREF")
+def LOAD_DEREF(tx, inst):
+    value = tx.load_deref(inst.argval)
+    if isinstance(value, LazyVariable):
+        value = value.realize(tx)
+        if inst.argval in tx.symbolic_locals:
+            tx.symbolic_locals[inst.argval] = value
+    tx.push(value)
+
+
+@handler("STORE_DEREF")
+def STORE_DEREF(tx, inst):
+    tx.store_deref(inst.argval, tx.pop())
+
+
+@handler("DELETE_DEREF")
+def DELETE_DEREF(tx, inst):
+    raise Unsupported("deleting a cell variable")
+
+
+@handler("LOAD_CLOSURE")
+def LOAD_CLOSURE(tx, inst):
+    tx.push(tx.load_closure(inst.argval))
+
+
+def _load_attr(tx, obj, name):
+    try:
+        return tx.getattr(obj, name)
+    except Unsupported as e:
+        return GetAttrVariable(tx.realize(obj), name, e)
+
+
+@handler("LOAD_ATTR", versions=(3, 11))
+def LOAD_ATTR_311(tx, inst):
+    obj = tx.pop()
+    tx.push(_load_attr(tx, obj, inst.argval))
+
+
+@handler("LOAD_ATTR", versions=(3, 12))
+def LOAD_ATTR_312(tx, inst):
+    obj = tx.pop()
+    value = _load_attr(tx, obj, inst.argval)
+    if (inst.arg or 0) & 1:
+        # method form: [NULL, bound attribute] is equivalent to [method, self] for CALL
+        tx.push(NullVariable())
+    tx.push(value)
+
+
+@handler("LOAD_METHOD", versions=(3, 11))
+def LOAD_METHOD(tx, inst):
+    obj = tx.pop()
+    value = _load_attr(tx, obj, inst.argval)
+    tx.push(NullVariable())
+    tx.push(value)
+
+
+@handler("STORE_ATTR", "DELETE_ATTR")
+def STORE_ATTR(tx, inst):
+    raise Unsupported(f"assignment to attribute {inst.argval!r} "
+                      "(side effects are not tracked yet)")

@@ -1,0 +1,279 @@
+"""OutputGraph: the FX graph being built for one frame, its inputs, the modules and
+parameters its root holds, the guards, and compiling it with the backend."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
+from torch.fx.proxy import GraphAppendingTracer
+
+from ..exc import BackendCompilerFailed, Unsupported
+from ..guards import Guard, GuardKind, GuardSet, TensorGuard
+from ..sources import KILN_GLOBAL_PREFIX, Source
+from .variables.base import VariableTracker
+
+#: process-wide counters, as TorchDynamo numbers __compiled_fn_N / __resume_at_OFF_N
+_compiled_fn_counter = itertools.count()
+_global_object_counter = itertools.count()
+
+
+def _run_without_hook(fn: Callable) -> Callable:
+    try:
+        from ..eval_frame import run_without_hook  # H1's helper
+    except ImportError:  # pragma: no cover - before H1's module exists
+        return fn
+    return run_without_hook(fn)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", name).strip("_")
+    if not name or name[0].isdigit():
+        name = "_" + name
+    return name
+
+
+def _contains_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_contains_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_contains_tensor(v) for v in value.values())
+    return False
+
+
+def _op_name(kind: str, target: Any) -> str:
+    if kind == "call_method":
+        return f"Tensor.{target}"
+    if kind == "call_module":
+        return f"module {target}"
+    mod = getattr(target, "__module__", None)
+    name = getattr(target, "__name__", repr(target))
+    if mod in ("_operator", "operator"):
+        return f"operator.{name}"
+    return f"{mod}.{name}" if mod else name
+
+
+class OutputGraph:
+    def __init__(self, *, f_globals: dict[str, Any], compiler_fn: Callable,
+                 code_name: str = "<frame>"):
+        self.f_globals = f_globals
+        self.compiler_fn = compiler_fn
+        self.code_name = code_name
+        self.graph = torch.fx.Graph()
+        self.tracer = GraphAppendingTracer(self.graph)
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.guards = GuardSet()
+        self.guards.add(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
+        #: (placeholder node, source, real tensor), in placeholder order
+        self.graph_inputs: list[tuple[torch.fx.Node, Source, torch.Tensor]] = []
+        self.source_cache: dict[Source, VariableTracker] = {}
+        self.nn_modules: dict[str, torch.nn.Module] = {}
+        self._module_names: dict[int, str] = {}
+        self.attr_tensors: dict[str, torch.Tensor] = {}
+        self._attr_names: dict[int, str] = {}
+        self.installed_globals: dict[str, Any] = {}
+        #: GraphModules sent to the backend (at most one per frame today)
+        self.graphs: list[torch.fx.GraphModule] = []
+        self.compiled_fn_names: list[str] = []
+        #: instructions interpreted so far (inlined ones included), to stop runaway loops
+        self.steps = 0
+
+    # -- globals ----------------------------------------------------------------------
+
+    def install_global(self, name: str, value: Any) -> None:
+        self.f_globals[name] = value
+        self.installed_globals[name] = value
+
+    def install_global_object(self, prefix: str, value: Any) -> str:
+        name = f"{KILN_GLOBAL_PREFIX}{prefix}_{next(_global_object_counter)}"
+        self.install_global(name, value)
+        return name
+
+    # -- graph inputs -----------------------------------------------------------------
+
+    def _placeholder_name(self, source: Source) -> str:
+        return _sanitize(source.short_name())
+
+    def add_graph_input(self, source: Source, value: torch.Tensor) -> VariableTracker:
+        from .variables.tensor import TensorVariable
+
+        if source is None:
+            raise Unsupported("a tensor without a source cannot be a graph input")
+        self.guards.add(Guard(source, GuardKind.TENSOR_MATCH, TensorGuard(value)))
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        ctx = (self.graph.inserting_after(placeholders[-1]) if placeholders
+               else self.graph.inserting_before(None))
+        with ctx:
+            proxy = self.tracer.create_proxy("placeholder", self._placeholder_name(source), (), {})
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        proxy.node.meta["example_value"] = fake
+        proxy.node.meta["source"] = source
+        self.graph_inputs.append((proxy.node, source, value))
+        return TensorVariable(proxy, fake, source=source, class_type=type(value))
+
+    def register_attr_tensor(self, source: Source, value: torch.Tensor) -> VariableTracker:
+        """A parameter or buffer of a module: a ``get_attr`` node on the graph's root."""
+        from .variables.tensor import TensorVariable
+
+        cached = self.source_cache.get(source)
+        if cached is not None:
+            return cached
+        name = self._attr_names.get(id(value))
+        if name is None:
+            name = _sanitize(source.short_name())
+            base, k = name, 1
+            while name in self.attr_tensors or name in self.nn_modules:
+                name = f"{base}_{k}"
+                k += 1
+            self.attr_tensors[name] = value
+            self._attr_names[id(value)] = name
+        proxy = self.tracer.create_proxy("get_attr", name, (), {})
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        proxy.node.meta["example_value"] = fake
+        vt = TensorVariable(proxy, fake, source=source, class_type=type(value))
+        self.source_cache[source] = vt
+        return vt
+
+    def register_module(self, source: Source, module: torch.nn.Module) -> str:
+        name = self._module_names.get(id(module))
+        if name is not None:
+            return name
+        name = _sanitize(source.short_name())
+        base, k = name, 1
+        while name in self.nn_modules or name in self.attr_tensors:
+            name = f"{base}_{k}"
+            k += 1
+        self.nn_modules[name] = module
+        self._module_names[id(module)] = name
+        return name
+
+    # -- ops --------------------------------------------------------------------------
+
+    def create_graph_op(self, kind: str, target: Any, args: list[VariableTracker],
+                        kwargs: dict[str, VariableTracker], *,
+                        allow_constant_result: bool = False,
+                        mutation: bool = False) -> VariableTracker:
+        """Run ``target`` on fake tensors; when the result holds tensors add the node and
+        return trackers for it, else fold it to a constant (only if allowed)."""
+        from .variables.constant import ConstantVariable, wrap_constant_result
+
+        what = _op_name(kind, target)
+        ex_args = [a.as_example() for a in args]
+        ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        try:
+            with self.fake_mode:
+                if kind == "call_function":
+                    ex = target(*ex_args, **ex_kwargs)
+                elif kind == "call_method":
+                    ex = getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
+                elif kind == "call_module":
+                    ex = self.nn_modules[target](*ex_args, **ex_kwargs)
+                else:  # pragma: no cover
+                    raise AssertionError(kind)
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            raise Unsupported(f"data-dependent operator {what} ({type(e).__name__})") from e
+        except Unsupported:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise Unsupported(f"{what} raised {type(e).__name__} while tracing: {e}") from e
+        if mutation:
+            # an in-place op run for its effect (``x[i] = v``): keep the node
+            px_args = tuple(a.as_proxy() for a in args)
+            px_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
+            proxy = self.tracer.create_proxy(kind, target, px_args, px_kwargs)
+            proxy.node.meta["example_value"] = ex
+            return ConstantVariable(None)
+        if not _contains_tensor(ex):
+            if allow_constant_result:
+                return wrap_constant_result(ex, what=what)
+            if ex is None and kind == "call_module":
+                return ConstantVariable(None)
+            raise Unsupported(f"{what} returned a {type(ex).__name__}, not a tensor")
+        px_args = tuple(a.as_proxy() for a in args)
+        px_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
+        proxy = self.tracer.create_proxy(kind, target, px_args, px_kwargs)
+        return self.wrap_result(proxy, ex)
+
+    def wrap_result(self, proxy: torch.fx.Proxy, ex: Any) -> VariableTracker:
+        from .variables.constant import ConstantVariable, is_constant_value
+        from .variables.containers import ListVariable, TupleVariable
+        from .variables.tensor import TensorVariable
+
+        proxy.node.meta["example_value"] = ex
+        if isinstance(ex, torch.Tensor):
+            return TensorVariable(proxy, ex)
+        if isinstance(ex, (tuple, list)):
+            items = []
+            for i, e in enumerate(ex):
+                if isinstance(e, torch.Tensor) or isinstance(e, (tuple, list)):
+                    items.append(self.wrap_result(proxy[i], e))
+                elif is_constant_value(e):
+                    items.append(ConstantVariable.create(e))
+                else:
+                    raise Unsupported(f"graph op returned a {type(e).__name__} item")
+            if isinstance(ex, list):
+                return ListVariable(items)
+            return TupleVariable(items, tuple_cls=type(ex))
+        raise Unsupported(f"graph op returned a {type(ex).__name__}")
+
+    # -- compiling --------------------------------------------------------------------
+
+    def count_calls(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method",
+                                                              "call_module"))
+
+    def compile_graph(self, outputs: list[VariableTracker]) -> str:
+        """Finish the graph with ``outputs`` (tensor trackers), prune unused inputs, build the
+        GraphModule, compile it with the backend and install it as ``__compiled_fn_<n>``."""
+        from ..debug_print import debug_enabled, print_graph
+
+        self.graph.output(tuple(v.proxy.node for v in outputs))  # type: ignore[attr-defined]
+        kept = []
+        for node, source, real in self.graph_inputs:
+            if node.users:
+                kept.append((node, source, real))
+            else:
+                self.graph.erase_node(node)
+        self.graph_inputs = kept
+        for node in list(self.graph.nodes):
+            if node.op == "get_attr" and not node.users:
+                self.graph.erase_node(node)
+        root = torch.nn.Module()
+        for name, mod in self.nn_modules.items():
+            root.add_module(name, mod)
+        for name, t in self.attr_tensors.items():
+            if isinstance(t, torch.nn.Parameter):
+                root.register_parameter(name, t)
+            else:
+                root.register_buffer(name, t)
+        self.graph.lint()
+        gm = torch.fx.GraphModule(root, self.graph)
+        gm.meta["kiln_code_name"] = self.code_name
+        example_inputs = [real for _, _, real in self.graph_inputs]
+        name = f"__compiled_fn_{next(_compiled_fn_counter)}"
+        if debug_enabled():
+            print_graph(name, self.code_name, gm)
+        try:
+            compiled = self.compiler_fn(gm, example_inputs)
+        except Exception as e:  # noqa: BLE001
+            backend = getattr(self.compiler_fn, "__name__", type(self.compiler_fn).__name__)
+            raise BackendCompilerFailed(backend, e) from e
+        if compiled is None or not callable(compiled):
+            backend = getattr(self.compiler_fn, "__name__", type(self.compiler_fn).__name__)
+            raise BackendCompilerFailed(backend, TypeError(
+                f"the backend returned {compiled!r}, not a callable"))
+        self.install_global(name, _run_without_hook(compiled))
+        self.graphs.append(gm)
+        self.compiled_fn_names.append(name)
+        return name

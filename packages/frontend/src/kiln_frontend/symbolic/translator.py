@@ -1,0 +1,716 @@
+"""The symbolic interpreter: walks a frame's bytecode with variable trackers.
+
+* ``InstructionTranslatorBase`` holds the interpreter state (stack, symbolic locals,
+  instruction pointer) and the helpers opcode handlers use.  Handlers live in
+  ``symbolic/handlers/`` (one module per family) and are found through ``registry.lookup``.
+* ``InstructionTranslator`` runs the frame itself: at ``RETURN_VALUE`` it compiles the graph
+  and emits the transformed code; when something cannot be captured it *graph-breaks*
+  (compile the graph so far, run the unsupported instruction in Python, continue in a
+  generated resume function).
+* ``InliningInstructionTranslator`` runs a called user function inside the same graph; it
+  cannot break: it raises ``Unsupported`` and the caller breaks at its call instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import types
+from typing import Any
+
+from ..bytecode import create_instruction, decode, make_resume_code, versions
+from ..exc import Unsupported
+from ..sources import (
+    BuiltinSource,
+    ClosureSource,
+    GlobalSource,
+    LocalSource,
+    ModuleSource,
+    Source,
+    module_global_name,
+)
+from . import registry
+from .codegen import PyCodegen, walk_trackers
+from .liveness import live_variables
+from .output_graph import OutputGraph
+from .variables import (
+    ConstantVariable,
+    NullVariable,
+    TensorVariable,
+    VariableBuilder,
+    VariableTracker,
+)
+from .variables.containers import ConstDictVariable, ListIteratorVariable, ListVariable
+from .variables.misc import (
+    ClosureCellVariable,
+    DeletedVariable,
+    LazyVariable,
+    LocalCellVariable,
+)
+
+_resume_counter = itertools.count(1)
+
+#: how deep user functions may be inlined
+MAX_INLINE_DEPTH = 24
+#: how many instructions one frame may interpret (unrolled loops included)
+MAX_STEPS = 200_000
+
+_CALL_OPNAMES = frozenset({"CALL", "CALL_FUNCTION_EX"})
+_CALL_PREFIX_OPNAMES = frozenset({"PRECALL", "KW_NAMES"})
+
+
+class RestartAnalysis(Exception):
+    """Trace the frame again from the start and graph-break at instruction ``index``."""
+
+    def __init__(self, index: int, reason: Unsupported):
+        super().__init__(str(reason))
+        self.index = index
+        self.reason = reason
+
+
+def num_argument_slots(code: types.CodeType) -> int:
+    import inspect
+
+    n = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & inspect.CO_VARARGS:
+        n += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        n += 1
+    return n
+
+
+class InstructionTranslatorBase:
+    """Interpreter state and the helpers opcode handlers call."""
+
+    def __init__(self, *, code: types.CodeType, f_globals: dict[str, Any],
+                 f_builtins: dict[str, Any], symbolic_locals: dict[str, VariableTracker],
+                 closure_cells: dict[str, VariableTracker], output: OutputGraph,
+                 parent: InstructionTranslatorBase | None = None):
+        self.code = code
+        self.instructions = decode(code)
+        self.index_of = {id(inst): i for i, inst in enumerate(self.instructions)}
+        self.f_globals = f_globals
+        self.f_builtins = f_builtins
+        self.symbolic_locals = symbolic_locals
+        self.closure_cells = closure_cells
+        self.output = output
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.stack: list[VariableTracker] = []
+        self.ip = 0
+        self.current_inst = None
+        self.kw_names: tuple[str, ...] | None = None
+        #: KW_NAMES / PRECALL seen since the last call (replayed when a call breaks)
+        self.call_prefix: list = []
+        self.done = False
+
+    # -- stack ------------------------------------------------------------------------
+
+    def push(self, value: VariableTracker) -> None:
+        assert isinstance(value, VariableTracker), value
+        self.stack.append(value)
+
+    def pop(self) -> VariableTracker:
+        if not self.stack:
+            raise Unsupported("stack underflow while tracing (internal error)")
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[VariableTracker]:
+        if n == 0:
+            return []
+        if len(self.stack) < n:
+            raise Unsupported("stack underflow while tracing (internal error)")
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def peek(self, n: int = 1) -> VariableTracker:
+        return self.stack[-n]
+
+    def jump(self, inst) -> None:
+        self.ip = self.index_of[id(inst.target)]
+
+    # -- running ----------------------------------------------------------------------
+
+    def location(self, inst) -> tuple[str, int | None, str | None]:
+        filename = self.code.co_filename
+        lineno = inst.lineno if inst is not None else None
+        text = None
+        if lineno is not None:
+            text = linecache.getline(filename, lineno).strip() or None
+            if text and text.endswith(":"):
+                text = text[:-1].rstrip()
+        return filename, lineno, text
+
+    def step(self) -> None:
+        if self.ip >= len(self.instructions):
+            raise Unsupported("ran past the end of the code (internal error)")
+        inst = self.instructions[self.ip]
+        self.ip += 1
+        self.current_inst = inst
+        self.output.steps += 1
+        if self.output.steps > MAX_STEPS:
+            raise Unsupported(f"traced more than {MAX_STEPS} instructions (a long loop?)")
+        registry.lookup(inst.opname)(self, inst)
+
+    def run(self) -> None:
+        while not self.done:
+            try:
+                self.step()
+            except Unsupported as e:
+                e.with_location(*self.location(self.current_inst))
+                raise
+
+    # -- values -----------------------------------------------------------------------
+
+    def wrap_value(self, value: Any, source: Source | None, *,
+                   guard: bool = True) -> VariableTracker:
+        return VariableBuilder(self, source, guard=guard)(value)
+
+    def realize(self, value: VariableTracker) -> VariableTracker:
+        if isinstance(value, LazyVariable):
+            return value.realize(self)
+        return value
+
+    def global_source(self, name: str) -> Source | None:
+        root = self.root()
+        if self.f_globals is root.f_globals:
+            return GlobalSource(name)
+        mod_name = self.f_globals.get("__name__")
+        import sys
+
+        module = sys.modules.get(mod_name) if isinstance(mod_name, str) else None
+        if module is None or getattr(module, "__dict__", None) is not self.f_globals:
+            return None
+        gname = module_global_name(module)
+        if root.f_globals.get(gname) is not module:
+            self.output.install_global(gname, module)
+        from ..sources import AttrSource
+
+        return AttrSource(ModuleSource(gname), name)
+
+    def load_global(self, name: str) -> VariableTracker:
+        if name in self.f_globals:
+            return self.wrap_value(self.f_globals[name], self.global_source(name))
+        builtins_dict = self.f_builtins
+        if name in builtins_dict:
+            src = BuiltinSource(name) if self.f_globals is self.root().f_globals else None
+            return self.wrap_value(builtins_dict[name], src)
+        raise Unsupported(f"NameError: name {name!r} is not defined")
+
+    def root(self) -> InstructionTranslatorBase:
+        tx = self
+        while tx.parent is not None:
+            tx = tx.parent
+        return tx
+
+    def getattr(self, obj: VariableTracker, name: str) -> VariableTracker:
+        return self.realize(obj).var_getattr(self, name)
+
+    def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
+        import operator
+
+        from .variables.nn_module import NNModuleVariable
+
+        obj = self.realize(obj)
+        if isinstance(obj, TensorVariable):
+            return self.output.create_graph_op("call_function", operator.getitem,
+                                               [obj, index], {})
+        if hasattr(obj, "getitem"):
+            return obj.getitem(self, index)
+        if isinstance(obj, NNModuleVariable):
+            return obj.getitem(self, index)
+        if obj.is_python_constant() and index.is_python_constant():
+            from .variables.constant import wrap_constant_result
+
+            try:
+                result = obj.as_python_constant()[index.as_python_constant()]
+            except Exception as e:  # noqa: BLE001
+                raise Unsupported(f"indexing raised {type(e).__name__}: {e}") from e
+            return wrap_constant_result(result, what="indexing")
+        raise Unsupported(f"indexing {obj.describe()}")
+
+    def unpack_sequence(self, value: VariableTracker) -> list[VariableTracker]:
+        value = self.realize(value)
+        if value.has_unpack_var_sequence(self):
+            return value.unpack_var_sequence(self)
+        raise Unsupported(f"iterating over {value.describe()}")
+
+    def call_function(self, fn: VariableTracker, args: list[VariableTracker],
+                      kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        fn = self.realize(fn)
+        args = [self.realize(a) for a in args]
+        kwargs = {k: self.realize(v) for k, v in kwargs.items()}
+        result = fn.call_function(self, args, kwargs)
+        assert isinstance(result, VariableTracker), (fn, result)
+        return result
+
+    def inline_call(self, fn_var: VariableTracker, args: list[VariableTracker],
+                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .variables.functions import bind_args
+
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Unsupported(f"inlining deeper than {MAX_INLINE_DEPTH} calls")
+        code = fn_var.get_code()
+        defaults, kwdefaults = fn_var.get_defaults(self)
+        bound = bind_args(code, fn_var.get_name(), args, kwargs, defaults, kwdefaults)
+        f_globals = fn_var.get_globals()
+        f_builtins = f_globals.get("__builtins__", __builtins__)
+        if isinstance(f_builtins, types.ModuleType):
+            f_builtins = f_builtins.__dict__
+        tx = InliningInstructionTranslator(
+            code=code, f_globals=f_globals, f_builtins=f_builtins, symbolic_locals=bound,
+            closure_cells=fn_var.get_closure_cells(self), output=self.output, parent=self)
+        tx.run()
+        return tx.return_value
+
+    # -- variables in cells -----------------------------------------------------------
+
+    def load_deref(self, name: str) -> VariableTracker:
+        cell = self.closure_cells.get(name)
+        if cell is not None:
+            return cell.load(self)
+        try:
+            return self.symbolic_locals[name]
+        except KeyError:
+            raise Unsupported(f"free variable {name!r} referenced before assignment") from None
+
+    def store_deref(self, name: str, value: VariableTracker) -> None:
+        cell = self.closure_cells.get(name)
+        if cell is not None:
+            cell.store(self, value)
+        else:
+            self.symbolic_locals[name] = value
+
+    def load_closure(self, name: str) -> VariableTracker:
+        cell = self.closure_cells.get(name)
+        if cell is not None:
+            return cell
+        return LocalCellVariable(self, name)
+
+    # -- hooks the frame kinds override -----------------------------------------------
+
+    def graph_break_on_jump(self, inst, reason: Unsupported) -> None:
+        raise reason
+
+    def do_return(self, value: VariableTracker) -> None:
+        raise NotImplementedError
+
+
+class InliningInstructionTranslator(InstructionTranslatorBase):
+    """Runs a called user function inside the caller's graph."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.return_value: VariableTracker | None = None
+
+    def do_return(self, value: VariableTracker) -> None:
+        self.return_value = value
+        self.done = True
+
+
+class RootFreeVarCell(VariableTracker):
+    """A free variable of the frame being compiled: its value comes from the frame's closure
+    (reloaded with LOAD_DEREF; not guardable, see sources.ClosureSource)."""
+
+    def __init__(self, name: str, cell: types.CellType):
+        super().__init__()
+        self.name = name
+        self.cell = cell
+        self._value: VariableTracker | None = None
+
+    def load(self, tx) -> VariableTracker:
+        if self._value is None:
+            try:
+                contents = self.cell.cell_contents
+            except ValueError:
+                raise Unsupported(f"free variable {self.name!r} referenced before assignment") \
+                    from None
+            self._value = tx.wrap_value(contents, ClosureSource(self.name))
+        return self._value
+
+    def store(self, tx, value) -> None:
+        raise Unsupported(f"assigning to free variable {self.name!r} of the frame")
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild a closure cell")
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """Translates the frame itself; produces the transformed code."""
+
+    def __init__(self, frame_info: Any, *, compiler_fn, nopython: bool,
+                 break_points: dict[int, Unsupported] | None = None):
+        code = frame_info.code
+        f_builtins = frame_info.builtins
+        if isinstance(f_builtins, types.ModuleType):
+            f_builtins = f_builtins.__dict__
+        output = OutputGraph(f_globals=frame_info.globals, compiler_fn=compiler_fn,
+                             code_name=code.co_name)
+        nslots = num_argument_slots(code)
+        arg_names = code.co_varnames[:nslots]
+        args = tuple(frame_info.args)
+        if len(args) != nslots:
+            raise Unsupported(f"frame has {len(args)} argument values for {nslots} slots")
+        symbolic_locals: dict[str, VariableTracker] = {
+            name: LazyVariable(value, LocalSource(name))
+            for name, value in zip(arg_names, args, strict=True)
+        }
+        closure = frame_info.closure or ()
+        closure_cells: dict[str, VariableTracker] = {
+            name: RootFreeVarCell(name, cell)
+            for name, cell in zip(code.co_freevars, closure, strict=False)
+        }
+        super().__init__(code=code, f_globals=frame_info.globals, f_builtins=f_builtins,
+                         symbolic_locals=symbolic_locals, closure_cells=closure_cells,
+                         output=output)
+        self.frame_info = frame_info
+        self.nopython = nopython
+        self.arg_names = arg_names
+        self.break_points = dict(break_points or {})
+        self._liveness: list[frozenset[str]] | None = None
+        #: the transformed code's instructions, once the frame is done
+        self.output_instructions: list | None = None
+        #: graph breaks taken: (reason, filename, lineno)
+        self.graph_breaks: list[Unsupported] = []
+        #: names of resume functions created (installed globals or made in the code)
+        self.resume_names: list[str] = []
+
+    # -- running ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.done:
+            index = self.ip
+            if index >= len(self.instructions):
+                raise Unsupported("ran past the end of the code (internal error)")
+            inst = self.instructions[index]
+            reason = self.break_points.get(index)
+            if reason is not None:
+                self.ip += 1
+                self.current_inst = inst
+                self.break_at(inst, index, reason)
+                return
+            try:
+                self.step()
+            except Unsupported as e:
+                e.with_location(*self.location(inst))
+                if self.nopython:
+                    raise
+                if not self.can_break_at(inst):
+                    raise
+                raise RestartAnalysis(index, e) from e
+
+    def live_locals(self, index: int) -> list[str]:
+        """Plain locals (not cells) live at instruction ``index`` that have values now,
+        in co_varnames order."""
+        if self._liveness is None:
+            self._liveness = live_variables(self.instructions)
+        live = self._liveness[index] if index < len(self.instructions) else frozenset()
+        cells = set(self.code.co_cellvars) | set(self.code.co_freevars)
+        out = []
+        for name in self.code.co_varnames:
+            if name in live and name not in cells and name in self.symbolic_locals:
+                if isinstance(self.symbolic_locals[name], DeletedVariable):
+                    continue
+                out.append(name)
+        return out
+
+    def can_break_at(self, inst) -> bool:
+        if inst.exn_tab_entry is not None:
+            return False
+        name = inst.opname
+        if name in _CALL_OPNAMES or name in _CALL_PREFIX_OPNAMES:
+            return True
+        if versions.is_conditional_jump(inst):
+            return name not in ("FOR_ITER", "SEND")
+        if versions.is_terminator(inst) or versions.is_jump(inst):
+            return False
+        return True
+
+    # -- codegen helpers --------------------------------------------------------------
+
+    def new_codegen(self) -> PyCodegen:
+        return PyCodegen(cellvars=self.code.co_cellvars, freevars=self.code.co_freevars,
+                         install_global_object=self.output.install_global_object)
+
+    def prefix_instructions(self) -> list:
+        """Fresh copies of the code's prologue (COPY_FREE_VARS, MAKE_CELL..., RESUME)."""
+        out = []
+        for inst in self.instructions:
+            new = create_instruction(inst.opname, arg=inst.arg, argval=inst.argval)
+            new.positions = inst.positions
+            out.append(new)
+            if inst.opname == "RESUME":
+                break
+        return out
+
+    def emit_graph_call(self, cg: PyCodegen, values: list[VariableTracker]) -> bool:
+        """Compile the graph (when it has work) so that it returns every tensor in ``values``
+        that cannot be reloaded from a source; emit the call and store its outputs."""
+        outputs: list[TensorVariable] = []
+        seen: set = set()
+        for v in walk_trackers(values):
+            if isinstance(v, TensorVariable) and v.source is None and v.node not in seen:
+                seen.add(v.node)
+                outputs.append(v)
+        if self.output.count_calls() == 0 and not outputs:
+            return False
+        name = self.output.compile_graph(outputs)
+        cg.load_global(name, push_null=True)
+        inputs = self.output.graph_inputs
+        for _node, source, _real in inputs:
+            source.reconstruct(cg)
+        cg.call_function(len(inputs))
+        if outputs:
+            cg.extend(versions.unpack_sequence(len(outputs)))
+            for i, v in enumerate(outputs):
+                temp = f"___kiln_graph_out_{i}"
+                cg.store_fast(temp)
+                cg.graph_outputs[v.node] = temp
+        else:
+            cg.pop_top()
+        return True
+
+    def store_aliases(self, cg: PyCodegen, values: list[VariableTracker]) -> None:
+        """Mutable containers referenced more than once are rebuilt once, into temps."""
+        counts: dict[int, int] = {}
+        objs: dict[int, VariableTracker] = {}
+
+        def count(v):
+            if isinstance(v, LazyVariable) and v.realized is not None:
+                v = v.realized
+            if isinstance(v, (ListVariable, ConstDictVariable, ListIteratorVariable)):
+                counts[id(v)] = counts.get(id(v), 0) + 1
+                objs[id(v)] = v
+                if counts[id(v)] > 1:
+                    return
+            items = getattr(v, "items", None)
+            if isinstance(items, dict):
+                items = list(items.values())
+            if isinstance(items, list):
+                for it in items:
+                    count(it)
+
+        for v in values:
+            count(v)
+        k = 0
+        for v in walk_trackers(values):
+            if counts.get(id(v), 0) > 1:
+                cg.store_in_temp(objs[id(v)], f"___kiln_alias_{k}")
+                k += 1
+
+    def make_resume_call(self, target_index: int, stack_vars: list[str | None],
+                         live: list[str]) -> tuple[list, list]:
+        """Instructions that push NULL + the resume function (``head``), and that call it
+        with the stack values and ``live`` locals already pushed, then return (``tail``)."""
+        target = self.instructions[target_index]
+        name = f"__resume_at_{target.offset}_{next(_resume_counter)}"
+        code = make_resume_code(self.code, target, stack_vars, live, name)
+        self.resume_names.append(name)
+        head: list = []
+        if code.co_freevars:
+            head += versions.push_null()
+            head += versions.make_function(code, code.co_freevars)
+        else:
+            fn = types.FunctionType(code, self.f_globals, name)
+            self.output.install_global(name, fn)
+            head += versions.load_global(name, True)
+        nargs = len([s for s in stack_vars if s is not None]) + len(live)
+        tail = versions.call_function(nargs) + versions.return_value()
+        return head, tail
+
+    def finish(self, insts: list) -> None:
+        self.output_instructions = self.prefix_instructions() + insts
+        self.done = True
+
+    def store_cells(self, cg: PyCodegen) -> None:
+        """Write the current values of the frame's own cell variables into their cells (the
+        resume function shares them through its closure)."""
+        for name in self.code.co_cellvars:
+            v = self.symbolic_locals.get(name)
+            if v is None or isinstance(v, DeletedVariable):
+                continue
+            if isinstance(v, LazyVariable) and v.realized is None:
+                continue  # an argument that is still in its cell
+            cg(v)
+            cg.store_local(name)
+
+    # -- returning --------------------------------------------------------------------
+
+    def do_return(self, value: VariableTracker) -> None:
+        cg = self.new_codegen()
+        compiled = self.emit_graph_call(cg, [value])
+        if not compiled and not self.graph_breaks:
+            # nothing worth compiling
+            self.output_instructions = None
+            self.done = True
+            return
+        cg(value)
+        cg.return_value()
+        self.finish(cg.insts)
+
+    # -- graph breaks -----------------------------------------------------------------
+
+    def graph_break_on_jump(self, inst, reason: Unsupported) -> None:
+        reason.with_location(*self.location(inst))
+        if self.nopython:
+            raise reason
+        # the condition is still on the stack: put it back for break_at
+        raise RestartAnalysis(self.index_of[id(inst)], reason)
+
+    def break_at(self, inst, index: int, reason: Unsupported) -> None:
+        self.graph_breaks.append(reason)
+        if versions.is_conditional_jump(inst):
+            return self.break_at_jump(inst, index)
+        if inst.opname in _CALL_OPNAMES:
+            return self.break_at_instruction(inst, index, self.call_prefix + [inst])
+        if inst.opname in _CALL_PREFIX_OPNAMES:
+            raise Unsupported(f"cannot break at {inst.opname}") from reason
+        return self.break_at_instruction(inst, index, [inst])
+
+    def _pops(self, inst) -> int | None:
+        if inst.opname == "CALL":
+            return inst.arg + 2
+        if inst.opname == "CALL_FUNCTION_EX":
+            return 3 + (inst.arg & 1)
+        return None
+
+    def stash(self, cg: PyCodegen, var: VariableTracker, temp: str):
+        """Make ``var`` loadable after the graph call: values whose reload is pure and
+        cannot change (constants, the frame's own argument slots, graph outputs) are
+        rebuilt where used; anything else is rebuilt now into local ``temp``.  Returns a
+        function that emits the load."""
+        if isinstance(var, LazyVariable) and var.realized is not None:
+            var = var.realized
+        if isinstance(var, NullVariable):
+            return lambda c: c.push_null()
+        if id(var) in cg.temps:
+            t = cg.temps[id(var)]
+            return lambda c: c.load_fast(t)
+        cheap = False
+        if isinstance(var, LazyVariable) or (
+                isinstance(var, TensorVariable) and var.source is None):
+            cheap = True
+        elif isinstance(var.source, LocalSource):
+            cheap = True
+        elif isinstance(var, ConstantVariable) and not isinstance(var.value, (slice, range)):
+            cheap = type(var.value) in (int, float, bool, str, bytes, complex, type(None))
+        if cheap:
+            return lambda c: c(var)
+        cg.store_in_temp(var, temp)
+        return lambda c: c.load_fast(temp)
+
+    def sub_codegen(self, cg: PyCodegen) -> PyCodegen:
+        sub = self.new_codegen()
+        sub.graph_outputs = cg.graph_outputs
+        sub.temps = cg.temps
+        return sub
+
+    def break_at_instruction(self, inst, index: int, group: list) -> None:
+        """Run ``group`` (the unsupported instruction, with its KW_NAMES/PRECALL) in
+        Python between the compiled graph and the resume function."""
+        stack = list(self.stack)
+        pops = self._pops(inst)
+        effect = sum(versions.stack_effect(i, jump=False) for i in group)
+        if pops is None:
+            if any(isinstance(v, NullVariable) for v in stack):
+                raise Unsupported(f"cannot break at {inst.opname} with NULL on the stack")
+            pops = len(stack)  # push everything; results follow
+        below = stack[:len(stack) - pops]
+        n_after = len(stack) + effect
+        n_results = n_after - len(below)
+        if n_results < 0:
+            raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
+        live = self.live_locals(index + 1)
+        local_values = [self.symbolic_locals[n] for n in live]
+        cg = self.new_codegen()
+        self.emit_graph_call(cg, stack + local_values)
+        self.store_aliases(cg, stack + local_values)
+        stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(stack)]
+        local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
+                       for n in live]
+        self.store_cells(cg)
+        stack_vars: list[str | None] = [
+            None if isinstance(v, NullVariable) else f"___stack{i}"
+            for i, v in enumerate(below)
+        ] + [f"___stack{len(below) + j}" for j in range(n_results)]
+        head, tail = self.make_resume_call(index + 1, stack_vars, live)
+        cg.extend(head)
+        for i, load in enumerate(stack_loads):
+            if i < len(below) and isinstance(stack[i], NullVariable):
+                continue  # a NULL below the call: the resume function pushes it itself
+            load(cg)
+        for g in group:
+            new = create_instruction(g.opname, arg=g.arg, argval=g.argval)
+            new.positions = g.positions
+            cg.append(new)
+        for load in local_loads:
+            load(cg)
+        cg.extend(tail)
+        self.finish(cg.insts)
+
+    def break_at_jump(self, inst, index: int) -> None:
+        name = inst.opname
+        if "IF_TRUE" in name:
+            sense = "true"
+        elif "IF_FALSE" in name:
+            sense = "false"
+        elif "IF_NOT_NONE" in name:
+            sense = "not_none"
+        elif "IF_NONE" in name:
+            sense = "none"
+        else:
+            raise Unsupported(f"cannot break at {name}")
+        or_pop = name.endswith("_OR_POP")
+        stack = list(self.stack)
+        cond, rest = stack[-1], stack[:-1]
+        jump_index = self.index_of[id(inst.target)]
+        fall_index = index + 1
+        live_fall = self.live_locals(fall_index)
+        live_jump = self.live_locals(jump_index)
+        names = [n for n in self.code.co_varnames if n in live_fall or n in live_jump]
+        local_values = [self.symbolic_locals[n] for n in names]
+        cg = self.new_codegen()
+        self.emit_graph_call(cg, stack + local_values)
+        self.store_aliases(cg, stack + local_values)
+        rest_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(rest)]
+        local_loads = {n: self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
+                       for n in names}
+        self.store_cells(cg)
+        cg(cond)
+        if or_pop:
+            cg.extend(versions.copy(1))
+            cg.store_fast("___kiln_cond")
+        rest_vars = [None if isinstance(v, NullVariable) else f"___stack{i}"
+                     for i, v in enumerate(rest)]
+
+        def branch(target_index: int, live: list[str], with_cond: bool) -> list:
+            svars = list(rest_vars) + ([f"___stack{len(rest)}"] if with_cond else [])
+            head, tail = self.make_resume_call(target_index, svars, live)
+            sub = self.sub_codegen(cg)
+            sub.extend(head)
+            for v, load in zip(rest, rest_loads, strict=True):
+                if not isinstance(v, NullVariable):
+                    load(sub)
+            if with_cond:
+                sub.load_fast("___kiln_cond")
+            for n in live:
+                local_loads[n](sub)
+            sub.extend(tail)
+            return sub.insts
+
+        fall = branch(fall_index, live_fall, False)
+        jump = branch(jump_index, live_jump, or_pop)
+        cg.extend(versions.pop_jump_if(sense, jump[0]))
+        cg.extend(fall)
+        cg.extend(jump)
+        self.finish(cg.insts)
+
+
+__all__ = [
+    "InstructionTranslatorBase",
+    "InstructionTranslator",
+    "InliningInstructionTranslator",
+    "RestartAnalysis",
+    "num_argument_slots",
+]

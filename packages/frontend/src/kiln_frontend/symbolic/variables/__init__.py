@@ -1,0 +1,63 @@
+"""Variable trackers: one class per kind of Python value the symbolic interpreter follows.
+
+Importing this package registers every tracker with ``@tracker_for``."""
+
+from .base import NotConstant, VariableTracker, lookup_tracker, registered_types, tracker_for
+from .builder import VariableBuilder
+from .constant import ConstantVariable
+from .containers import (
+    ConstDictVariable,
+    ListIteratorVariable,
+    ListVariable,
+    SliceVariable,
+    TupleVariable,
+)
+from .functions import (
+    BuiltinVariable,
+    NestedUserFunctionVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
+from .misc import (
+    ClosureCellVariable,
+    DeletedVariable,
+    LazyVariable,
+    LocalCellVariable,
+    NullVariable,
+    UserDefinedClassVariable,
+    UserDefinedObjectVariable,
+)
+from .nn_module import NNModuleVariable
+from .tensor import TensorMethodVariable, TensorVariable
+from .torch import PythonModuleVariable, TorchFunctionVariable
+
+__all__ = [
+    "NotConstant",
+    "VariableTracker",
+    "VariableBuilder",
+    "tracker_for",
+    "lookup_tracker",
+    "registered_types",
+    "ConstantVariable",
+    "ConstDictVariable",
+    "ListIteratorVariable",
+    "ListVariable",
+    "SliceVariable",
+    "TupleVariable",
+    "BuiltinVariable",
+    "NestedUserFunctionVariable",
+    "UserFunctionVariable",
+    "UserMethodVariable",
+    "ClosureCellVariable",
+    "DeletedVariable",
+    "LazyVariable",
+    "LocalCellVariable",
+    "NullVariable",
+    "UserDefinedClassVariable",
+    "UserDefinedObjectVariable",
+    "NNModuleVariable",
+    "TensorMethodVariable",
+    "TensorVariable",
+    "PythonModuleVariable",
+    "TorchFunctionVariable",
+]

@@ -1,0 +1,146 @@
+"""VariableTracker: the symbolic stand-in for one Python value, and the ``@tracker_for``
+registry that says which tracker wraps a real object of a given type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...exc import Unsupported
+from ...sources import Source
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..codegen import PyCodegen
+    from ..translator import InstructionTranslatorBase
+
+
+class NotConstant(Exception):
+    """``as_python_constant`` on a tracker whose value is not known at trace time."""
+
+
+class VariableTracker:
+    """Base class of every tracker.
+
+    * ``source``: where the value lives in the frame (None for values made while tracing).
+    * ``mutable``: a container created during tracing whose contents may change (lists,
+      dicts); reconstructing it builds a new object, so the code generator keeps aliases.
+    """
+
+    mutable: bool = False
+
+    def __init__(self, *, source: Source | None = None):
+        self.source = source
+
+    # -- what it is -------------------------------------------------------------------
+
+    def python_type(self) -> type:
+        try:
+            return type(self.as_python_constant())
+        except NotConstant:
+            raise Unsupported(f"type of {self} is not known") from None
+
+    def as_python_constant(self) -> Any:
+        raise NotConstant(repr(self))
+
+    def is_python_constant(self) -> bool:
+        try:
+            self.as_python_constant()
+            return True
+        except NotConstant:
+            return False
+
+    # -- graph interface --------------------------------------------------------------
+
+    def as_proxy(self) -> Any:
+        """The value as an FX graph argument (Proxy/Node, constant, or nested)."""
+        try:
+            return self.as_python_constant()
+        except NotConstant:
+            raise Unsupported(f"cannot pass {self} into a graph") from None
+
+    def as_example(self) -> Any:
+        """The value as an argument for running an op on fake tensors."""
+        return self.as_proxy()
+
+    # -- behaviour --------------------------------------------------------------------
+
+    def var_getattr(self, tx: InstructionTranslatorBase, name: str) -> VariableTracker:
+        raise Unsupported(f"attribute {name!r} of {self.describe()}")
+
+    def call_function(self, tx: InstructionTranslatorBase, args: list[VariableTracker],
+                      kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        raise Unsupported(f"call to {self.describe()}")
+
+    def call_method(self, tx: InstructionTranslatorBase, name: str,
+                    args: list[VariableTracker],
+                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def has_unpack_var_sequence(self, tx: InstructionTranslatorBase) -> bool:
+        return False
+
+    def unpack_var_sequence(self, tx: InstructionTranslatorBase) -> list[VariableTracker]:
+        raise Unsupported(f"iterating over {self.describe()}")
+
+    def truth_value(self, tx: InstructionTranslatorBase) -> bool:
+        """``bool(value)`` at trace time, or raise Unsupported."""
+        try:
+            return bool(self.as_python_constant())
+        except NotConstant:
+            raise Unsupported(f"truth value of {self.describe()}") from None
+
+    # -- code generation --------------------------------------------------------------
+
+    def reconstruct(self, codegen: PyCodegen) -> None:
+        """Emit bytecode that pushes this value.  Default: reload it from its source."""
+        if self.source is not None:
+            self.source.reconstruct(codegen)
+            return
+        raise Unsupported(f"cannot rebuild {self.describe()} in generated code")
+
+    # -- printing ---------------------------------------------------------------------
+
+    def describe(self) -> str:
+        if self.source is not None:
+            return f"{type(self).__name__}({self.source.name()})"
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+# --------------------------------------------------------------------------------------
+# @tracker_for registry
+# --------------------------------------------------------------------------------------
+
+#: python type -> tracker class (whose ``wrap(builder, value)`` classmethod builds it)
+_TRACKERS: dict[type, type[VariableTracker]] = {}
+
+
+def tracker_for(*types: type) -> Callable[[type[VariableTracker]], type[VariableTracker]]:
+    """Class decorator: this tracker wraps real objects of ``types`` (and their subclasses,
+    unless a more specific registration exists).  The class must define
+    ``wrap(cls, builder, value) -> VariableTracker``."""
+
+    def deco(cls: type[VariableTracker]) -> type[VariableTracker]:
+        if not hasattr(cls, "wrap"):
+            raise TypeError(f"{cls.__name__} has no wrap(builder, value) classmethod")
+        for t in types:
+            if t in _TRACKERS and _TRACKERS[t] is not cls:
+                raise ValueError(f"{t!r} already tracked by {_TRACKERS[t].__name__}")
+            _TRACKERS[t] = cls
+        return cls
+
+    return deco
+
+
+def lookup_tracker(value: Any) -> type[VariableTracker] | None:
+    for cls in type(value).__mro__:
+        tracker = _TRACKERS.get(cls)
+        if tracker is not None:
+            return tracker
+    return None
+
+
+def registered_types() -> dict[type, type[VariableTracker]]:
+    return dict(_TRACKERS)

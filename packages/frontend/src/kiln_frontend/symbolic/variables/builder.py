@@ -1,0 +1,70 @@
+"""VariableBuilder: turns a real object found through a ``Source`` into a tracker, using the
+``@tracker_for`` registry, and records the guards that make the tracker valid."""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+from ...exc import Unsupported
+from ...guards import Guard, GuardKind
+from ...sources import AttrSource, Source
+from .base import VariableTracker, lookup_tracker
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..translator import InstructionTranslatorBase
+
+
+class VariableBuilder:
+    def __init__(self, tx: InstructionTranslatorBase, source: Source | None, *,
+                 guard: bool = True):
+        self.tx = tx
+        self.source = source
+        self.guard = guard
+
+    def install_guard(self, kind: GuardKind, expected: Any = None, *, what: str = "") -> None:
+        if self.guard and self.source is not None:
+            self.tx.output.guards.add(Guard(self.source, kind, expected, what))
+
+    def child(self, source: Source | None) -> VariableBuilder:
+        return VariableBuilder(self.tx, source, guard=self.guard)
+
+    def __call__(self, value: Any) -> VariableTracker:
+        output = self.tx.output
+        if self.source is not None:
+            cached = output.source_cache.get(self.source)
+            if cached is not None:
+                return cached
+        vt = self._wrap(value)
+        if self.source is not None:
+            output.source_cache[self.source] = vt
+        return vt
+
+    def _wrap(self, value: Any) -> VariableTracker:
+        import torch
+
+        from .functions import UserMethodVariable
+        from .misc import UserDefinedObjectVariable
+        from .torch import TorchFunctionVariable, is_torch_callable
+
+        if isinstance(value, torch.Tensor) and self.source is None:
+            # a tensor reachable from nowhere in the frame (a default argument, a closure
+            # cell of a function made elsewhere): give it a global so code can reload it
+            name = self.tx.output.install_global_object("tensor", value)
+            from ...sources import GlobalSource
+
+            return VariableBuilder(self.tx, GlobalSource(name), guard=self.guard)(value)
+        if isinstance(value, types.MethodType) and isinstance(value.__func__,
+                                                              types.FunctionType):
+            self_src = AttrSource(self.source, "__self__") if self.source is not None else None
+            obj = self.child(self_src)(value.__self__)
+            return UserMethodVariable(value.__func__, obj, source=self.source)
+        if is_torch_callable(value):
+            return TorchFunctionVariable.wrap(self, value)
+        tracker = lookup_tracker(value)
+        if tracker is None:
+            if callable(value) and not isinstance(value, type) and \
+                    type(value).__module__.split(".")[0] == "torch":
+                raise Unsupported(f"torch object {type(value).__qualname__}")
+            return UserDefinedObjectVariable.wrap(self, value)
+        return tracker.wrap(self, value)

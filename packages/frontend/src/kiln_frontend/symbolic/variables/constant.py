@@ -1,0 +1,160 @@
+"""Python constants: numbers, strings, None, dtypes, devices, sizes, slices, ranges."""
+
+from __future__ import annotations
+
+import operator
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ...exc import Unsupported
+from ...guards import GuardKind
+from .base import NotConstant, VariableTracker, tracker_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..codegen import PyCodegen
+
+#: types whose values are immutable and compared by value: safe to fold at trace time
+CONSTANT_TYPES: tuple[type, ...] = (
+    int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
+    torch.dtype, torch.device, torch.layout, torch.memory_format, slice, range, torch.Size,
+)
+
+#: methods of constants that are pure (safe to call at trace time)
+_PURE_METHOD_TYPES = (int, float, bool, str, bytes, complex, tuple, torch.Size, range,
+                      torch.dtype, torch.device, slice)
+
+
+def is_constant_value(value: Any) -> bool:
+    if isinstance(value, CONSTANT_TYPES):
+        if isinstance(value, slice):
+            return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
+        return True
+    if type(value) is tuple:
+        return all(is_constant_value(v) for v in value)
+    return False
+
+
+@tracker_for(*CONSTANT_TYPES)
+class ConstantVariable(VariableTracker):
+    """A value known at trace time.  Built from a source it is guarded by CONSTANT_MATCH
+    (so the compiled code is specialized on it)."""
+
+    def __init__(self, value: Any, *, source=None):
+        super().__init__(source=source)
+        self.value = value
+
+    @classmethod
+    def wrap(cls, builder, value):
+        if isinstance(value, torch.Size):
+            builder.install_guard(GuardKind.CONSTANT_MATCH, value)
+        elif isinstance(value, (slice, range)):
+            builder.install_guard(GuardKind.CONSTANT_MATCH, value)
+        else:
+            builder.install_guard(GuardKind.CONSTANT_MATCH, value)
+        return cls(value, source=builder.source)
+
+    @classmethod
+    def create(cls, value: Any) -> VariableTracker:
+        """A tracker for a constant made during tracing (tuples become TupleVariable)."""
+        if type(value) is tuple:
+            from .containers import TupleVariable
+
+            return TupleVariable([cls.create(v) for v in value])
+        if type(value) is list:
+            from .containers import ListVariable
+
+            return ListVariable([cls.create(v) for v in value])
+        return cls(value)
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def as_proxy(self) -> Any:
+        return self.value
+
+    def truth_value(self, tx) -> bool:
+        return bool(self.value)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return isinstance(self.value, (tuple, range, str, bytes, torch.Size))
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        if not self.has_unpack_var_sequence(tx):
+            raise Unsupported(f"iterating over {type(self.value).__name__}")
+        return [ConstantVariable.create(v) for v in self.value]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") from e
+        if is_constant_value(attr):
+            return ConstantVariable.create(attr)
+        if isinstance(self.value, _PURE_METHOD_TYPES) and isinstance(
+                attr, (types.BuiltinMethodType, types.MethodWrapperType)):
+            return ConstantMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of constant {type(self.value).__name__}")
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def reconstruct(self, codegen: PyCodegen) -> None:
+        codegen.load_const(self.value)
+
+    def describe(self) -> str:
+        return f"ConstantVariable({self.value!r})"
+
+
+class ConstantMethodVariable(VariableTracker):
+    """A bound method of a constant (``"a,b".split``), folded when called on constants."""
+
+    def __init__(self, obj: ConstantVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        try:
+            cargs = [a.as_python_constant() for a in args]
+            ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        except NotConstant:
+            raise Unsupported(
+                f"{type(self.obj.value).__name__}.{self.name} with non-constant arguments"
+            ) from None
+        result = getattr(self.obj.value, self.name)(*cargs, **ckwargs)
+        return wrap_constant_result(result, what=f"{type(self.obj.value).__name__}.{self.name}")
+
+    def reconstruct(self, codegen):
+        codegen(self.obj)
+        codegen.load_attr(self.name)
+
+
+def wrap_constant_result(result: Any, *, what: str) -> VariableTracker:
+    if is_constant_value(result) or type(result) in (list, tuple):
+        if type(result) in (list, tuple) and not all(is_constant_value(v) for v in result):
+            raise Unsupported(f"{what} returned a non-constant")
+        return ConstantVariable.create(result)
+    raise Unsupported(f"{what} returned a {type(result).__name__}")
+
+
+#: binary operators on constants, by symbol
+BINARY_OPERATORS: dict[str, Any] = {
+    "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
+    "@": operator.matmul, "*": operator.mul, "%": operator.mod, "|": operator.or_,
+    "**": operator.pow, ">>": operator.rshift, "-": operator.sub, "/": operator.truediv,
+    "^": operator.xor,
+    "+=": operator.iadd, "&=": operator.iand, "//=": operator.ifloordiv,
+    "<<=": operator.ilshift, "@=": operator.imatmul, "*=": operator.imul,
+    "%=": operator.imod, "|=": operator.ior, "**=": operator.ipow, ">>=": operator.irshift,
+    "-=": operator.isub, "/=": operator.itruediv, "^=": operator.ixor,
+}
+
+COMPARE_OPERATORS: dict[str, Any] = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, ">=": operator.ge,
+}

@@ -1,0 +1,398 @@
+"""Tuples, lists, dicts and iterators over them."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from ...exc import Unsupported
+from ...guards import GuardKind
+from ...sources import GetItemSource
+from .base import NotConstant, VariableTracker, tracker_for
+from .constant import ConstantVariable
+
+
+def _const_index(tx, index: VariableTracker) -> Any:
+    try:
+        return index.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"indexing a container with {index.describe()}") from None
+
+
+class BaseSequenceVariable(VariableTracker):
+    """Common part of tuples and lists: a Python list of item trackers."""
+
+    python_cls: type = tuple
+
+    def __init__(self, items: list[VariableTracker], *, source=None):
+        super().__init__(source=source)
+        self.items = list(items)
+
+    def python_type(self) -> type:
+        return self.python_cls
+
+    def as_python_constant(self) -> Any:
+        return self.python_cls(i.as_python_constant() for i in self.items)
+
+    def as_proxy(self) -> Any:
+        return self.python_cls(i.as_proxy() for i in self.items)
+
+    def as_example(self) -> Any:
+        return self.python_cls(i.as_example() for i in self.items)
+
+    def truth_value(self, tx) -> bool:
+        return bool(self.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        return list(self.items)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        idx = _const_index(tx, index)
+        if isinstance(idx, slice):
+            return type(self)(self.items[idx]) if not isinstance(self, TupleVariable) else \
+                TupleVariable(self.items[idx])
+        try:
+            return self.items[idx]
+        except (IndexError, TypeError) as e:
+            raise Unsupported(f"{type(e).__name__} indexing a {self.python_cls.__name__}") from e
+
+    def reconstruct_items(self, codegen) -> None:
+        for item in self.items:
+            codegen(item)
+
+    def describe(self) -> str:
+        inner = ", ".join(i.describe() for i in self.items[:4])
+        if len(self.items) > 4:
+            inner += ", ..."
+        src = f" from {self.source.name()}" if self.source is not None else ""
+        return f"{type(self).__name__}([{inner}]{src})"
+
+    @classmethod
+    def wrap_items(cls, builder, value) -> list[VariableTracker]:
+        builder.install_guard(GuardKind.LIST_LENGTH, (type(value), len(value)))
+        return [builder.child(GetItemSource(builder.source, i))(v) for i, v in enumerate(value)]
+
+
+@tracker_for(tuple)
+class TupleVariable(BaseSequenceVariable):
+    python_cls = tuple
+
+    def __init__(self, items, *, source=None, tuple_cls: type = tuple):
+        super().__init__(items, source=source)
+        self.tuple_cls = tuple_cls
+
+    @classmethod
+    def wrap(cls, builder, value):
+        if type(value) is tuple or _is_namedtuple(type(value)):
+            return cls(cls.wrap_items(builder, value), source=builder.source,
+                       tuple_cls=type(value))
+        raise Unsupported(f"tuple subclass {type(value).__qualname__}")
+
+    def python_type(self) -> type:
+        return self.tuple_cls
+
+    def var_getattr(self, tx, name):
+        fields = getattr(self.tuple_cls, "_fields", None)
+        if fields and name in fields:
+            return self.items[fields.index(name)]
+        if name in ("index", "count"):
+            return SequenceMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of a tuple")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        if self.tuple_cls is not tuple:
+            if hasattr(self.tuple_cls, "_make"):
+                codegen.load_const_object(self.tuple_cls)
+                codegen.load_attr("_make")
+                self.reconstruct_items(codegen)
+                codegen.build_tuple(len(self.items))
+                codegen.call_simple(1)
+                return
+            raise Unsupported(f"cannot rebuild {self.tuple_cls.__qualname__}")
+        self.reconstruct_items(codegen)
+        codegen.build_tuple(len(self.items))
+
+
+def _is_namedtuple(cls: type) -> bool:
+    return issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
+
+
+@tracker_for(list)
+class ListVariable(BaseSequenceVariable):
+    python_cls = list
+    mutable = True
+
+    @classmethod
+    def wrap(cls, builder, value):
+        if type(value) is not list:
+            raise Unsupported(f"list subclass {type(value).__qualname__}")
+        return cls(cls.wrap_items(builder, value), source=builder.source)
+
+    def check_mutable(self, what: str) -> None:
+        if self.source is not None:
+            raise Unsupported(f"{what} on a list that came from the frame "
+                              f"({self.source.name()}): side effects are not tracked yet")
+
+    def var_getattr(self, tx, name):
+        if name in ("append", "extend", "pop", "insert", "clear", "reverse", "index", "count",
+                    "copy"):
+            return SequenceMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of a list")
+
+    def setitem(self, tx, index: VariableTracker, value: VariableTracker) -> None:
+        self.check_mutable("item assignment")
+        idx = _const_index(tx, index)
+        if isinstance(idx, slice):
+            if not value.has_unpack_var_sequence(tx):
+                raise Unsupported("slice assignment from a non-sequence")
+            self.items[idx] = value.unpack_var_sequence(tx)
+        else:
+            self.items[idx] = value
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        self.reconstruct_items(codegen)
+        codegen.build_list(len(self.items))
+
+
+class SequenceMethodVariable(VariableTracker):
+    """``lst.append`` and friends, bound to a tuple/list tracker."""
+
+    def __init__(self, obj: BaseSequenceVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.obj.python_cls.__name__}.{self.name}"
+
+    def call_function(self, tx, args, kwargs):
+        obj, name = self.obj, self.name
+        if kwargs:
+            raise Unsupported(f"{self.describe()} with keyword arguments")
+        none = ConstantVariable(None)
+        if name == "append" and len(args) == 1:
+            obj.check_mutable("list.append")
+            obj.items.append(args[0])
+            return none
+        if name == "extend" and len(args) == 1:
+            obj.check_mutable("list.extend")
+            if not args[0].has_unpack_var_sequence(tx):
+                raise Unsupported("list.extend with a non-sequence")
+            obj.items.extend(args[0].unpack_var_sequence(tx))
+            return none
+        if name == "insert" and len(args) == 2:
+            obj.check_mutable("list.insert")
+            obj.items.insert(_const_index(tx, args[0]), args[1])
+            return none
+        if name == "pop" and len(args) <= 1:
+            obj.check_mutable("list.pop")
+            idx = _const_index(tx, args[0]) if args else -1
+            return obj.items.pop(idx)
+        if name == "clear" and not args:
+            obj.check_mutable("list.clear")
+            obj.items.clear()
+            return none
+        if name == "reverse" and not args:
+            obj.check_mutable("list.reverse")
+            obj.items.reverse()
+            return none
+        if name == "copy" and not args:
+            return ListVariable(list(obj.items))
+        if name in ("index", "count") and len(args) == 1:
+            try:
+                target = args[0].as_python_constant()
+                values = [i.as_python_constant() for i in obj.items]
+            except NotConstant:
+                raise Unsupported(f"{self.describe()} on non-constant items") from None
+            return ConstantVariable(getattr(values, name)(target))
+        raise Unsupported(f"{self.describe()} with these arguments")
+
+
+@tracker_for(dict, collections.OrderedDict)
+class ConstDictVariable(VariableTracker):
+    """A dict whose keys are constants (strings, ints...)."""
+
+    mutable = True
+
+    def __init__(self, items: dict[Any, VariableTracker], *, source=None,
+                 dict_cls: type = dict):
+        super().__init__(source=source)
+        self.items = dict(items)
+        self.dict_cls = dict_cls
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from .constant import is_constant_value
+
+        if not all(is_constant_value(k) for k in value):
+            raise Unsupported("dict with non-constant keys")
+        builder.install_guard(GuardKind.DICT_KEYS, (type(value), tuple(value.keys())))
+        items = {k: builder.child(GetItemSource(builder.source, k))(v) for k, v in value.items()}
+        return cls(items, source=builder.source, dict_cls=type(value))
+
+    def python_type(self) -> type:
+        return self.dict_cls
+
+    def as_python_constant(self) -> Any:
+        return self.dict_cls((k, v.as_python_constant()) for k, v in self.items.items())
+
+    def as_proxy(self) -> Any:
+        return {k: v.as_proxy() for k, v in self.items.items()}
+
+    def as_example(self) -> Any:
+        return {k: v.as_example() for k, v in self.items.items()}
+
+    def truth_value(self, tx) -> bool:
+        return bool(self.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable.create(k) for k in self.items]
+
+    def check_mutable(self, what: str) -> None:
+        if self.source is not None:
+            raise Unsupported(f"{what} on a dict that came from the frame "
+                              f"({self.source.name()}): side effects are not tracked yet")
+
+    def getitem(self, tx, key: VariableTracker) -> VariableTracker:
+        k = _const_index(tx, key)
+        if k not in self.items:
+            raise Unsupported(f"KeyError: {k!r}")
+        return self.items[k]
+
+    def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
+        self.check_mutable("item assignment")
+        self.items[_const_index(tx, key)] = value
+
+    def var_getattr(self, tx, name):
+        if name in ("keys", "values", "items", "get", "update", "pop", "copy", "setdefault"):
+            return DictMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of a dict")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        if self.dict_cls is not dict:
+            raise Unsupported(f"cannot rebuild a {self.dict_cls.__qualname__}")
+        for k, v in self.items.items():
+            codegen.load_const(k)
+            codegen(v)
+        codegen.build_map(len(self.items))
+
+    def describe(self) -> str:
+        return f"ConstDictVariable(keys={list(self.items)!r})"
+
+
+class DictMethodVariable(VariableTracker):
+    def __init__(self, obj: ConstDictVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        obj, name = self.obj, self.name
+        if name == "keys" and not args:
+            return TupleVariable([ConstantVariable.create(k) for k in obj.items])
+        if name == "values" and not args:
+            return TupleVariable(list(obj.items.values()))
+        if name == "items" and not args:
+            return TupleVariable([TupleVariable([ConstantVariable.create(k), v])
+                                  for k, v in obj.items.items()])
+        if name == "get" and 1 <= len(args) <= 2:
+            k = _const_index(tx, args[0])
+            if k in obj.items:
+                return obj.items[k]
+            return args[1] if len(args) == 2 else ConstantVariable(None)
+        if name == "copy" and not args:
+            return ConstDictVariable(dict(obj.items))
+        if name == "update" and len(args) <= 1:
+            obj.check_mutable("dict.update")
+            if args:
+                other = args[0]
+                if not isinstance(other, ConstDictVariable):
+                    raise Unsupported("dict.update with a non-dict")
+                obj.items.update(other.items)
+            obj.items.update(kwargs)
+            return ConstantVariable(None)
+        if name == "pop" and 1 <= len(args) <= 2:
+            obj.check_mutable("dict.pop")
+            k = _const_index(tx, args[0])
+            if k in obj.items:
+                return obj.items.pop(k)
+            if len(args) == 2:
+                return args[1]
+            raise Unsupported(f"KeyError: {k!r}")
+        if name == "setdefault" and 1 <= len(args) <= 2:
+            k = _const_index(tx, args[0])
+            if k not in obj.items:
+                obj.check_mutable("dict.setdefault")
+                obj.items[k] = args[1] if len(args) == 2 else ConstantVariable(None)
+            return obj.items[k]
+        raise Unsupported(f"dict.{name} with these arguments")
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a sequence known at trace time (loops are unrolled)."""
+
+    mutable = True
+
+    def __init__(self, items: list[VariableTracker], index: int = 0):
+        super().__init__()
+        self.items = items
+        self.index = index
+
+    def next_item(self) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def reconstruct(self, codegen):
+        # iter((remaining items...)) rebuilds an equivalent iterator
+        for item in self.items[self.index:]:
+            codegen(item)
+        codegen.build_tuple(len(self.items) - self.index)
+        codegen.get_iter()
+
+    def describe(self) -> str:
+        return f"ListIteratorVariable({self.index}/{len(self.items)})"
+
+
+class SliceVariable(VariableTracker):
+    """``slice(start, stop, step)`` with parts that are not all constants."""
+
+    def __init__(self, parts: list[VariableTracker]):
+        super().__init__()
+        self.parts = parts
+
+    def as_python_constant(self):
+        return slice(*[p.as_python_constant() for p in self.parts])
+
+    def as_proxy(self):
+        return slice(*[p.as_proxy() for p in self.parts])
+
+    def as_example(self):
+        return slice(*[p.as_example() for p in self.parts])
+
+    def reconstruct(self, codegen):
+        for p in self.parts:
+            codegen(p)
+        codegen.build_slice(len(self.parts))

@@ -1,0 +1,257 @@
+"""Small trackers: NULL, lazy frame arguments, closure cells, classes, opaque objects."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+import torch
+
+from ...exc import Unsupported
+from ...guards import GuardKind
+from ...sources import AttrSource
+from .base import NotConstant, VariableTracker, tracker_for
+from .constant import is_constant_value, wrap_constant_result
+
+
+class NullVariable(VariableTracker):
+    """The NULL the 3.11+ call convention puts under a callable."""
+
+    def reconstruct(self, codegen):
+        codegen.push_null()
+
+    def describe(self) -> str:
+        return "NULL"
+
+
+class DeletedVariable(VariableTracker):
+    """An unbound local saved by 3.12's LOAD_FAST_AND_CLEAR (inlined comprehensions)."""
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild an unbound local")
+
+    def describe(self) -> str:
+        return "<unbound>"
+
+
+class LazyVariable(VariableTracker):
+    """A frame argument not looked at yet: built (and guarded) on first use, otherwise only
+    reloaded from its source."""
+
+    def __init__(self, value: Any, source):
+        super().__init__(source=source)
+        self.value = value
+        self.realized: VariableTracker | None = None
+
+    def realize(self, tx) -> VariableTracker:
+        if self.realized is None:
+            self.realized = tx.wrap_value(self.value, self.source)
+        return self.realized
+
+    def describe(self) -> str:
+        return f"LazyVariable({self.source.name()})"
+
+
+class ClosureCellVariable(VariableTracker):
+    """A real closure cell of an inlined function."""
+
+    def __init__(self, cell: types.CellType, source):
+        super().__init__(source=source)
+        self.cell = cell
+        self._value: VariableTracker | None = None
+
+    def load(self, tx) -> VariableTracker:
+        if self._value is None:
+            try:
+                contents = self.cell.cell_contents
+            except ValueError:
+                raise Unsupported("free variable referenced before assignment") from None
+            self._value = tx.wrap_value(contents, self.source)
+        return self._value
+
+    def store(self, tx, value: VariableTracker) -> None:
+        raise Unsupported("assigning to a closure variable of a function outside the frame")
+
+
+class LocalCellVariable(VariableTracker):
+    """A cell of a translator's own local (``LOAD_CLOSURE``): reads and writes go to that
+    translator's symbolic locals."""
+
+    def __init__(self, tx, name: str):
+        super().__init__()
+        self.tx = tx
+        self.name = name
+
+    def load(self, tx) -> VariableTracker:
+        try:
+            return self.tx.symbolic_locals[self.name]
+        except KeyError:
+            raise Unsupported(f"free variable {self.name!r} referenced before assignment") \
+                from None
+
+    def store(self, tx, value: VariableTracker) -> None:
+        self.tx.symbolic_locals[self.name] = value
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild a closure cell")
+
+
+def wrap_class(cls: type, source=None) -> VariableTracker:
+    from .functions import BUILTIN_CLASSES, BuiltinVariable
+
+    if cls in BUILTIN_CLASSES:
+        return BuiltinVariable(cls, source=source)
+    return UserDefinedClassVariable(cls, source=source)
+
+
+#: classes that can be called on constants at trace time
+_FOLDABLE_CLASSES = (torch.Size, torch.device, torch.dtype)
+
+
+@tracker_for(type)
+class UserDefinedClassVariable(VariableTracker):
+    """A class object (``torch.Tensor``, ``torch.Size``, a user's class)."""
+
+    def __init__(self, cls: type, *, source=None):
+        super().__init__(source=source)
+        self.cls = cls
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from .functions import BUILTIN_CLASSES, BuiltinVariable
+
+        if value in BUILTIN_CLASSES:
+            return BuiltinVariable(value, source=builder.source)
+        if builder.source is not None and not isinstance(builder.source, AttrSource):
+            builder.install_guard(GuardKind.ID_MATCH, id(value), what="class")
+        return cls(value, source=builder.source)
+
+    def as_python_constant(self) -> Any:
+        return self.cls
+
+    def python_type(self) -> type:
+        return type(self.cls)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            value = inspect.getattr_static(self.cls, name)
+        except AttributeError:
+            raise Unsupported(f"class {self.cls.__qualname__} has no attribute {name!r}") \
+                from None
+        if isinstance(value, (staticmethod, classmethod)):
+            value = getattr(self.cls, name)
+        src = AttrSource(self.source, name) if self.source is not None else None
+        if self.cls.__module__.split(".")[0] == "torch":
+            return tx.wrap_value(getattr(self.cls, name), src, guard=False)
+        return tx.wrap_value(getattr(self.cls, name), src)
+
+    def call_function(self, tx, args, kwargs):
+        if issubclass(self.cls, _FOLDABLE_CLASSES):
+            try:
+                cargs = [a.as_python_constant() for a in args]
+                ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+            except NotConstant:
+                raise Unsupported(f"{self.cls.__qualname__}() with non-constant arguments") \
+                    from None
+            return wrap_constant_result(self.cls(*cargs, **ckwargs),
+                                        what=self.cls.__qualname__)
+        if issubclass(self.cls, tuple) and hasattr(self.cls, "_fields"):
+            from .containers import TupleVariable
+
+            if kwargs:
+                names = list(self.cls._fields)
+                values = list(args) + [None] * (len(names) - len(args))
+                for k, v in kwargs.items():
+                    values[names.index(k)] = v
+                if any(v is None for v in values):
+                    raise Unsupported(f"{self.cls.__qualname__}() with defaults")
+                return TupleVariable(values, tuple_cls=self.cls)
+            return TupleVariable(list(args), tuple_cls=self.cls)
+        raise Unsupported(f"creating an instance of {self.cls.__qualname__}")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.cls)
+
+    def describe(self) -> str:
+        return f"UserDefinedClassVariable({self.cls.__qualname__})"
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    """Any other object from the frame: guarded by TYPE_MATCH; plain instance attributes and
+    methods defined in Python can be read; anything else is a graph break."""
+
+    def __init__(self, value: Any, *, source=None):
+        super().__init__(source=source)
+        self.value = value
+
+    @classmethod
+    def wrap(cls, builder, value):
+        if builder.source is not None:
+            builder.install_guard(GuardKind.TYPE_MATCH, type(value))
+        return cls(value, source=builder.source)
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .functions import UserMethodVariable
+
+        obj = self.value
+        src = AttrSource(self.source, name) if self.source is not None else None
+        try:
+            static = inspect.getattr_static(obj, name)
+        except AttributeError:
+            raise Unsupported(f"{type(obj).__qualname__} object has no attribute {name!r}") \
+                from None
+        if type(obj).__getattribute__ is not object.__getattribute__ or \
+                hasattr(type(obj), "__getattr__"):
+            raise Unsupported(f"attribute {name!r} of {type(obj).__qualname__} "
+                              "(custom __getattribute__/__getattr__)")
+        inst_dict = getattr(obj, "__dict__", {})
+        if name in inst_dict:
+            return tx.wrap_value(inst_dict[name], src)
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self, source=src)
+        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
+            return tx.wrap_value(static.__func__, src)
+        if is_constant_value(static):
+            return tx.wrap_value(getattr(obj, name), src)
+        raise Unsupported(f"attribute {name!r} of {type(obj).__qualname__} "
+                          f"({type(static).__name__})")
+
+    def describe(self) -> str:
+        return f"UserDefinedObjectVariable({type(self.value).__qualname__})"
+
+
+class GetAttrVariable(VariableTracker):
+    """``obj.name`` that could not be resolved while tracing.  Loading it is deferred: using
+    it raises the original reason (a graph break there), and generated code rebuilds it as
+    ``obj.name`` so Python does the lookup."""
+
+    def __init__(self, obj: VariableTracker, name: str, reason: Unsupported):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+        self.reason = reason
+
+    def _fail(self):
+        raise Unsupported(self.reason.reason)
+
+    def var_getattr(self, tx, name):
+        self._fail()
+
+    def call_function(self, tx, args, kwargs):
+        self._fail()
+
+    def truth_value(self, tx):
+        self._fail()
+
+    def reconstruct(self, codegen):
+        codegen(self.obj)
+        codegen.load_attr(self.name)
+
+    def describe(self) -> str:
+        return f"GetAttrVariable({self.obj.describe()}.{self.name})"

@@ -1,0 +1,144 @@
+"""Tensors: an FX proxy plus a fake tensor (``proxy.node.meta["example_value"]``)."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from ...exc import Unsupported
+from .base import VariableTracker, tracker_for
+from .constant import ConstantVariable
+
+#: tensor attributes whose value is fixed by the guards (static shapes): folded to constants
+CONSTANT_ATTRS = frozenset({
+    "shape", "dtype", "device", "ndim", "layout", "is_cuda", "is_cpu", "is_meta",
+    "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "is_complex_dtype", "requires_grad",
+    "is_leaf", "itemsize", "nbytes", "is_mps", "is_xpu",
+})
+
+#: tensor attributes that are tensors: become ``getattr`` nodes
+TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
+
+#: methods whose (non-tensor) result only depends on what the guards fix: folded
+CONSTANT_METHODS = frozenset({
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
+    "element_size", "is_floating_point", "is_complex", "get_device", "storage_offset",
+    "__len__", "is_signed", "has_names",
+})
+
+#: methods that cannot be captured (data-dependent Python values or side effects)
+UNSUPPORTED_METHODS = {
+    "item": "Tensor.item() reads a value out of a tensor (data-dependent)",
+    "tolist": "Tensor.tolist() reads values out of a tensor (data-dependent)",
+    "numpy": "Tensor.numpy() leaves torch",
+    "backward": "Tensor.backward() inside a captured frame",
+    "register_hook": "Tensor.register_hook",
+    "retain_grad": "Tensor.retain_grad",
+    "data_ptr": "Tensor.data_ptr() depends on the storage",
+    "__bool__": "bool() of a tensor (data-dependent)",
+    "__int__": "int() of a tensor (data-dependent)",
+    "__float__": "float() of a tensor (data-dependent)",
+    "__index__": "index() of a tensor (data-dependent)",
+}
+
+
+@tracker_for(torch.Tensor)
+class TensorVariable(VariableTracker):
+    """A tensor in the graph being built.
+
+    ``proxy`` is the ``torch.fx.Proxy`` of its node; ``example_value`` the fake tensor
+    (also in ``proxy.node.meta["example_value"]``).  Tensors that came from the frame have a
+    ``source`` (they are graph inputs, or ``get_attr`` parameters of a module)."""
+
+    def __init__(self, proxy: torch.fx.Proxy, example_value: torch.Tensor, *, source=None,
+                 class_type: type = torch.Tensor):
+        super().__init__(source=source)
+        self.proxy = proxy
+        self.example_value = example_value
+        self.class_type = class_type
+
+    @classmethod
+    def wrap(cls, builder, value):
+        return builder.tx.output.add_graph_input(builder.source, value)
+
+    @property
+    def node(self) -> torch.fx.Node:
+        return self.proxy.node
+
+    def python_type(self) -> type:
+        return self.class_type
+
+    def as_proxy(self) -> Any:
+        return self.proxy
+
+    def as_example(self) -> Any:
+        return self.example_value
+
+    def truth_value(self, tx) -> bool:
+        raise Unsupported("data-dependent branch on a tensor")
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return self.example_value.dim() > 0
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        if self.example_value.dim() == 0:
+            raise Unsupported("iterating over a 0-d tensor")
+        n = self.example_value.shape[0]
+        return [tx.output.create_graph_op("call_function", operator.getitem,
+                                          [self, ConstantVariable(i)], {}) for i in range(n)]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in CONSTANT_ATTRS:
+            return ConstantVariable.create(getattr(self.example_value, name))
+        if name in TENSOR_ATTRS:
+            return tx.output.create_graph_op("call_function", getattr,
+                                             [self, ConstantVariable(name)], {})
+        if name == "grad":
+            raise Unsupported("reading Tensor.grad")
+        attr = getattr(torch.Tensor, name, None)
+        if attr is None:
+            raise Unsupported(f"tensor attribute {name!r}")
+        if callable(attr):
+            return TensorMethodVariable(self, name)
+        raise Unsupported(f"tensor attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        return TensorMethodVariable(self, name).call_function(tx, args, kwargs)
+
+    def describe(self) -> str:
+        ex = self.example_value
+        where = f" {self.source.name()}" if self.source is not None else ""
+        return f"TensorVariable({self.node.name}{where}: {tuple(ex.shape)} {ex.dtype})"
+
+
+class TensorMethodVariable(VariableTracker):
+    """``tensor.method`` loaded but not called yet."""
+
+    def __init__(self, tensor: TensorVariable, name: str):
+        super().__init__()
+        self.tensor = tensor
+        self.name = name
+
+    def describe(self) -> str:
+        return f"Tensor.{self.name}"
+
+    def call_function(self, tx, args, kwargs):
+        name = self.name
+        if name in UNSUPPORTED_METHODS:
+            raise Unsupported(UNSUPPORTED_METHODS[name])
+        if name in CONSTANT_METHODS:
+            fake = self.tensor.example_value
+            try:
+                cargs = [a.as_python_constant() for a in args]
+                ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+            except Exception:  # noqa: BLE001
+                raise Unsupported(f"Tensor.{name} with non-constant arguments") from None
+            return ConstantVariable.create(getattr(fake, name)(*cargs, **ckwargs))
+        return tx.output.create_graph_op("call_method", name, [self.tensor, *args], kwargs)
+
+    def reconstruct(self, codegen):
+        codegen(self.tensor)
+        codegen.load_attr(self.name)

@@ -1,0 +1,152 @@
+"""``torch.*`` functions (graph nodes) and Python modules (``torch``, ``torch.nn.functional``,
+the user's own modules)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from ...exc import Unsupported
+from ...guards import GuardKind
+from ...sources import AttrSource, GlobalSource
+from .base import NotConstant, VariableTracker, tracker_for
+from .constant import wrap_constant_result
+
+#: modules whose public functions become single call_function nodes
+_GRAPH_MODULES = frozenset({
+    "torch", "torch.functional", "torch.nn.functional", "torch.fft", "torch.linalg",
+    "torch.special", "torch._C._VariableFunctions", "torch._C._nn", "torch._C._fft",
+    "torch._C._linalg", "torch._C._special", "torch.nn.init", "torch._refs",
+    "torch._tensor", "torch.random",
+})
+
+#: torch functions that change global state or leave torch: never called while tracing
+_BLOCKED = frozenset({
+    "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "save", "load",
+    "compile", "set_grad_enabled", "set_default_dtype", "set_default_device",
+    "set_default_tensor_type", "set_num_threads", "set_printoptions",
+    "use_deterministic_algorithms", "set_float32_matmul_precision", "synchronize",
+    "set_anomaly_enabled",
+})
+
+#: torch functions that return a Python value fixed by the guards: folded to constants
+_FOLDABLE: set[Any] = {
+    torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel,
+    torch.get_default_dtype, torch.promote_types, torch.result_type, torch.finfo, torch.iinfo,
+    torch.broadcast_shapes, torch.is_storage, torch.can_cast,
+    torch.is_grad_enabled,  # fixed by the GRAD_MODE guard
+}
+
+
+def is_torch_callable(value: Any) -> bool:
+    """True for functions that go into the graph as one call_function node."""
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    if value in _FOLDABLE:
+        return True
+    module = getattr(value, "__module__", None) or ""
+    name = getattr(value, "__name__", "")
+    if isinstance(value, (types.BuiltinFunctionType, types.FunctionType)):
+        if module in _GRAPH_MODULES or (module == "torch._C" and hasattr(torch, name)):
+            return not name.startswith("_") or name in ("__and__", "__or__", "__xor__")
+    if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return getattr(value, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase)
+    return False
+
+
+class TorchFunctionVariable(VariableTracker):
+    """A torch function: calling it on trackers adds a ``call_function`` node."""
+
+    def __init__(self, fn: Any, *, source=None):
+        super().__init__(source=source)
+        self.fn = fn
+
+    @classmethod
+    def wrap(cls, builder, value):
+        # ``torch`` itself is guarded; a torch function bound to a user global is guarded
+        if isinstance(builder.source, GlobalSource):
+            builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="function")
+        return cls(value, source=builder.source)
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+    def describe(self) -> str:
+        return f"TorchFunctionVariable({self.name})"
+
+    def call_function(self, tx, args, kwargs):
+        fn = self.fn
+        if self.name in _BLOCKED:
+            raise Unsupported(f"call to torch.{self.name} (global state)")
+        if fn in _FOLDABLE:
+            from .tensor import TensorVariable
+
+            if not any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
+                try:
+                    cargs = [a.as_python_constant() for a in args]
+                    ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+                except NotConstant:
+                    raise Unsupported(f"torch.{self.name} with non-constant arguments") from None
+                return wrap_constant_result(fn(*cargs, **ckwargs), what=f"torch.{self.name}")
+            return tx.output.create_graph_op("call_function", fn, args, kwargs,
+                                             allow_constant_result=True)
+        return tx.output.create_graph_op("call_function", fn, args, kwargs)
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.fn)
+
+
+@tracker_for(types.ModuleType)
+class PythonModuleVariable(VariableTracker):
+    """A Python module (``torch``, ``torch.nn.functional``, ``math``, a user module).
+
+    A module reached as a global of the frame is guarded with FUNCTION_MATCH (its identity),
+    as TorchDynamo does for ``torch``."""
+
+    def __init__(self, module: types.ModuleType, *, source=None):
+        super().__init__(source=source)
+        self.module = module
+
+    @classmethod
+    def wrap(cls, builder, value):
+        if builder.source is not None and not isinstance(builder.source, AttrSource):
+            builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="module")
+        return cls(value, source=builder.source)
+
+    def as_python_constant(self) -> Any:
+        return self.module
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            value = getattr(self.module, name)
+        except AttributeError:
+            raise Unsupported(f"module {self.module.__name__!r} has no attribute {name!r}") \
+                from None
+        src = AttrSource(self.source, name) if self.source is not None else None
+        if self.module.__name__.split(".")[0] == "torch":
+            # attributes of torch modules are stable: no guard beyond the module itself
+            return tx.wrap_value(value, src, guard=False)
+        return tx.wrap_value(value, src)
+
+    def describe(self) -> str:
+        return f"PythonModuleVariable({self.module.__name__})"
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.module)
+

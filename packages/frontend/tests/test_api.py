@@ -1,0 +1,510 @@
+"""optimize / compile / run / disable / reset and the Python callback (eval_frame.py).
+
+The capture layer is replaced through the documented seam ``eval_frame.convert_frame_fn``
+by ``FakeConvert``: it builds the frame's function again from a copy of its code (taking all
+argument slots positionally, like real transformed code) and guards on the arguments' types,
+so these tests need no torch unless they use nn.Modules.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import subprocess
+import sys
+import threading
+import types
+import warnings
+
+import pytest
+
+import kiln_frontend
+from kiln_frontend import _evalframe as C
+from kiln_frontend import config, eval_frame
+from kiln_frontend.logging_utils import KilnWarning
+
+
+class FakeCompiled:
+    def __init__(self, check_fn, fn):
+        self.check_fn = check_fn
+        self.fn = fn
+
+
+class FakeConvert:
+    """Stands in for kiln_frontend.convert.convert_frame."""
+
+    def __init__(self, only=None, raises=None):
+        self.calls = []  # (code name, kwargs)
+        self.only = only
+        self.raises = raises
+        self.runs = []
+
+    def __call__(self, frame, *, compiler_fn, nopython, frame_state, **extra):
+        name = frame.code.co_name
+        self.calls.append((name, dict(compiler_fn=compiler_fn, nopython=nopython,
+                                      frame_state=frame_state, **extra)))
+        if self.raises is not None:
+            raise self.raises
+        if self.only is not None and name not in self.only:
+            return None
+        co = frame.code
+        flags = co.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        new_code = co.replace(co_argcount=len(frame.args), co_posonlyargcount=0,
+                              co_kwonlyargcount=0, co_flags=flags)
+        compiled = types.FunctionType(new_code, frame.globals, name, None, frame.closure)
+        C.skip_code(compiled.__code__)
+        runs = self.runs
+
+        def fn(*args):
+            runs.append(name)
+            return compiled(*args)
+
+        expected = tuple(type(a) for a in frame.args)
+
+        def check_fn(*args):
+            return tuple(type(a) for a in args) == expected
+
+        def failure_reason(*args):
+            for i, (want, a) in enumerate(zip(expected, args)):
+                if type(a) is not want:
+                    return f"type of arg {i}: expected {want.__name__}, actual {type(a).__name__}"
+            return None
+
+        check_fn.failure_reason = failure_reason
+        frame_state["compiles"] = frame_state.get("compiles", 0) + 1
+        return FakeCompiled(check_fn, fn)
+
+    def names(self):
+        return [c[0] for c in self.calls]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    conv = FakeConvert()
+    monkeypatch.setattr(eval_frame, "convert_frame_fn", conv)
+    kiln_frontend.reset()
+    yield conv
+    kiln_frontend.reset()
+
+
+@pytest.fixture(autouse=True)
+def hook_off_after():
+    yield
+    assert C.get_eval_frame() is None, "a test left the hook on"
+
+
+def add(a, b):
+    return a + b
+
+
+def double(x):
+    return add(x, x)
+
+
+# --------------------------------------------------------------------------------------
+# optimize
+# --------------------------------------------------------------------------------------
+
+
+def test_optimize_decorator_compiles_once_and_reuses(fake):
+    f = kiln_frontend.optimize("eager")(add)
+    assert f.__name__ == "add" and f.__wrapped__ is add
+    assert [f(i, 1) for i in range(4)] == [1, 2, 3, 4]
+    assert fake.names() == ["add"]
+    assert fake.runs == ["add"] * 4
+    name, kwargs = fake.calls[0]
+    assert kwargs["nopython"] is False
+    assert kwargs["compiler_fn"] is kiln_frontend.lookup_backend("eager")
+    assert "dynamic" not in kwargs  # dynamic=None is not passed on
+
+
+def test_optimize_context_manager_and_nested_frames(fake):
+    with kiln_frontend.optimize("eager"):
+        assert C.get_eval_frame() is not None
+        assert double(3) == 6
+        assert double(4) == 8
+    assert C.get_eval_frame() is None
+    assert fake.names() == ["double", "add"]
+    assert add(1, 2) == 3 and fake.names() == ["double", "add"]  # off outside
+
+
+def test_guard_failure_recompiles_and_logs_reason(fake, caplog):
+    f = kiln_frontend.optimize("eager")(add)
+    f(1, 2)
+    with caplog.at_level(logging.INFO, logger="kiln.recompiles"):
+        assert f("a", "b") == "ab"
+    assert fake.names() == ["add", "add"]
+    assert len(C.cache_entries(add.__code__)) == 2
+    msgs = [r.getMessage() for r in caplog.records if r.name == "kiln.recompiles"]
+    assert len(msgs) == 1
+    assert "Recompiling function add" in msgs[0]
+    assert "type of arg 0: expected int, actual str" in msgs[0]
+    # frame_state persists across compiles of the same code
+    assert fake.calls[0][1]["frame_state"] is fake.calls[1][1]["frame_state"]
+    assert fake.calls[1][1]["frame_state"]["compiles"] == 2
+
+
+def test_log_recompiles_prints(fake, capsys):
+    f = kiln_frontend.optimize("eager")(add)
+    f(1, 2)
+    with config.patch(log_recompiles=True):
+        f(1.0, 2.0)
+    err = capsys.readouterr().err
+    assert "[kiln.recompiles] Recompiling function add" in err
+    assert "expected int, actual float" in err
+
+
+def test_cache_size_limit_warns_once_then_runs_eagerly(fake):
+    f = kiln_frontend.optimize("eager")(add)
+    with config.patch(cache_size_limit=2):
+        f(1, 2)
+        f("a", "b")
+        with pytest.warns(KilnWarning, match=r"add .* hit config.cache_size_limit \(2\)"):
+            assert f(1.0, 2.0) == 3.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert f([1], [2]) == [1, 2]  # no second warning
+            assert f(1, 2) == 3
+    assert fake.names() == ["add", "add"]
+    assert eval_frame.counters["cache_limit"] == 1
+    assert C.is_skipped(add.__code__)
+
+
+def test_skipped_files_are_never_compiled(fake):
+    import json
+
+    with kiln_frontend.optimize("eager"):
+        json.dumps({"a": 1})  # standard library
+        kiln_frontend.list_backends()  # kiln_frontend itself
+    # (code exec'd from strings, e.g. namedtuple's generated methods, may still be offered)
+    assert [n for n in fake.names() if not n.startswith("<")] == []
+    assert eval_frame.should_skip(json.dumps.__code__) == "standard library"
+    assert eval_frame.should_skip(eval_frame.reset.__code__) == "library code"
+    assert eval_frame.should_skip(add.__code__) is None
+
+
+def test_nopython_propagates_unsupported(fake):
+    from kiln_frontend.exc import Unsupported
+
+    fake.raises = Unsupported("data-dependent branch", filename="f.py", lineno=3)
+    f = kiln_frontend.optimize("eager", nopython=True)(add)
+    with pytest.raises(Unsupported, match="f.py:3: data-dependent branch"):
+        f(1, 2)
+    assert fake.calls[0][1]["nopython"] is True
+
+
+def test_unsupported_without_nopython_falls_back(fake):
+    from kiln_frontend.exc import Unsupported
+
+    fake.raises = Unsupported("nope")
+    f = kiln_frontend.optimize("eager")(add)
+    with pytest.warns(KilnWarning, match="failed; it runs eagerly"):
+        assert f(1, 2) == 3
+
+
+def test_backend_failure_warns_once_or_raises(fake):
+    from kiln_frontend.exc import BackendCompilerFailed
+
+    fake.raises = BackendCompilerFailed("eager", RuntimeError("boom"))
+    f = kiln_frontend.optimize("eager")(add)
+    with pytest.warns(KilnWarning, match="backend 'eager' raised RuntimeError: boom"):
+        assert f(1, 2) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f(1, 2) == 3  # eager from now on, no new warning
+    kiln_frontend.reset()
+    with config.patch(suppress_errors=False):
+        with pytest.raises(BackendCompilerFailed):
+            f(1, 2)
+
+
+def test_exceptions_in_user_code_propagate(fake):
+    def bad(x):
+        raise KeyError(x)
+
+    f = kiln_frontend.optimize("eager")(bad)
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            f(1)
+    assert fake.names() == ["bad"]
+
+
+def test_recursion_under_optimize(fake):
+    def fib(n):
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    f = kiln_frontend.optimize("eager")(fib)
+    assert f(15) == 610
+    assert fake.names() == ["fib"]
+
+
+def test_methods_and_bound_methods(fake):
+    class A:
+        k = 3
+
+        @kiln_frontend.optimize("eager")
+        def scaled(self, x):
+            return self.k * x
+
+        def plain(self, x):
+            return self.k + x
+
+    a = A()
+    assert a.scaled(2) == 6 and A().scaled(3) == 9
+    g = kiln_frontend.optimize("eager")(a.plain)
+    assert g(1) == 4
+    assert fake.names() == ["scaled", "plain"]
+
+
+def test_dynamic_is_passed_when_convert_accepts_it(fake):
+    kiln_frontend.optimize("eager", dynamic=True)(add)(1, 2)
+    assert fake.calls[0][1]["dynamic"] is True
+
+
+def test_optimize_rejects_classes_and_bad_backends():
+    with pytest.raises(TypeError):
+        kiln_frontend.optimize("eager")(int)
+    with pytest.raises(kiln_frontend.InvalidBackend):
+        kiln_frontend.optimize("no-such-backend")
+
+
+# --------------------------------------------------------------------------------------
+# run, disable, reset, threads
+# --------------------------------------------------------------------------------------
+
+
+def test_run_only_mode_never_compiles(fake):
+    kiln_frontend.optimize("eager")(add)(1, 2)
+    assert fake.runs == ["add"]
+    r = kiln_frontend.run(add)
+    assert r(5, 6) == 11 and fake.runs == ["add", "add"]  # cached entry used
+    assert r("a", "b") == "ab"  # guard miss: runs as is
+    with kiln_frontend.run():
+        assert double(2) == 4
+    assert fake.names() == ["add"]
+    assert not C.is_skipped(double.__code__)
+
+
+def test_disable_inside_optimize(fake):
+    @kiln_frontend.disable
+    def off(x):
+        return add(x, 1)
+
+    assert off._kiln_disabled
+    with kiln_frontend.optimize("eager"):
+        assert off(1) == 2
+        with kiln_frontend.disable():
+            assert C.get_eval_frame() is None
+            double(1)
+        assert C.get_eval_frame() is not None
+    assert fake.names() == ["off"] or fake.names() == []  # the wrapper is skipped, never `add`
+    assert "add" not in fake.names() and "double" not in fake.names()
+
+
+def test_reset_clears_caches_skip_marks_counters(fake):
+    f = kiln_frontend.optimize("eager")(add)
+    f(1, 2)
+    C.skip_code(double.__code__)
+    called = []
+    eval_frame.on_reset(lambda: called.append(1))
+    kiln_frontend.reset()
+    assert C.cache_entries(add.__code__) == []
+    assert not C.is_skipped(double.__code__)
+    assert not eval_frame.counters
+    assert called
+    f(1, 2)
+    assert fake.names() == ["add", "add"]
+    assert fake.calls[1][1]["frame_state"] == {"compiles": 1}
+    eval_frame._reset_hooks.clear()
+
+
+def test_threads_do_not_share_the_hook(fake):
+    seen = []
+    f = kiln_frontend.optimize("eager")(add)
+
+    def worker():
+        seen.append(C.get_eval_frame())
+        double(1)
+
+    with kiln_frontend.optimize("eager"):
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    assert seen == [None]
+    assert "double" not in fake.names()
+    results = []
+    threads = [threading.Thread(target=lambda k=k: results.append(f(k, k))) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 2, 4, 6]
+
+
+# --------------------------------------------------------------------------------------
+# compile
+# --------------------------------------------------------------------------------------
+
+
+def options_backend(gm, example_inputs, options=None):
+    return gm
+
+
+def plain_backend(gm, example_inputs):
+    return gm
+
+
+def test_compile_decorator_forms(fake):
+    @kiln_frontend.compile(backend="eager")
+    def f1(x):
+        return x + 1
+
+    @kiln_frontend.compile(backend=plain_backend, fullgraph=True)
+    def f2(x):
+        return x + 2
+
+    assert f1(1) == 2 and f2(1) == 3
+    assert fake.calls[0][1]["nopython"] is False
+    assert fake.calls[1][1]["nopython"] is True
+    assert fake.calls[1][1]["compiler_fn"] is plain_backend
+    g = kiln_frontend.compile(add, backend="eager")
+    assert g(2, 3) == 5
+    assert kiln_frontend.compile(add, backend="eager", disable=True) is add
+
+
+def test_compile_default_backend_is_kiln():
+    if "kiln" in kiln_frontend.list_backends():
+        pytest.skip("the kiln distribution is installed")
+    with pytest.raises(kiln_frontend.InvalidBackend, match="pip install kiln"):
+        kiln_frontend.compile(add)
+
+    with pytest.raises(kiln_frontend.InvalidBackend):
+
+        @kiln_frontend.compile
+        def f(x):
+            return x
+
+
+def test_compile_mode_and_options_reach_backends_that_accept_them(fake):
+    g = kiln_frontend.compile(add, backend=options_backend, mode="max-autotune", options={"a": 1})
+    g(1, 2)
+    compiler_fn = fake.calls[0][1]["compiler_fn"]
+    assert compiler_fn.func is options_backend
+    assert compiler_fn.keywords == {"options": {"a": 1, "mode": "max-autotune"}}
+    g2 = kiln_frontend.compile(double, backend=options_backend, mode="reduce-overhead")
+    g2(1)
+    assert fake.calls[1][1]["compiler_fn"].keywords == {"options": {"mode": "reduce-overhead"}}
+
+
+def test_compile_mode_with_backend_without_options_is_an_error():
+    with pytest.raises(ValueError, match="backend 'plain_backend' takes no 'options' keyword"):
+        kiln_frontend.compile(add, backend=plain_backend, mode="max-autotune")
+    with pytest.raises(ValueError, match="'eager' takes no 'options'"):
+        kiln_frontend.compile(add, backend="eager", options={"x": 1})
+
+
+def test_compile_signature_matches_torch_compile():
+    torch = pytest.importorskip("torch")
+    ours = inspect.signature(kiln_frontend.compile).parameters
+    theirs = inspect.signature(torch.compile).parameters
+    for name in ("model", "fullgraph", "dynamic", "backend", "mode", "options", "disable"):
+        assert name in ours and name in theirs
+        assert ours[name].kind == theirs[name].kind
+    assert ours["fullgraph"].default is False and ours["dynamic"].default is None
+
+
+# --------------------------------------------------------------------------------------
+# nn.Module
+# --------------------------------------------------------------------------------------
+
+
+def test_optimized_module_wraps_and_forwards(fake):
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+            self.scale = 2.0
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+        def extra(self):
+            return "extra"
+
+    net = Net()
+    opt = kiln_frontend.compile(net, backend="eager")
+    assert isinstance(opt, torch.nn.Module)
+    assert isinstance(opt, kiln_frontend.OptimizedModule)
+    assert opt._orig_mod is net
+    assert opt.scale == 2.0 and opt.lin is net.lin and opt.extra() == "extra"
+    assert list(opt.state_dict()) == ["lin.weight", "lin.bias"]
+    opt.load_state_dict({k: torch.zeros_like(v) for k, v in net.state_dict().items()})
+    assert torch.count_nonzero(net.lin.weight) == 0
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(opt(x), net(x))
+    assert "forward" in fake.names()  # the user's forward was captured
+    assert all("torch" not in n for n in fake.names())
+    assert C.get_eval_frame() is None
+    opt.train(False)
+    assert not net.training
+    assert set(dir(net)) <= set(dir(opt))
+
+
+def test_optimize_module_context_and_disable_module(fake):
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(2, 2)
+    assert type(kiln_frontend.optimize("eager")(lin)).__name__ == "OptimizedModule"
+    off = kiln_frontend.disable(lin)
+    off(torch.randn(1, 2))
+    assert fake.names() == []
+
+
+# --------------------------------------------------------------------------------------
+# config and package surface
+# --------------------------------------------------------------------------------------
+
+
+def test_config_from_environment():
+    code = (
+        "from kiln_frontend import config as c;"
+        "print(c.debug, c.log_recompiles, c.cache_size_limit, c.suppress_errors, c.verbose)"
+    )
+    env = {"KILN_DEBUG": "1", "KILN_LOGS": "+recompiles,guards", "KILN_CACHE_SIZE_LIMIT": "3",
+           "KILN_SUPPRESS_ERRORS": "0", "PATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "True", "3", "False", "False"]
+    out = subprocess.run([sys.executable, "-c", code], env={"PATH": ""}, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["False", "False", "8", "True", "False"]
+
+
+def test_config_patch_and_get_config():
+    assert config.cache_size_limit == config.get_config()["cache_size_limit"]
+    with config.patch(cache_size_limit=1, debug=True):
+        assert config.cache_size_limit == 1 and config.debug
+    with pytest.raises(AttributeError):
+        with config.patch(no_such_flag=1):
+            pass
+
+
+def test_package_exports():
+    for name in ("optimize", "compile", "run", "disable", "reset", "list_backends",
+                 "register_backend", "lookup_backend", "config", "Unsupported"):
+        assert hasattr(kiln_frontend, name), name
+    from kiln_frontend.exc import Unsupported
+
+    assert kiln_frontend.Unsupported is Unsupported
+    with pytest.raises(AttributeError):
+        kiln_frontend.no_such_name  # noqa: B018
+
+
+def test_import_needs_no_torch():
+    code = (
+        "import sys; import kiln_frontend, kiln_frontend.eval_frame, kiln_frontend.api;"
+        "kiln_frontend.optimize('eager'); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,244 @@
+"""kiln's backends: ``kiln`` (the compiler) and ``loopir_interpret`` (the reference).
+
+Both have torch.compile's backend signature ``(gm, example_inputs, options=None) -> callable``
+and are offered to every frontend through the entry-point group ``kiln.backends`` (see
+pyproject.toml), so ``kiln_frontend.optimize("kiln")`` and
+``torch.compile(backend=kiln.backend.kiln_backend)`` both work.
+
+The pipeline, one step per package:
+
+    trace (aotgrad) -> lower (loopir) -> schedule (loopir) -> codegen (cpp | triton)
+        -> wrapper (loopir.generate_wrapper) -> load (runtime)
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import kiln_aotgrad
+import kiln_loopir
+import kiln_runtime
+import torch
+
+from .debug import NO_TRACE, DebugTrace
+from .options import KNOWN_CODEGENS, Options
+from .stats import counters
+
+log = logging.getLogger("kiln")
+
+__all__ = [
+    "kiln_backend",
+    "compile_aten",
+    "loopir_interpret_backend",
+    "codegen_for_device",
+    "codegen_by_name",
+    "needs_autograd",
+    "CodegenUnavailable",
+]
+
+
+def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=None) -> Callable:
+    """The ``kiln`` backend: ATen graph -> loop IR -> generated kernels -> a callable."""
+    config = Options.from_user(options)
+    trace = DebugTrace.for_compile(config)
+    trace.write("fx_graph.txt", gm)
+    if needs_autograd(gm, example_inputs):  # training path not built yet: run eagerly
+        return run_eagerly(
+            gm,
+            "an input or parameter requires grad under grad mode, "
+            "and kiln's training path is not built yet",
+        )
+    try:
+        aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
+    except kiln_aotgrad.AliasedInputMutationError as e:
+        return run_eagerly(gm, str(e))
+    return inference_only(gm, compile_aten(aten_gm, config, trace=trace))
+
+
+def compile_aten(
+    aten_gm: torch.fx.GraphModule, config: Options | None = None, *, trace: DebugTrace = NO_TRACE
+) -> Callable:
+    """An ATen graph (from kiln_aotgrad) -> a compiled callable returning gm's outputs."""
+    config = Options.from_user(config)
+    trace = trace or DebugTrace.for_compile(config)
+    trace.write("aten_graph.txt", aten_gm)
+    graph = kiln_loopir.lower(aten_gm)  # ATen FX -> LoopGraph (SymPy sizes)
+    trace.write("ir_pre_fusion.txt", graph)
+    schedule = kiln_loopir.schedule(graph)  # fusion, loop order, memory plan -> Schedule
+    trace.write("ir_post_fusion.txt", schedule)
+    codegen = codegen_for_device(graph.device, config)  # CppCodegen on CPU, Triton on CUDA
+    module = kiln_loopir.generate_wrapper(schedule, codegen)  # wrapper + kernel sources
+    try:
+        compiled = kiln_runtime.load(module, config)  # callable(*inputs) -> list of outputs
+    except _codegen_compile_errors() as e:  # e.g. g++ failed: run the IR on the interpreter
+        compiled = _interpret_instead(schedule, e)
+    trace.write_output_code(module, compiled, aten_gm)
+    counters["graphs_compiled"] += 1
+    counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
+    return with_output_structure(aten_gm, compiled)
+
+
+def loopir_interpret_backend(
+    gm: torch.fx.GraphModule, example_inputs: Sequence, options=None
+) -> Callable:
+    """The ``loopir_interpret`` backend: aotgrad -> loopir -> loopir's reference interpreter
+    (torch ops). Slow; it is the oracle every codegen is checked against."""
+    config = Options.from_user(options)
+    trace = DebugTrace.for_compile(config)
+    trace.write("fx_graph.txt", gm)
+    if needs_autograd(gm, example_inputs):
+        return run_eagerly(
+            gm,
+            "an input or parameter requires grad under grad mode, "
+            "and kiln's training path is not built yet",
+        )
+    try:
+        aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
+    except kiln_aotgrad.AliasedInputMutationError as e:
+        return run_eagerly(gm, str(e))
+    trace.write("aten_graph.txt", aten_gm)
+    graph = kiln_loopir.lower(aten_gm)
+    trace.write("ir_pre_fusion.txt", graph)
+    schedule = kiln_loopir.schedule(graph)
+    trace.write("ir_post_fusion.txt", schedule)
+    interpreted = kiln_loopir.interpret(schedule)
+    counters["graphs_interpreted"] += 1
+    return inference_only(gm, with_output_structure(aten_gm, interpreted))
+
+
+# ---------------------------------------------------------------------------------- codegens
+
+
+class CodegenUnavailable(RuntimeError):
+    """The chosen codegen's package is not installed (or has no such class)."""
+
+
+def codegen_by_name(name: str, config: Options | None = None):
+    """A fresh codegen instance: ``"cpp"`` -> kiln_codegen_cpp.CppCodegen, ``"triton"`` ->
+    kiln_codegen_triton.TritonCodegen. An unknown name raises ValueError listing the known."""
+    if name not in KNOWN_CODEGENS:
+        raise ValueError(f"unknown codegen {name!r}; known codegens: {', '.join(KNOWN_CODEGENS)}")
+    module_name, cls_name = KNOWN_CODEGENS[name].split(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        dist = module_name.replace("_", "-")
+        raise CodegenUnavailable(
+            f"codegen {name!r} needs {module_name}.{cls_name} ({dist}), which is not available: {e}"
+        ) from e
+    if name == "cpp" and config is not None:
+        kwargs: dict[str, Any] = {"num_threads": config.num_threads}
+        if config.cpp_flags:
+            base = getattr(importlib.import_module(module_name), "CXXFLAGS", ())
+            kwargs["flags"] = (*base, *config.cpp_flags)
+        return cls(**kwargs)
+    return cls()
+
+
+def codegen_for_device(device, config: Options | None = None):
+    """The codegen for a device: ``options["codegen"]`` when given, else CPU -> cpp and
+    CUDA -> triton (an error naming the package when it is not installed)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    name = config.codegen if config is not None and config.codegen else None
+    if name is None:
+        name = "triton" if device.type == "cuda" else "cpp"
+    return codegen_by_name(name, config)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _codegen_compile_errors() -> tuple[type[BaseException], ...]:
+    """The codegens' "kernel did not compile" errors (for the interpreter fallback)."""
+    errors = []
+    for module, name in (
+        ("kiln_codegen_cpp", "CppCompileError"),
+        ("kiln_codegen_triton", "TritonCompileError"),
+    ):
+        try:
+            errors.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def _interpret_instead(schedule, error: BaseException) -> Callable:
+    where = getattr(error, "source_path", None)
+    log.warning(
+        "kiln: a generated kernel did not compile%s; this graph runs on the loopir "
+        "interpreter instead: %s",
+        f" (source: {where})" if where else "",
+        str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+    )
+    counters["interpreter_fallbacks"] += 1
+    return kiln_loopir.interpret(schedule)
+
+
+def needs_autograd(gm, example_inputs: Sequence) -> bool:
+    """True when grad mode is on and an input, or a parameter of ``gm``, requires grad: the
+    result must then carry autograd history, which only the training path (not built yet)
+    can give."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        return True
+    if isinstance(gm, torch.nn.Module):
+        return any(p.requires_grad for p in gm.parameters())
+    return False
+
+
+_warned_eager = False
+
+
+def run_eagerly(gm, reason: str) -> Callable:
+    """The graph's own forward, with one log line saying why (logger ``kiln``)."""
+    global _warned_eager
+    level = logging.INFO if _warned_eager else logging.WARNING
+    _warned_eager = True
+    log.log(level, "kiln: running this graph eagerly: %s", reason)
+    counters["eager_fallbacks"] += 1
+    counters[f"eager_fallback:{_reason_key(reason)}"] += 1
+    return gm.forward
+
+
+def _reason_key(reason: str) -> str:
+    if "requires grad" in reason:
+        return "training path not built"
+    if "share memory" in reason:
+        return "mutated aliased inputs"
+    return reason.split(":")[0][:60]
+
+
+def with_output_structure(aten_gm, flat_fn: Callable) -> Callable:
+    """Wrap a callable returning the ATen graph's flat outputs so that it returns the
+    torch-level graph's own structure (tuple, single tensor, nested, constants)."""
+    if "kiln" not in getattr(aten_gm, "meta", {}):
+        return flat_fn
+
+    def compiled_graph(*args):
+        return kiln_aotgrad.restore_outputs(aten_gm, flat_fn(*args))
+
+    compiled_graph.flat = flat_fn
+    compiled_graph.aten_gm = aten_gm
+    return compiled_graph
+
+
+def inference_only(gm, compiled: Callable) -> Callable:
+    """Guard a compiled inference graph: a call that needs autograd (grad mode on and an input
+    or parameter requiring grad) runs ``gm`` eagerly instead, so results keep their history."""
+    params_need_grad = isinstance(gm, torch.nn.Module) and any(
+        p.requires_grad for p in gm.parameters()
+    )
+
+    def call(*args: Any):
+        if torch.is_grad_enabled() and (
+            params_need_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        ):
+            return gm(*args)
+        return compiled(*args)
+
+    call.compiled = compiled
+    return call

@@ -1,0 +1,247 @@
+"""The kiln and loopir_interpret backends, codegen choice, eager fallbacks, stats, entry points."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+
+import kiln
+import pytest
+import torch
+import torch.fx
+import torch.nn as nn
+import torch.nn.functional as F
+from kiln.backend import (
+    codegen_by_name,
+    codegen_for_device,
+    compile_aten,
+    kiln_backend,
+    loopir_interpret_backend,
+    needs_autograd,
+)
+from kiln.options import Options
+
+
+def kiln_records(caplog):
+    return [r for r in caplog.records if r.name == "kiln"]
+
+
+# ---------------------------------------------------------------- codegen choice
+
+
+def test_unknown_codegen_name_lists_known():
+    with pytest.raises(ValueError, match=r"unknown codegen 'fortran'; known codegens: cpp, triton"):
+        codegen_by_name("fortran")
+
+
+def test_unknown_codegen_in_backend_options():
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(ValueError, match="known codegens: cpp, triton"):
+        kiln_backend(gm, [torch.randn(3)], options={"codegen": "fortran"})
+
+
+def test_unknown_option_in_backend():
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(ValueError, match="known options: codegen"):
+        kiln_backend(gm, [torch.randn(3)], options={"nope": 1})
+
+
+def test_codegen_for_device_cpu_is_cpp(needs_cpp):
+    from kiln_codegen_cpp import CppCodegen
+
+    assert isinstance(codegen_for_device(torch.device("cpu"), Options()), CppCodegen)
+    assert isinstance(codegen_for_device("cpu", Options(codegen="cpp")), CppCodegen)
+
+
+def test_forcing_a_codegen_that_is_not_installed_is_a_clear_error():
+    try:
+        import kiln_codegen_triton  # noqa: F401
+
+        if hasattr(kiln_codegen_triton, "TritonCodegen"):
+            pytest.skip("kiln_codegen_triton is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(kiln.backend.CodegenUnavailable, match="triton"):
+        codegen_for_device(torch.device("cpu"), Options(codegen="triton"))
+
+
+# ---------------------------------------------------------------- eager fallbacks
+
+
+def test_training_path_runs_eagerly_with_one_log_line(caplog):
+    def f(x, w):
+        return (torch.sin(x) * w).sum()
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(4, requires_grad=True)
+    w = torch.randn(4)
+    before = kiln.stats().eager_fallbacks
+    with caplog.at_level(logging.INFO, logger="kiln"):
+        compiled = kiln_backend(gm, [x, w])
+    records = kiln_records(caplog)
+    assert len(records) == 1
+    assert "eagerly" in records[0].getMessage()
+    assert "requires grad" in records[0].getMessage()
+    assert "training path" in records[0].getMessage()
+    assert compiled == gm.forward
+    out = compiled(x, w)
+    out.backward()
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()) * w)
+    s = kiln.stats()
+    assert s.eager_fallbacks == before + 1
+    assert s.fallback_reasons.get("training path not built", 0) >= 1
+
+
+def test_parameters_requiring_grad_need_autograd():
+    m = nn.Linear(3, 3)
+    gm = torch.fx.symbolic_trace(m)
+    x = torch.randn(2, 3)
+    assert needs_autograd(gm, [x])
+    with torch.no_grad():
+        assert not needs_autograd(gm, [x])
+    m.requires_grad_(False)
+    assert not needs_autograd(gm, [x])
+
+
+def test_loopir_interpret_backend_falls_back_too(caplog):
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    x = torch.randn(3, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger="kiln"):
+        compiled = loopir_interpret_backend(gm, [x])
+    assert len(kiln_records(caplog)) == 1
+    assert compiled == gm.forward
+
+
+def test_aliased_mutated_inputs_run_eagerly(caplog):
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+
+    gm = torch.fx.symbolic_trace(f)
+    base = torch.zeros(4)
+    with caplog.at_level(logging.INFO, logger="kiln"):
+        compiled = kiln_backend(gm, [base, base[1:]])
+    assert len(kiln_records(caplog)) == 1
+    assert "share memory" in kiln_records(caplog)[0].getMessage()
+    base2 = torch.zeros(4)
+    out = compiled(base2, base2[1:])
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def test_backends_are_entry_points():
+    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group="kiln.backends")}
+    assert eps["kiln"].load() is kiln_backend
+    assert eps["loopir_interpret"].load() is loopir_interpret_backend
+
+
+def test_frontend_finds_kiln_backends():
+    backends = pytest.importorskip("kiln_frontend.backends")
+    assert backends.lookup_backend("kiln") is kiln_backend
+    assert backends.lookup_backend("loopir_interpret") is loopir_interpret_backend
+    assert {"kiln", "loopir_interpret"} <= set(backends.list_backends())
+
+
+def test_stats_is_readable():
+    s = kiln.stats()
+    text = str(s)
+    for name in (
+        "graphs_compiled",
+        "kernels_generated",
+        "cache_hits",
+        "cache_misses",
+        "eager_fallbacks",
+    ):
+        assert name in text
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 4)).eval()
+
+
+CASES = {
+    "pointwise": (
+        lambda x, y: torch.cos(x) + torch.sin(y),
+        lambda: [torch.randn(5, 7), torch.randn(5, 7)],
+    ),
+    "softmax": (lambda x: (F.softmax(x, -1), x.sum(0)), lambda: [torch.randn(6, 9)]),
+    "mutation": (lambda x: x.mul_(2).add(1), lambda: [torch.randn(10)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_loopir_interpret_backend_matches_eager(case, needs_interpreter):
+    fn, make_inputs = CASES[case]
+    gm = torch.fx.symbolic_trace(fn)
+    inputs = make_inputs()
+    compiled = loopir_interpret_backend(gm, [t.clone() for t in inputs])
+    got_in = [t.clone() for t in inputs]
+    exp_in = [t.clone() for t in inputs]
+    torch.testing.assert_close(compiled(*got_in), fn(*exp_in))
+    torch.testing.assert_close(got_in, exp_in)
+
+
+def test_loopir_interpret_backend_module(needs_interpreter):
+    m = _mlp()
+    gm = torch.fx.symbolic_trace(m)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled = loopir_interpret_backend(gm, [x])
+        torch.testing.assert_close(compiled(x), m(x))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kiln_backend_matches_eager(case, needs_cpp):
+    fn, make_inputs = CASES[case]
+    gm = torch.fx.symbolic_trace(fn)
+    inputs = make_inputs()
+    before = kiln.stats()
+    compiled = kiln_backend(gm, [t.clone() for t in inputs])
+    got_in = [t.clone() for t in inputs]
+    exp_in = [t.clone() for t in inputs]
+    torch.testing.assert_close(compiled(*got_in), fn(*exp_in))
+    torch.testing.assert_close(got_in, exp_in)
+    after = kiln.stats()
+    assert after.graphs_compiled == before.graphs_compiled + 1
+    assert after.kernels_generated > before.kernels_generated
+
+
+def test_kiln_backend_module_and_grad_mode_guard(needs_cpp):
+    m = _mlp()
+    gm = torch.fx.symbolic_trace(m)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled = kiln_backend(gm, [x])
+        torch.testing.assert_close(compiled(x), m(x))
+    # compiled under no_grad, later called with grad on: runs eagerly, keeps autograd
+    out = compiled(x)
+    assert out.requires_grad and out.grad_fn is not None
+
+
+def test_compile_aten_directly(needs_cpp):
+    import kiln_aotgrad
+
+    def f(x):
+        return x.exp() - 1
+
+    x = torch.randn(4, 4)
+    aten_gm = kiln_aotgrad.trace_inference(torch.fx.symbolic_trace(f), [x])
+    compiled = compile_aten(aten_gm, Options(codegen="cpp"))
+    torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_kiln_backend_under_torch_compile(needs_cpp):
+    # kiln's backend has torch.compile's signature (tests may use torch.compile as a reference)
+
+    def f(x):
+        return torch.relu(x) * 2 + 1
+
+    compiled = torch.compile(f, backend=kiln_backend, dynamic=False)
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), f(x))

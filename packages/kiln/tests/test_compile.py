@@ -1,0 +1,56 @@
+"""kiln.compile: torch.compile's signature over kiln_frontend."""
+
+from __future__ import annotations
+
+import kiln
+import pytest
+import torch
+
+
+def _frontend_api():
+    frontend = pytest.importorskip("kiln_frontend")
+    pytest.importorskip("kiln_frontend.api")
+    pytest.importorskip("kiln_frontend.convert")  # the capture layer
+    return frontend
+
+
+def f(x, y):
+    return torch.sin(x) + torch.cos(y)
+
+
+def test_bad_options_raise_at_compile_time():
+    with pytest.raises(ValueError, match="known options"):
+        kiln.compile(f, options={"turbo": True})
+    with pytest.raises(ValueError, match="known codegens"):
+        kiln.compile(f, options={"codegen": "fortran"})
+
+
+def test_disable_returns_model():
+    assert kiln.compile(f, disable=True) is f
+
+
+def test_compile_with_eager_backend():
+    _frontend_api()
+    compiled = kiln.compile(f, backend="eager")
+    x, y = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
+def test_compile_decorator_with_kiln(needs_cpp):
+    _frontend_api()
+
+    @kiln.compile
+    def g(x, y):
+        return torch.sin(x) + torch.cos(y)
+
+    x, y = torch.randn(5, 3), torch.randn(5, 3)
+    before = kiln.stats().graphs_compiled
+    torch.testing.assert_close(g(x, y), f(x, y))
+    assert kiln.stats().graphs_compiled == before + 1
+
+
+def test_compile_with_loopir_interpret(needs_interpreter):
+    _frontend_api()
+    compiled = kiln.compile(f, backend="loopir_interpret", options={"debug": False})
+    x, y = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(compiled(x, y), f(x, y))

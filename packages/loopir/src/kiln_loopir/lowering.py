@@ -1,0 +1,726 @@
+"""ATen FX graph -> LoopGraph: the lowering registry and the graph walker.
+
+    @lowering(aten.sin.default)
+    def sin(x): ...            # receives IRNodes / Python values / SymPy exprs, returns an IRNode
+
+``lower(aten_gm)`` walks the graph: placeholders become ``InputBuffer``s (``arg0, arg1, ...``),
+``get_attr`` tensors ``ConstantBuffer``s, each ``call_function`` goes through its lowering, and
+the output node realizes the outputs. Values flowing between lowerings are IRNodes: unrealized
+``Pointwise`` loops (so pointwise producers inline into their consumers), views
+(``ReinterpretView`` / ``GenericView``: index arithmetic), or buffers.
+
+Realization policy (when a value gets its own buffer; everything else is inlined):
+  1. graph outputs;
+  2. every Reduction (a reduction is always its own ComputedBuffer);
+  3. inputs of extern kernels (matmul, conv, the aten fallback, ...);
+  4. a pointwise value used by more than one FX user whose body is "heavy": more than
+     ``REALIZE_READS_THRESHOLD`` (4) loads or more than ``REALIZE_OPS_THRESHOLD`` (40) ops;
+  5. any pointwise value whose body exceeds ``MAX_INLINE_OPS`` (200) ops (bounds code size).
+Cheap producers used several times are recomputed in each consumer (the scheduler then fuses
+consumers that share inputs).
+
+An op without a lowering, or whose lowering raises or disagrees with the node's
+``meta["val"]`` (dtype/size), becomes an ``ExternKernel`` calling the aten op (the fallback:
+always correct; logged once per op; counted in ``counters["aten_fallbacks"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from .counters import counters
+from .ir import (
+    Buffer,
+    ComputedBuffer,
+    ConstantBuffer,
+    ExternKernel,
+    GenericView,
+    InputBuffer,
+    IRNode,
+    Layout,
+    LoopGraph,
+    MultiOutput,
+    Pointwise,
+    Reduction,
+    ReinterpretView,
+    compute_dtype,
+)
+from .sizevars import (
+    SizeVarAllocator,
+    SizeVarSource,
+    contiguous_strides,
+    index_symbol,
+    statically_known_equal,
+    sympify,
+)
+from .virtualized import ops
+
+log = logging.getLogger("kiln.loopir")
+
+aten = torch.ops.aten
+
+__all__ = [
+    "lowering",
+    "lowerings",
+    "lower",
+    "LoweringError",
+    "GraphLowering",
+    "current",
+    "realize",
+    "realize_input",
+    "make_pointwise",
+    "meta_val",
+    "to_dtype",
+    "constant_value",
+    "broadcast_to",
+    "REALIZE_READS_THRESHOLD",
+    "REALIZE_OPS_THRESHOLD",
+    "MAX_INLINE_OPS",
+]
+
+REALIZE_READS_THRESHOLD = 4
+REALIZE_OPS_THRESHOLD = 40
+MAX_INLINE_OPS = 200
+
+#: op -> lowering function
+lowerings: dict[Any, Callable] = {}
+
+
+class LoweringError(NotImplementedError):
+    """A lowering cannot handle these arguments (the node then takes the aten fallback)."""
+
+
+def lowering(*ops_: Any) -> Callable:
+    """Register ``fn`` as the lowering of each op (an OpOverload, or an OpOverloadPacket: all
+    its overloads)."""
+
+    def register(fn):
+        for op in ops_:
+            if op is None:
+                continue
+            if isinstance(op, torch._ops.OpOverloadPacket):
+                for ov in op.overloads():
+                    lowerings.setdefault(getattr(op, ov), fn)
+            else:
+                lowerings[op] = fn
+        return fn
+
+    return register
+
+
+# --------------------------------------------------------------------------------------------
+# the current GraphLowering (lowerings reach the graph being built through ``current()``)
+# --------------------------------------------------------------------------------------------
+
+_current: list[GraphLowering] = []
+
+
+def current() -> GraphLowering:
+    if not _current:
+        raise RuntimeError("no graph is being lowered")
+    return _current[-1]
+
+
+# --------------------------------------------------------------------------------------------
+# realization
+# --------------------------------------------------------------------------------------------
+
+
+def _is_storage(x) -> bool:
+    return isinstance(x, (Buffer, ReinterpretView))
+
+
+def realize(x: IRNode, stride=None) -> Buffer | ReinterpretView:
+    """Give ``x`` a buffer (if it has none): returns a Buffer or a ReinterpretView of one."""
+    if isinstance(x, (Buffer, ReinterpretView)):
+        return x
+    if isinstance(x, (Pointwise, Reduction)):
+        if x.realized is not None:
+            return x.realized
+        g = current()
+        size = x.get_size()
+        if stride is None:
+            stride = contiguous_strides(size)
+        layout = Layout(x.get_device(), x.get_dtype(), size, stride)
+        buf = ComputedBuffer(g.graph.new_name(), layout, x)
+        g.graph.register_buffer(buf)
+        counters["buffers"] += 1
+        x.realized = buf
+        return buf
+    if isinstance(x, GenericView):
+        loader = x.make_loader()
+        return realize(Pointwise(x.get_device(), x.get_dtype(), x.get_size(), loader), stride)
+    raise TypeError(f"cannot realize {x!r}")
+
+
+def realize_input(x: IRNode) -> Buffer | ReinterpretView:
+    """For extern inputs: a buffer or a strided view of one."""
+    r = realize(x)
+    if isinstance(r, ReinterpretView) and r.is_whole():
+        return r.data
+    return r
+
+
+def as_storage_view(x: IRNode) -> ReinterpretView | None:
+    """A ReinterpretView for storage-backed values (buffers, strided views), else None."""
+    if isinstance(x, ReinterpretView):
+        return x
+    if isinstance(x, Buffer) and x.layout is not None:
+        return ReinterpretView(x, x.layout)
+    if isinstance(x, (Pointwise, Reduction)) and x.realized is not None:
+        return as_storage_view(x.realized)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# value helpers used by lowerings
+# --------------------------------------------------------------------------------------------
+
+
+def to_dtype(value, src: torch.dtype, dst: torch.dtype):
+    """Convert an ops value of logical dtype ``src`` to logical dtype ``dst`` (values of half
+    dtypes are float32 in bodies: the cast rounds through the half type)."""
+    if src == dst:
+        return value
+    cs, cd = compute_dtype(src), compute_dtype(dst)
+    if dst in (torch.float16, torch.bfloat16):
+        # round to the half type, then carry as float32
+        return ops.to_dtype(ops.to_dtype(value, dst), torch.float32)
+    if cs == cd:
+        return value
+    return ops.to_dtype(value, cd)
+
+
+def constant_value(value, dtype: torch.dtype):
+    """An ops value for a Python scalar / SymPy expr, in compute dtype of ``dtype``."""
+    cd = compute_dtype(dtype)
+    if isinstance(value, sympy.Basic):
+        if value.is_Integer:
+            value = int(value)
+        elif value.is_Float or value.is_Rational:
+            value = float(value)
+        else:
+            v = ops.index_expr(value, torch.int64)
+            return v if cd == torch.int64 else ops.to_dtype(v, cd)
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if cd == torch.bool:
+        value = bool(value)
+    elif not cd.is_floating_point and not cd.is_complex:
+        value = int(value)
+    else:
+        value = float(value)
+    return ops.constant(value, cd)
+
+
+def _standin(x):
+    if isinstance(x, IRNode):
+        return torch.empty([1] * len(x.get_size()), dtype=x.get_dtype(), device="meta")
+    if isinstance(x, sympy.Basic):
+        if x.is_Integer or x.is_integer:
+            return 1
+        return 1.0
+    return x
+
+
+def promote(args, kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT):
+    """(computation dtype, result dtype) as eager's elementwise type promotion."""
+    standins = [_standin(a) for a in args if a is not None]
+    return elementwise_dtypes(*standins, type_promotion_kind=kind)
+
+
+def broadcast_shapes(*sizes: Sequence) -> list[sympy.Expr]:
+    n = max((len(s) for s in sizes), default=0)
+    out: list[sympy.Expr] = []
+    for k in range(n):
+        dim = sympy.Integer(1)
+        for s in sizes:
+            j = k - (n - len(s))
+            if j < 0:
+                continue
+            d = sympify(s[j])
+            if d == 1:
+                continue
+            if dim == 1:
+                dim = d
+            elif not statically_known_equal(dim, d):
+                g = _current[-1] if _current else None
+                if g is not None:
+                    g.sizevars.guards.append(sympy.Eq(dim, d))
+        out.append(dim)
+    return out
+
+
+def broadcast_loader(x: IRNode, out_size: Sequence) -> Callable:
+    """Loader of ``x`` indexed by an index over ``out_size`` (numpy broadcasting)."""
+    loader = x.make_loader()
+    size = [sympify(s) for s in x.get_size()]
+    n, k = len(out_size), len(size)
+    drop = n - k
+    if drop == 0 and all(s != 1 or sympify(o) == 1 for s, o in zip(size, out_size)):
+        return loader
+    zero = sympy.Integer(0)
+
+    def bl(index):
+        idx = list(index)[drop:]
+        return loader([zero if s == 1 else i for i, s in zip(idx, size)])
+
+    return bl
+
+
+def broadcast_to(x: IRNode, out_size: Sequence) -> IRNode:
+    out_size = [sympify(s) for s in out_size]
+    if [sympify(s) for s in x.get_size()] == out_size:
+        return x
+    return GenericView(x, out_size, _broadcast_reindex(x.get_size(), out_size))
+
+
+def _broadcast_reindex(size, out_size):
+    size = [sympify(s) for s in size]
+    drop = len(out_size) - len(size)
+    zero = sympy.Integer(0)
+
+    def reindex(index):
+        idx = list(index)[drop:]
+        return [zero if s == 1 else i for i, s in zip(idx, size)]
+
+    return reindex
+
+
+def make_pointwise(fn: Callable, kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
+                   override_compute_dtype: torch.dtype | None = None,
+                   override_result_dtype: torch.dtype | None = None,
+                   result_is_compute: bool = False):
+    """A lowering for an elementwise op: broadcasting, type promotion, scalars.
+
+    ``fn(*values)`` builds the body from ops values (all in the compute dtype: the promoted
+    computation dtype, float32 for half types). The result is converted to the result dtype
+    unless ``result_is_compute`` (fn already returns values of the result's compute dtype,
+    e.g. comparisons returning bool)."""
+
+    def lower_fn(*args):
+        tensors = [a for a in args if isinstance(a, IRNode)]
+        if not tensors:
+            raise LoweringError("pointwise op without tensor arguments")
+        comp, res = promote(args, kind)
+        if override_compute_dtype is not None:
+            comp = override_compute_dtype
+        if override_result_dtype is not None:
+            res = override_result_dtype
+        comp = compute_dtype(comp)
+        out_size = broadcast_shapes(*[t.get_size() for t in tensors])
+        device = _common_device(tensors)
+        loaders = []
+        for a in args:
+            if isinstance(a, IRNode):
+                ld = broadcast_loader(a, out_size)
+                loaders.append((ld, a.get_dtype()))
+            else:
+                loaders.append((a, None))
+
+        def inner_fn(index):
+            vals = []
+            for ld, dt in loaders:
+                if dt is None:
+                    vals.append(constant_value(ld, comp) if ld is not None else None)
+                else:
+                    vals.append(to_dtype(ld(index), dt, comp) if compute_dtype(dt) != comp else ld(index))
+            out = fn(*vals)
+            if result_is_compute:
+                return out
+            return to_dtype(out, comp, res)
+
+        return Pointwise(device, res, out_size, inner_fn)
+
+    return lower_fn
+
+
+def _common_device(tensors) -> torch.device:
+    devs = [t.get_device() for t in tensors]
+    for d in devs:
+        if d.type != "cpu":
+            return d
+    return devs[0] if devs else torch.device("cpu")
+
+
+def pointwise_from(x: IRNode, fn: Callable, dtype=None) -> Pointwise:
+    """A Pointwise over x's size with ``fn(loaded value) -> value`` (dtype defaults to x's)."""
+    loader = x.make_loader()
+    return Pointwise(x.get_device(), dtype or x.get_dtype(), x.get_size(), lambda idx: fn(loader(idx)))
+
+
+# --------------------------------------------------------------------------------------------
+# the graph walker
+# --------------------------------------------------------------------------------------------
+
+_logged_fallbacks: set[str] = set()
+
+
+def _op_name(op) -> str:
+    return str(getattr(op, "_name", None) or getattr(op, "__name__", op)) + (
+        "." + op._overloadname if hasattr(op, "_overloadname") else "")
+
+
+class GraphLowering:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs=None):
+        self.gm = gm
+        self.example_inputs = list(example_inputs) if example_inputs is not None else None
+        self.graph = LoopGraph()
+        self.sizevars = SizeVarAllocator()
+        self.env: dict[torch.fx.Node, Any] = {}
+        self._const_count = 0
+        self.current_node: torch.fx.Node | None = None
+
+    # ---- helpers -------------------------------------------------------------------------
+    def expr(self, x):
+        return self.sizevars.to_expr(x)
+
+    def layout_of(self, val: torch.Tensor) -> Layout:
+        """Layout of a tensor value; offset 0: buffers are addressed from their data pointer."""
+        return Layout(val.device, val.dtype, [self.expr(s) for s in val.shape],
+                      [self.expr(s) for s in val.stride()], 0)
+
+    def _meta(self, node):
+        if "val" in node.meta:
+            return node.meta["val"]
+        return node.meta.get("example_value")
+
+    # ---- main ----------------------------------------------------------------------------
+    def run(self) -> LoopGraph:
+        _current.append(self)
+        try:
+            self._run()
+        finally:
+            _current.pop()
+        counters["graphs_lowered"] += 1
+        return self.graph
+
+    def _run(self):
+        nodes = list(self.gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        self.graph.num_placeholders = len(placeholders)
+        # first pass: bind every symbol readable from the inputs' sizes (in placeholder order)
+        vals = []
+        for pos, n in enumerate(placeholders):
+            val = self._meta(n)
+            if val is None and self.example_inputs is not None and pos < len(self.example_inputs):
+                val = self.example_inputs[pos]
+            vals.append(val)
+            if isinstance(val, torch.Tensor):
+                for d, s in enumerate(val.shape):
+                    self.sizevars.bind(s, SizeVarSource(pos, d))
+            elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+                self.sizevars.bind(val, SizeVarSource(pos, None))
+        for pos, n in enumerate(placeholders):
+            val = vals[pos]
+            if isinstance(val, torch.Tensor):
+                for d, st in enumerate(val.stride()):
+                    self.sizevars.bind(st, SizeVarSource(pos, d, stride=True))
+        devices = set()
+        for pos, (n, val) in enumerate(zip(placeholders, vals)):
+            if isinstance(val, torch.Tensor):
+                buf = InputBuffer(f"arg{pos}", self.layout_of(val), pos)
+                self.graph.add_input(buf)
+                self.graph.input_positions.append(len(self.graph.inputs) - 1)
+                self.env[n] = buf
+                devices.add(val.device)
+            elif isinstance(val, (torch.SymInt, torch.SymFloat, int, float, bool)):
+                self.graph.input_positions.append(None)
+                self.env[n] = self.expr(val) if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) else val
+            elif val is None:
+                raise LoweringError(f"placeholder {n.name} has no meta['val'] and no example input")
+            else:
+                self.graph.input_positions.append(None)
+                self.env[n] = val
+        for n in nodes:
+            if n.op == "call_function":
+                v = self._meta(n)
+                for t in _tensors_in(v):
+                    devices.add(t.device)
+        non_cpu = [d for d in devices if d.type != "cpu"]
+        self.graph.device = non_cpu[0] if non_cpu else torch.device("cpu")
+
+        self.users = {n: len(n.users) for n in nodes}
+        for n in nodes:
+            if n.op in ("placeholder",):
+                continue
+            self.current_node = n
+            if n.op == "get_attr":
+                self.env[n] = self._get_attr(n)
+            elif n.op == "call_function":
+                self.env[n] = self._call_function(n)
+            elif n.op == "output":
+                self._output(n)
+            elif n.op == "call_module" or n.op == "call_method":
+                raise LoweringError(f"{n.op} nodes are not ATen-level ({n.format_node()})")
+        self.current_node = None
+        self.graph.sizevars = dict(self.sizevars.sources)
+        self.graph.guards = [g for g in self.sizevars.guards if g is not sympy.true]
+        unbound = [s for s in self.sizevars.unbound() if _used_symbol(self.graph, s)]
+        if unbound:
+            log.debug("size symbols without a source: %s", unbound)
+        self.graph.lint()
+
+    # ---- node kinds ----------------------------------------------------------------------
+    def _get_attr(self, n):
+        obj = self.gm
+        for part in n.target.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, torch.Tensor):
+            name = f"const{self._const_count}"
+            self._const_count += 1
+            t = obj.detach()
+            buf = ConstantBuffer(name, Layout(t.device, t.dtype, list(t.shape), list(t.stride()),
+                                              t.storage_offset()), t, n.target)
+            return self.graph.add_constant(buf)
+        return obj
+
+    def _map_arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._map_arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._map_arg(v) for k, v in a.items()}
+        if isinstance(a, (torch.SymInt,)):
+            return self.expr(a)
+        return a
+
+    def _call_function(self, n):
+        target = n.target
+        meta = self._meta(n)
+        if target is operator.getitem:
+            base = self.env[n.args[0]]
+            return self._post(n, base[n.args[1]])
+        # size arithmetic on SymInts (sym_size, operator.mul, ...): read from meta
+        if isinstance(meta, (torch.SymInt, int)) and not isinstance(meta, bool) and not _tensors_in(meta):
+            if isinstance(meta, torch.SymInt) or target not in lowerings:
+                try:
+                    return self.expr(meta)
+                except Exception:
+                    pass
+        if isinstance(meta, (torch.SymFloat, torch.SymBool, float, bool)) and not isinstance(meta, torch.Tensor):
+            if not (isinstance(meta, (float, bool)) and target in lowerings):
+                raise LoweringError(f"{n.format_node()}: symbolic float/bool values are not supported")
+        args = self._map_arg(n.args)
+        kwargs = self._map_arg(n.kwargs)
+        fn = lowerings.get(target)
+        out = None
+        if fn is not None:
+            try:
+                out = fn(*args, **kwargs)
+                self._check(n, out, meta)
+            except LoweringError as e:
+                log.debug("lowering of %s declined (%s): aten fallback", _op_name(target), e)
+                out = None
+            except Exception as e:  # a lowering bug must not break the program: fall back
+                log.warning("lowering of %s failed (%s: %s); using the aten fallback",
+                            _op_name(target), type(e).__name__, e)
+                out = None
+        if out is None:
+            out = self.fallback(target, args, kwargs, meta)
+        return self._post(n, out)
+
+    def _check(self, n, out, meta):
+        if isinstance(meta, torch.Tensor) and isinstance(out, IRNode):
+            if out.get_dtype() != meta.dtype:
+                raise LoweringError(f"dtype {out.get_dtype()} != meta {meta.dtype}")
+            want = [self.expr(s) for s in meta.shape]
+            have = out.get_size()
+            if len(want) != len(have) or not all(statically_known_equal(a, b) for a, b in zip(want, have)):
+                raise LoweringError(f"size {have} != meta {want}")
+        elif isinstance(meta, (tuple, list)) and isinstance(out, (tuple, list)):
+            for m, o in zip(meta, out):
+                if isinstance(o, IRNode) or o is None:
+                    if isinstance(o, IRNode):
+                        self._check(n, o, m)
+        elif isinstance(meta, torch.Tensor) and not isinstance(out, IRNode):
+            raise LoweringError(f"lowering returned {type(out).__name__}, expected a tensor")
+
+    def _post(self, n, out):
+        """Apply the realization policy to the value of node ``n``."""
+        if isinstance(out, Reduction):
+            return realize(out, self._preferred_stride(n, out))
+        if isinstance(out, Pointwise) and out.realized is None:
+            h = _cost(out)
+            heavy = len(h.reads) > REALIZE_READS_THRESHOLD or sum(h.ops.values()) > REALIZE_OPS_THRESHOLD
+            nusers = len(n.users)
+            if sum(h.ops.values()) > MAX_INLINE_OPS or (nusers > 1 and heavy):
+                realize(out, self._preferred_stride(n, out))
+        return out
+
+    def _preferred_stride(self, n, out):
+        meta = self._meta(n)
+        if isinstance(meta, torch.Tensor) and len(meta.shape) == len(out.get_size()):
+            try:
+                stride = [self.expr(s) for s in meta.stride()]
+                size = out.get_size()
+                if _is_dense(size, stride):
+                    return stride
+            except Exception:
+                pass
+        return None
+
+    def _output(self, n):
+        outs = n.args[0]
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        res = []
+        for o in outs:
+            v = self.env[o] if isinstance(o, torch.fx.Node) else o
+            if isinstance(v, IRNode):
+                meta = self._meta(o) if isinstance(o, torch.fx.Node) else None
+                sv = as_storage_view(v)
+                if sv is None:
+                    stride = None
+                    if isinstance(meta, torch.Tensor):
+                        st = [self.expr(s) for s in meta.stride()]
+                        if _is_dense(v.get_size(), st):
+                            stride = st
+                    r = realize(v, stride)
+                    sv = as_storage_view(r)
+                res.append(sv)
+            else:
+                res.append(v)
+        self.graph.outputs = res
+
+    # ---- fallback ------------------------------------------------------------------------
+    def fallback(self, op, args, kwargs, meta, fallback=True) -> Any:
+        """An ExternKernel calling ``op`` on realized inputs; output layouts from meta."""
+        name = _op_name(op)
+        if fallback:
+            counters["aten_fallbacks"][name] += 1
+            if name not in _logged_fallbacks:
+                _logged_fallbacks.add(name)
+                log.info("no lowering for %s: calling the aten op (ExternKernel fallback)", name)
+        return make_extern(op, args, kwargs, meta, fallback=fallback)
+
+
+def make_extern(op, args, kwargs, meta, fallback=False):
+    g = current()
+
+    def conv(a):
+        if isinstance(a, IRNode):
+            return realize_input(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(conv(x) for x in a)
+        if isinstance(a, dict):
+            return {k: conv(v) for k, v in a.items()}
+        return a
+
+    cargs = conv(list(args))
+    ckwargs = conv(dict(kwargs))
+    if isinstance(meta, torch.Tensor):
+        k = ExternKernel(g.graph.new_name(), g.layout_of(meta), op, cargs, ckwargs, fallback)
+        g.graph.register_buffer(k)
+        counters["externs"] += 1
+        return k
+    k = ExternKernel(g.graph.new_name(), None, op, cargs, ckwargs, fallback)
+    g.graph.register_buffer(k)
+    counters["externs"] += 1
+    if isinstance(meta, (list, tuple)):
+        outs = []
+        for i, m in enumerate(meta):
+            if isinstance(m, torch.Tensor):
+                mo = MultiOutput(g.graph.new_name(), g.layout_of(m), k, i)
+                g.graph.register_buffer(mo)
+                k.outputs.append(mo)
+                outs.append(mo)
+            elif isinstance(m, (torch.SymInt, int)) and not isinstance(m, bool):
+                outs.append(g.expr(m))
+            else:
+                outs.append(m)
+        return type(meta)(outs) if isinstance(meta, tuple) else outs
+    if meta is None:
+        return None
+    raise LoweringError(f"cannot call {op} as an extern kernel: result {type(meta).__name__}")
+
+
+def _is_dense(size, stride) -> bool:
+    """size/stride is a permutation of a contiguous layout (non-overlapping and dense)."""
+    dims = [(sympify(st), sympify(sz)) for sz, st in zip(size, stride) if sympify(sz) != 1]
+    if not dims:
+        return True
+    # order by stride (numeric where possible)
+    try:
+        subs = {s: 7 + 3 * k for k, s in enumerate(sorted(
+            set().union(*[e.free_symbols for d in dims for e in d]), key=lambda s: s.name))}
+        dims.sort(key=lambda d: int(d[0].subs(subs)))
+    except Exception:
+        return False
+    expect = sympy.Integer(1)
+    for st, sz in dims:
+        if not statically_known_equal(st, expect):
+            return False
+        expect = expect * sz
+    return True
+
+
+def _cost(pw: Pointwise):
+    from .analysis import body_deps
+
+    idx = [index_symbol(k) for k in range(len(pw.ranges))]
+    return body_deps(pw.inner_fn, idx)
+
+
+def _tensors_in(v) -> list:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        out = []
+        for x in v:
+            out += _tensors_in(x)
+        return out
+    return []
+
+
+def _used_symbol(graph: LoopGraph, s) -> bool:
+    for b in graph.buffers:
+        if b.layout is not None and any(s in sympify(e).free_symbols for e in b.layout.size):
+            return True
+    return False
+
+
+def lower(aten_gm: torch.fx.GraphModule, example_inputs=None) -> LoopGraph:
+    """ATen FX GraphModule (nodes with ``meta["val"]``) -> LoopGraph."""
+    from . import lowerings as _families  # noqa: F401  (registers every lowering)
+
+    _ensure_meta(aten_gm, example_inputs)
+    return GraphLowering(aten_gm, example_inputs).run()
+
+
+def meta_val():
+    """``meta["val"]`` of the FX node being lowered (None outside a node)."""
+    g = current()
+    n = g.current_node
+    return None if n is None else g._meta(n)
+
+
+def _ensure_meta(gm, example_inputs) -> None:
+    """Hand-built graphs may lack ``meta["val"]``: propagate fake tensors from the inputs."""
+    missing = [n for n in gm.graph.nodes
+               if n.op in ("placeholder", "call_function", "get_attr")
+               and "val" not in n.meta and "example_value" not in n.meta]
+    if not missing:
+        return
+    if example_inputs is None:
+        raise LoweringError("the graph lacks meta['val']; pass example_inputs to lower()")
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    fake_mode = None
+    for x in example_inputs:
+        if isinstance(x, FakeTensor):
+            fake_mode = x.fake_mode
+            break
+    if fake_mode is None:
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode=fake_mode).propagate(*example_inputs)

@@ -1,0 +1,4 @@
+"""Lowering families; importing this package registers every lowering in
+``kiln_loopir.lowering.lowerings``."""
+
+from . import creation, extern, indexing, pointwise, reductions, views  # noqa: F401

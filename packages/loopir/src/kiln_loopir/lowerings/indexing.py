@@ -1,0 +1,235 @@
+"""Data movement and indexing: cat, constant_pad_nd, index, gather, index_select, embedding.
+
+Loads that may fall outside their tensor (the other side of a cat, the pad region) use
+clamped indices (``Min``/``Max`` in the index expression) and ``ops.where`` selects the value,
+so every load of the IR is in bounds. Tensor indices become ``ops.indirect_indexing`` symbols.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir import IRNode, Pointwise, compute_dtype
+from ..lowering import (
+    LoweringError,
+    broadcast_shapes,
+    broadcast_loader,
+    constant_value,
+    current,
+    lowering,
+    meta_val,
+    to_dtype,
+)
+from ..sizevars import sympify
+from ..virtualized import ops
+
+aten = torch.ops.aten
+S0 = sympy.Integer(0)
+
+MAX_CAT_INPUTS = 8
+
+
+def _meta_size():
+    m = meta_val()
+    if isinstance(m, torch.Tensor):
+        g = current()
+        return m, [g.expr(s) for s in m.shape]
+    raise LoweringError("needs a tensor meta value")
+
+
+@lowering(aten.cat.default)
+def _cat(tensors, dim=0):
+    m, out_size = _meta_size()
+    dtype = m.dtype
+    n = len(out_size)
+    dim = dim % n if n else 0
+    parts = []
+    offset = S0
+    for t in tensors:
+        size = [sympify(s) for s in t.get_size()]
+        if len(size) == 1 and size[0] == 0 and n != 1:
+            continue  # legacy empty tensor
+        length = size[dim]
+        if length == 0:
+            continue
+        parts.append((t, offset, length))
+        offset = offset + length
+    if not parts:
+        raise LoweringError("cat of empty tensors")
+    if len(parts) > MAX_CAT_INPUTS:
+        raise LoweringError(f"cat of {len(parts)} inputs (> {MAX_CAT_INPUTS})")
+    if len(parts) == 1:
+        t = parts[0][0]
+        loader = t.make_loader()
+        return Pointwise(t.get_device(), dtype, out_size,
+                         lambda idx: to_dtype(loader(idx), t.get_dtype(), dtype))
+    loaders = [(broadcast_loader(t, [sympify(s) for s in t.get_size()]), t.get_dtype(), off, ln)
+               for t, off, ln in parts]
+    device = parts[0][0].get_device()
+
+    def inner_fn(index):
+        i = index[dim]
+        value = None
+        for k in range(len(loaders) - 1, -1, -1):
+            ld, dt, off, ln = loaders[k]
+            local = i - off
+            if k > 0:
+                local = sympy.Max(local, S0)
+            if k < len(loaders) - 1:
+                local = sympy.Min(local, ln - 1)
+            idx = list(index)
+            idx[dim] = local
+            v = to_dtype(ld(idx), dt, dtype)
+            if value is None:
+                value = v
+            else:
+                cond = ops.lt(ops.index_expr(i, torch.int64), constant_value(off + ln, torch.int64))
+                value = ops.where(cond, v, value)
+        return value
+
+    return Pointwise(device, dtype, out_size, inner_fn)
+
+
+@lowering(aten.constant_pad_nd.default)
+def _constant_pad_nd(x, pad, value=0):
+    m, out_size = _meta_size()
+    size = [sympify(s) for s in x.get_size()]
+    n = len(size)
+    loader = x.make_loader()
+    dtype = x.get_dtype()
+    cd = compute_dtype(dtype)
+    pads = {}
+    for k in range(len(pad) // 2):
+        d = n - 1 - k
+        pads[d] = (sympify(pad[2 * k]), sympify(pad[2 * k + 1]))
+
+    def inner_fn(index):
+        idx = list(index)
+        conds = []
+        for d, (left, right) in pads.items():
+            src = index[d] - left
+            lo_ok = left <= 0 if left.is_Integer else False
+            hi_ok = right <= 0 if right.is_Integer else False
+            e = src
+            if not lo_ok:
+                e = sympy.Max(e, S0)
+                conds.append(ops.ge(ops.index_expr(index[d], torch.int64), constant_value(left, torch.int64)))
+            if not hi_ok:
+                e = sympy.Min(e, size[d] - 1)
+                conds.append(ops.lt(ops.index_expr(index[d], torch.int64),
+                                    constant_value(left + size[d], torch.int64)))
+            idx[d] = e
+        v = loader(idx)
+        if not conds:
+            return v
+        c = conds[0]
+        for c2 in conds[1:]:
+            c = ops.logical_and(c, c2)
+        return ops.where(c, v, constant_value(value, dtype))
+
+    return Pointwise(x.get_device(), dtype, out_size, inner_fn)
+
+
+def _indirect(index_loader, index_dtype, idx, size):
+    v = index_loader(idx)
+    if index_dtype != torch.int64:
+        v = ops.to_dtype(v, torch.int64)
+    return ops.indirect_indexing(v, size)
+
+
+@lowering(aten.index.Tensor)
+def _index(x, indices):
+    m, out_size = _meta_size()
+    size = [sympify(s) for s in x.get_size()]
+    n = len(size)
+    indices = list(indices) + [None] * (n - len(indices))
+    for t in indices:
+        if t is not None and t.get_dtype() in (torch.bool, torch.uint8):
+            raise LoweringError("boolean mask indexing (data-dependent size)")
+    pos = [k for k, t in enumerate(indices) if t is not None]
+    if not pos:
+        raise LoweringError("index without tensors")
+    bshape = broadcast_shapes(*[indices[k].get_size() for k in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    nb = len(bshape)
+    loader = x.make_loader()
+    iloaders = {k: (broadcast_loader(indices[k], bshape), indices[k].get_dtype()) for k in pos}
+    before = list(range(pos[0])) if adjacent else []
+    rest = [k for k in range(n) if k not in pos and k not in before]
+
+    def inner_fn(index):
+        index = list(index)
+        if adjacent:
+            b_idx = index[len(before):len(before) + nb]
+            others = index[:len(before)] + index[len(before) + nb:]
+            other_dims = before + rest
+        else:
+            b_idx = index[:nb]
+            others = index[nb:]
+            other_dims = rest
+        full = [S0] * n
+        for d, i in zip(other_dims, others):
+            full[d] = i
+        for k in pos:
+            ld, dt = iloaders[k]
+            full[k] = _indirect(ld, dt, b_idx, size[k])
+        return loader(full)
+
+    return Pointwise(x.get_device(), x.get_dtype(), out_size, inner_fn)
+
+
+@lowering(aten.gather.default)
+def _gather(x, dim, index, sparse_grad=False):
+    size = [sympify(s) for s in x.get_size()]
+    n = len(size)
+    dim = dim % n if n else 0
+    loader = x.make_loader()
+    iloader = index.make_loader()
+    idt = index.get_dtype()
+
+    def inner_fn(idx):
+        full = list(idx)
+        if n:
+            full[dim] = _indirect(iloader, idt, list(idx), size[dim])
+        return loader(full)
+
+    return Pointwise(x.get_device(), x.get_dtype(), index.get_size(), inner_fn)
+
+
+@lowering(aten.index_select.default)
+def _index_select(x, dim, index):
+    m, out_size = _meta_size()
+    size = [sympify(s) for s in x.get_size()]
+    n = len(size)
+    dim = dim % n if n else 0
+    loader = x.make_loader()
+    iloader = index.make_loader()
+    idt = index.get_dtype()
+    scalar_index = len(index.get_size()) == 0
+
+    def inner_fn(idx):
+        full = list(idx)
+        if n:
+            full[dim] = _indirect(iloader, idt, [] if scalar_index else [idx[dim]], size[dim])
+        return loader(full)
+
+    return Pointwise(x.get_device(), x.get_dtype(), out_size, inner_fn)
+
+
+@lowering(aten.embedding.default)
+def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if len(weight.get_size()) != 2:
+        raise LoweringError("embedding weight must be 2-D")
+    m, out_size = _meta_size()
+    wl = weight.make_loader()
+    il = indices.make_loader()
+    idt = indices.get_dtype()
+    nb = len(indices.get_size())
+    rows = sympify(weight.get_size()[0])
+
+    def inner_fn(idx):
+        r = _indirect(il, idt, list(idx[:nb]), rows)
+        return wl([r, idx[nb]])
+
+    return Pointwise(weight.get_device(), weight.get_dtype(), out_size, inner_fn)

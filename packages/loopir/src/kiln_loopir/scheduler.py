@@ -1,0 +1,610 @@
+"""LoopGraph -> Schedule: fusion, loop order, memory plan.
+
+Steps, in order (``schedule(graph)``):
+
+1. dead code: ComputedBuffers nobody reads (and no output) are dropped;
+2. greedy fusion in topological order. Each ComputedBuffer becomes a SchedNode placed into an
+   existing FusedGroup when legal and useful, else into a new group:
+   * candidates: the group holding its latest producer (vertical fusion) and later groups that
+     read the same buffers (horizontal fusion); a node may join a group only if none of its
+     producers comes after that group;
+   * shapes: size-1 dims are dropped; the node's ranges must map onto the group's ``outer``
+     ranges (any dim order, equal sizes); a pointwise node's extra dims become its ``inner``
+     loop, a reduction's reduction dims its ``inner`` loop. A purely pointwise group is
+     re-split (``outer`` shortened to a prefix, its nodes get the rest as ``inner``) when a
+     reduction over its trailing dims joins it (softmax, layernorm: one group);
+   * memory dependencies: every read of a buffer written inside the group must read what the
+     group wrote at the SAME outer point (equal index after renaming the writer's inner loop
+     to the reader's); reads through indirect indices of group buffers never fuse.
+   Every refusal is logged on the ``kiln.fusion`` logger (DEBUG) with its reason.
+3. loop order: a new group orders its outer dims by decreasing stride of the node's store (the
+   innermost loop is the contiguous one); a reduction orders its reduction dims by decreasing
+   stride of its loads (argmax/argmin keep the declared order: their result is a linear index).
+4. memory plan: ComputedBuffers are allocated before their step (reusing the storage of a freed
+   ComputedBuffer with the same layout, dtype and device when one is free), and every
+   intermediate is freed after its last use; inputs, constants and outputs never are.
+   ``internal_buffers``: written and read only inside one group, at the same outer point.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+import sympy
+
+from .analysis import DepsHandler, collect_deps
+from .counters import counters
+from .ir import (
+    Allocation,
+    Buffer,
+    ComputedBuffer,
+    ExternKernel,
+    ExternNode,
+    FusedGroup,
+    LoopGraph,
+    MemoryDep,
+    MultiOutput,
+    Reduction,
+    ReinterpretView,
+    Schedule,
+    SchedNode,
+)
+from .sizevars import (
+    index_symbol,
+    reduction_symbol,
+    simplify_index,
+    statically_known_equal,
+    symbol_kind,
+    sympify,
+)
+from .virtualized import get_ops_handler, set_ops_handler
+
+log = logging.getLogger("kiln.fusion")
+
+__all__ = ["schedule", "IndexSimplifyingHandler"]
+
+MAX_PERMUTATIONS = 24
+
+
+# --------------------------------------------------------------------------------------------
+# index simplification around a codegen's handler
+# --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8192)
+def _simplify_cached(expr, ranges_key):
+    return simplify_index(expr, dict(ranges_key))
+
+
+class IndexSimplifyingHandler:
+    """Wraps a handler: index arguments of load/store/store_reduction/index_expr are simplified
+    with the loop ranges (``ModularIndexing(i1, 1, s1) -> i1`` ...) before the inner handler
+    sees them."""
+
+    def __init__(self, inner, var_ranges: dict):
+        self._inner = inner
+        self._key = tuple(sorted(((k, sympify(v)) for k, v in var_ranges.items()),
+                                 key=lambda kv: kv[0].name))
+
+    def _s(self, index):
+        if isinstance(index, sympy.Basic) and not index.is_Atom:
+            return _simplify_cached(index, self._key)
+        return index
+
+    def load(self, name, index):
+        return self._inner.load(name, self._s(index))
+
+    def store(self, name, index, value, mode=None):
+        if mode is None:
+            return self._inner.store(name, self._s(index), value)
+        return self._inner.store(name, self._s(index), value, mode=mode)
+
+    def store_reduction(self, name, index, value):
+        return self._inner.store_reduction(name, self._s(index), value)
+
+    def index_expr(self, expr, dtype):
+        return self._inner.index_expr(self._s(expr), dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+# --------------------------------------------------------------------------------------------
+# per-node information
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Info:
+    buf: ComputedBuffer
+    kind: str
+    dims: list[int]  # kept (size != 1) dims of data.ranges
+    sizes: list
+    rdims: list[int]  # kept dims of data.reduction_ranges
+    rsizes: list
+    reads: set[str]
+    own_reads: list[MemoryDep]
+    own_writes: list[MemoryDep]
+    indirect: bool
+
+
+def _info(buf: ComputedBuffer) -> _Info:
+    d = buf.data
+    dims = [k for k, r in enumerate(d.ranges) if sympify(r) != 1]
+    sizes = [sympify(d.ranges[k]) for k in dims]
+    if isinstance(d, Reduction):
+        rdims = [k for k, r in enumerate(d.reduction_ranges) if sympify(r) != 1]
+        rsizes = [sympify(d.reduction_ranges[k]) for k in rdims]
+        kind = "reduction"
+    else:
+        rdims, rsizes, kind = [], [], "pointwise"
+    reads, writes = collect_deps(buf)
+    indirect = any(symbol_kind(s) == "ind" for dep in reads for s in dep.index.free_symbols)
+    return _Info(buf, kind, dims, sizes, rdims, rsizes, {r.name for r in reads}, reads, writes,
+                 indirect)
+
+
+def _numeric(e) -> float:
+    e = sympify(e)
+    if e.is_Number:
+        return float(e)
+    subs = {s: 97 + 13 * k for k, s in enumerate(sorted(e.free_symbols, key=lambda s: s.name))}
+    try:
+        return float(e.xreplace(subs))
+    except Exception:
+        return 0.0
+
+
+def _stride_of(expr, var) -> float:
+    """Numeric stride of ``var`` in an index expression (others at 0)."""
+    others = {s: 0 for s in expr.free_symbols if s != var and symbol_kind(s) in ("i", "r")}
+    e = expr.xreplace(others)
+    try:
+        return abs(_numeric(e.xreplace({var: 1})) - _numeric(e.xreplace({var: 0})))
+    except Exception:
+        return 0.0
+
+
+def _order_by_stride(dims, syms, deps) -> list[int]:
+    """Order ``dims`` (with loop symbols ``syms``) so the smallest stride is innermost."""
+    def key(k):
+        d, s = k
+        total = sum(_stride_of(dep.index, s) for dep in deps)
+        return -total
+
+    pairs = list(zip(dims, syms))
+    # stable: equal strides keep their order
+    ordered = sorted(enumerate(pairs), key=lambda e: (key(e[1]), e[0]))
+    return [p[1][0] for p in ordered]
+
+
+# --------------------------------------------------------------------------------------------
+# placements: a node inside a group
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Placement:
+    info: _Info
+    outer_map: list[int]  # group outer position j -> dim of data.ranges
+    inner_map: list[int]  # inner position -> dim of data.ranges (pointwise) / reduction_ranges
+    inner: list = field(default_factory=list)
+
+    @property
+    def kind(self):
+        return self.info.kind
+
+    def make_body(self):
+        buf = self.info.buf
+        data = buf.data
+        store = buf.store_body()
+        nr = len(data.ranges)
+        outer_map, inner_map = list(self.outer_map), list(self.inner_map)
+        zero = sympy.Integer(0)
+        outer_sizes = [sympify(data.ranges[d]) for d in outer_map]
+        if self.kind == "reduction":
+            nrr = len(data.reduction_ranges)
+            inner_sizes = [sympify(data.reduction_ranges[d]) for d in inner_map]
+
+            def body(outer_index, inner_index):
+                idx = [zero] * nr
+                ridx = [zero] * nrr
+                for j, d in enumerate(outer_map):
+                    idx[d] = outer_index[j]
+                for j, d in enumerate(inner_map):
+                    ridx[d] = inner_index[j]
+                vr = _ranges(outer_index, outer_sizes, inner_index, inner_sizes)
+                with set_ops_handler(IndexSimplifyingHandler(get_ops_handler(), vr)):
+                    return store(idx, ridx)
+        else:
+            inner_sizes = [sympify(data.ranges[d]) for d in inner_map]
+
+            def body(outer_index, inner_index):
+                idx = [zero] * nr
+                for j, d in enumerate(outer_map):
+                    idx[d] = outer_index[j]
+                for j, d in enumerate(inner_map):
+                    idx[d] = inner_index[j]
+                vr = _ranges(outer_index, outer_sizes, inner_index, inner_sizes)
+                with set_ops_handler(IndexSimplifyingHandler(get_ops_handler(), vr)):
+                    return store(idx)
+
+        return body
+
+    def deps(self, outer_syms, inner_syms) -> DepsHandler:
+        h = DepsHandler()
+        with set_ops_handler(h):
+            self.make_body()(outer_syms, inner_syms)
+        return h
+
+
+def _ranges(outer_index, outer_sizes, inner_index, inner_sizes) -> dict:
+    vr = {}
+    for s, r in zip(outer_index, outer_sizes):
+        if isinstance(s, sympy.Symbol):
+            vr[s] = r
+    for s, r in zip(inner_index, inner_sizes):
+        if isinstance(s, sympy.Symbol):
+            vr[s] = r
+    return vr
+
+
+@functools.lru_cache(None)
+def _q(k):
+    return sympy.Symbol(f"q{k}", integer=True, nonnegative=True)
+
+
+class _Group:
+    def __init__(self, name, outer, placement):
+        self.name = name
+        self.outer = list(outer)
+        self.placements: list[_Placement] = [placement]
+
+    @property
+    def written(self) -> dict[str, _Placement]:
+        return {p.info.buf.name: p for p in self.placements}
+
+    def reads(self) -> set[str]:
+        out = set()
+        for p in self.placements:
+            out |= p.info.reads
+        return out
+
+    def pure_pointwise(self) -> bool:
+        return all(p.kind == "pointwise" and not p.inner_map for p in self.placements)
+
+
+# --------------------------------------------------------------------------------------------
+# fusion
+# --------------------------------------------------------------------------------------------
+
+
+def _new_group(name, info: _Info) -> _Group:
+    osyms = [index_symbol(k) for k in info.dims]
+    order = _order_by_stride(info.dims, osyms, info.own_writes) if info.dims else []
+    if info.kind == "reduction":
+        rsyms = [reduction_symbol(k) for k in info.rdims]
+        if info.buf.data.reduction_type in ("argmax", "argmin"):
+            rorder = list(info.rdims)
+        else:
+            rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
+        p = _Placement(info, order, rorder)
+        p.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
+    else:
+        p = _Placement(info, order, [])
+    outer = [sympify(info.buf.data.ranges[d]) for d in order]
+    return _Group(name, outer, p)
+
+
+def _assignments(target: list, dims: list[int], sizes: list, exact: bool):
+    """Ordered injections of ``target`` sizes into ``dims`` (equal sizes). With ``exact`` all
+    dims must be used. Yields (outer_map, remaining dims)."""
+    if exact and len(target) != len(dims):
+        return
+    if len(target) > len(dims):
+        return
+    count = 0
+    # identity-like first: try in-order matching, then permutations
+    for perm in itertools.permutations(range(len(dims)), len(target)):
+        if all(statically_known_equal(sizes[p], t) for p, t in zip(perm, target)):
+            rest = [dims[k] for k in range(len(dims)) if k not in perm]
+            yield [dims[p] for p in perm], rest
+            count += 1
+            if count >= MAX_PERMUTATIONS:
+                return
+
+
+def _candidate_placements(group: _Group, info: _Info, outer: list):
+    """Placements of ``info`` into a group with ``outer`` ranges."""
+    if info.kind == "reduction":
+        rsyms = [reduction_symbol(k) for k in info.rdims]
+        if info.buf.data.reduction_type in ("argmax", "argmin"):
+            rorder = list(info.rdims)
+        else:
+            rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
+        for omap, rest in _assignments(outer, info.dims, info.sizes, exact=True):
+            p = _Placement(info, omap, rorder)
+            p.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
+            yield p
+    else:
+        for omap, rest in _assignments(outer, info.dims, info.sizes, exact=False):
+            syms = [index_symbol(k) for k in rest]
+            imap = _order_by_stride(rest, syms, info.own_writes) if rest else []
+            p = _Placement(info, omap, imap)
+            p.inner = [sympify(info.buf.data.ranges[d]) for d in imap]
+            yield p
+
+
+def _regrouped(group: _Group, k: int) -> list[_Placement] | None:
+    """The group's placements with ``outer`` cut to its first ``k`` ranges (pure pointwise)."""
+    if not group.pure_pointwise() or k >= len(group.outer):
+        return None
+    out = []
+    for p in group.placements:
+        q = _Placement(p.info, p.outer_map[:k], p.outer_map[k:])
+        q.inner = list(group.outer[k:])
+        out.append(q)
+    return out
+
+
+def _deps_ok(placements: list[_Placement], outer: list, cand: _Placement) -> str | None:
+    """None if ``cand`` may run after ``placements`` per outer point, else the reason."""
+    written = {p.info.buf.name: p for p in placements}
+    needed = cand.info.reads & set(written)
+    if not needed:
+        return None
+    if cand.info.indirect:
+        return "reads a buffer of the group through an indirect index"
+    osyms = [index_symbol(k) for k in range(len(outer))]
+    rsyms = [reduction_symbol(k) for k in range(len(cand.inner))]
+    ch = cand.deps(osyms, rsyms)
+    for d in ch.reads:
+        if d.name not in written:
+            continue
+        if any(symbol_kind(s) == "ind" for s in d.index.free_symbols):
+            return f"reads {d.name} through an indirect index"
+        w = written[d.name]
+        qsyms = [_q(k) for k in range(len(w.inner))]
+        wh = w.deps(osyms, qsyms)
+        wdeps = [x for x in wh.writes if x.name == d.name]
+        if not wdeps:
+            return f"cannot see how {d.name} is written"
+        widx = wdeps[0].index
+        if w.kind == "pointwise" and w.inner:
+            if len(w.inner) != len(cand.inner) or not all(
+                    statically_known_equal(a, b) for a, b in zip(w.inner, cand.inner)):
+                return (f"reads {d.name} (written over inner {list(map(str, w.inner))}) from "
+                        f"inner {list(map(str, cand.inner))}")
+            widx = widx.xreplace(dict(zip(qsyms, rsyms)))
+        if sympy.expand(d.index - widx) != 0:
+            return f"reads {d.name}[{d.index}] but the group writes {d.name}[{widx}] at this outer point"
+    return None
+
+
+def _try_fuse(group: _Group, info: _Info) -> tuple[list[_Placement], list, _Placement] | str:
+    """(new placements of the group, new outer, placement of info) or the reason it fails."""
+    options = [(list(group.placements), list(group.outer))]
+    n_outer = len(info.dims) if info.kind == "reduction" else None
+    if n_outer is not None and n_outer < len(group.outer):
+        rg = _regrouped(group, n_outer)
+        if rg is not None:
+            options.append((rg, list(group.outer[:n_outer])))
+    if info.kind == "pointwise" and len(info.dims) < len(group.outer):
+        for k in range(len(group.outer) - 1, 0, -1):
+            rg = _regrouped(group, k)
+            if rg is not None:
+                options.append((rg, list(group.outer[:k])))
+    reasons = []
+    for placements, outer in options:
+        any_shape = False
+        for cand in _candidate_placements(group, info, outer):
+            any_shape = True
+            why = _deps_ok(placements, outer, cand)
+            if why is None:
+                return placements, outer, cand
+            reasons.append(why)
+        if not any_shape:
+            rr = [str(s) for s in info.sizes]
+            if info.kind == "reduction":
+                rr_txt = f"ranges {rr} reducing {[str(s) for s in info.rsizes]}"
+            else:
+                rr_txt = f"ranges {rr}"
+            reasons.append(f"{rr_txt} do not match outer {[str(s) for s in outer]}")
+    return "; ".join(dict.fromkeys(reasons)) or "no placement"
+
+
+# --------------------------------------------------------------------------------------------
+# the schedule
+# --------------------------------------------------------------------------------------------
+
+
+def _extern_reads(b: Buffer) -> set[str]:
+    if isinstance(b, ExternKernel):
+        return set(b.input_buffers())
+    if isinstance(b, MultiOutput):
+        return {b.source.name}
+    return set()
+
+
+def _dead_code(graph: LoopGraph) -> list[Buffer]:
+    live = set(graph.output_names())
+    bufs = list(graph.buffers)
+    keep = [True] * len(bufs)
+    reads_of: dict[str, set[str]] = {}
+    for b in bufs:
+        if isinstance(b, ComputedBuffer):
+            reads_of[b.name] = {d.name for d in collect_deps(b)[0]}
+        else:
+            reads_of[b.name] = _extern_reads(b)
+    needed = set(live)
+    for k in range(len(bufs) - 1, -1, -1):
+        b = bufs[k]
+        if isinstance(b, ComputedBuffer) and b.name not in needed:
+            keep[k] = False
+            continue
+        if isinstance(b, MultiOutput) and b.name not in needed:
+            # keep the multi-output binding only if used; the extern itself always runs
+            needed |= reads_of[b.name]
+            continue
+        needed |= reads_of[b.name]
+    return [b for b, k in zip(bufs, keep) if k]
+
+
+def schedule(graph: LoopGraph) -> Schedule:
+    buffers = _dead_code(graph)
+    steps: list = []  # _Group | ExternKernel
+    producer_step: dict[str, int] = {}
+    ngroups = itertools.count()
+
+    for b in buffers:
+        if isinstance(b, MultiOutput):
+            producer_step[b.name] = producer_step[b.source.name]
+            continue
+        if isinstance(b, ExternKernel):
+            steps.append(b)
+            producer_step[b.name] = len(steps) - 1
+            continue
+        if not isinstance(b, ComputedBuffer):
+            continue
+        info = _info(b)
+        counters["nodes"] += 1
+        prods = [producer_step[r] for r in info.reads if r in producer_step]
+        lo = max(prods) if prods else -1
+        # candidate groups: the producer's group first (vertical), then later groups that
+        # read the same data (horizontal), latest first
+        cands: list[int] = []
+        if lo >= 0 and isinstance(steps[lo], _Group):
+            cands.append(lo)
+        for k in range(len(steps) - 1, max(lo, -1), -1):
+            if k in cands or not isinstance(steps[k], _Group):
+                continue
+            g = steps[k]
+            if g.reads() & info.reads:
+                cands.append(k)
+        placed = False
+        for k in cands:
+            g = steps[k]
+            res = _try_fuse(g, info)
+            if isinstance(res, str):
+                log.debug("%s not fused into %s: %s", b.name, g.name, res)
+                continue
+            placements, outer, p = res
+            g.placements = placements + [p]
+            g.outer = outer
+            producer_step[b.name] = k
+            counters["fusions"] += 1
+            log.debug("%s fused into %s (%s)", b.name, g.name,
+                      "vertical" if k == lo else "horizontal")
+            placed = True
+            break
+        if not placed:
+            if not cands:
+                log.debug("%s starts a new group: no producer group and no shared reads", b.name)
+            g = _new_group(f"group{next(ngroups)}", info)
+            steps.append(g)
+            producer_step[b.name] = len(steps) - 1
+
+    # build the public steps
+    out_steps = []
+    for s in steps:
+        if isinstance(s, _Group):
+            out_steps.append(_finish_group(s, graph))
+        else:
+            out_steps.append(ExternNode(s))
+    counters["fused_groups"] += sum(1 for s in out_steps if isinstance(s, FusedGroup))
+    sched = Schedule(graph, out_steps)
+    _internal_buffers(sched)
+    _plan_memory(sched)
+    return sched
+
+
+def _finish_group(g: _Group, graph: LoopGraph) -> FusedGroup:
+    osyms = [index_symbol(k) for k in range(len(g.outer))]
+    nodes = []
+    written = set()
+    reads: list[MemoryDep] = []
+    writes: list[MemoryDep] = []
+    for p in g.placements:
+        rsyms = [reduction_symbol(k) for k in range(len(p.inner))]
+        h = p.deps(osyms, rsyms)
+        node = SchedNode(p.info.buf, p.kind, list(p.inner), p.make_body(), list(h.reads), list(h.writes))
+        nodes.append(node)
+        for d in h.reads:
+            if d.name not in written and d not in reads:
+                reads.append(d)
+        for d in h.writes:
+            writes.append(d)
+            written.add(d.name)
+    return FusedGroup(g.name, list(g.outer), nodes, graph.device, reads, writes)
+
+
+def _uses(sched: Schedule) -> dict[str, list[int]]:
+    """buffer name -> indices of the steps that read it."""
+    uses: dict[str, list[int]] = {}
+    for k, s in enumerate(sched.steps):
+        if isinstance(s, FusedGroup):
+            names = {d.name for n in s.nodes for d in n.reads}
+        else:
+            names = set(s.reads)
+        for nm in names:
+            uses.setdefault(nm, []).append(k)
+    return uses
+
+
+def _internal_buffers(sched: Schedule) -> None:
+    outputs = set(sched.graph.output_names())
+    uses = _uses(sched)
+    for k, s in enumerate(sched.steps):
+        if not isinstance(s, FusedGroup):
+            continue
+        for n in s.nodes:
+            nm = n.buffer.name
+            if nm in outputs:
+                continue
+            if any(u != k for u in uses.get(nm, [])):
+                continue
+            s.internal_buffers.add(nm)
+
+
+def _plan_memory(sched: Schedule) -> None:
+    graph = sched.graph
+    keep = set(graph.output_names()) | {b.name for b in graph.inputs} | set(graph.constants)
+    uses = _uses(sched)
+    last_use: dict[str, int] = {}
+    produced_at: dict[str, int] = {}
+    for k, s in enumerate(sched.steps):
+        names = s.buffer_names() if isinstance(s, FusedGroup) else s.writes
+        for nm in names:
+            produced_at[nm] = k
+            last_use[nm] = max(last_use.get(nm, k), k)
+    for nm, ks in uses.items():
+        if nm in last_use:
+            last_use[nm] = max(last_use[nm], max(ks))
+    frees_at: dict[int, list[str]] = {}
+    for nm, k in last_use.items():
+        if nm in keep:
+            continue
+        frees_at.setdefault(k, []).append(nm)
+    pool: list[tuple[int, str]] = []  # (freed after step, name) of reusable ComputedBuffers
+    for k, s in enumerate(sched.steps):
+        s.frees = sorted(frees_at.get(k, []), key=lambda n: (len(n), n))
+        if isinstance(s, FusedGroup):
+            allocs = []
+            for n in s.nodes:
+                lay = n.buffer.layout
+                reuse = None
+                for j, (when, cand) in enumerate(pool):
+                    if when < k and graph.get_buffer(cand).layout == lay:
+                        reuse = cand
+                        pool.pop(j)
+                        counters["reused_buffers"] += 1
+                        break
+                allocs.append(Allocation(n.buffer.name, lay, reuse, n.buffer.name in s.internal_buffers))
+            s.allocations = allocs
+        for nm in s.frees:
+            b = graph.name_to_buffer.get(nm)
+            if isinstance(b, ComputedBuffer):
+                pool.append((k, nm))

@@ -1,0 +1,49 @@
+"""Test helpers: trace functions to ATen graphs (make_fx + torch's core decompositions, or
+kiln_aotgrad.trace_inference when installed), lower, schedule and interpret them."""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import kiln_loopir as K
+
+
+def aten_graph(fn, *args, mode="real"):
+    return make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode=mode)(*args)
+
+
+def compile_loopir(fn, *args, mode="real", via="make_fx"):
+    if via == "aotgrad":
+        import kiln_aotgrad
+
+        gm = kiln_aotgrad.trace_inference(fn if isinstance(fn, torch.nn.Module) else _Wrap(fn), list(args))
+    else:
+        gm = aten_graph(fn, *args, mode=mode)
+    graph = K.lower(gm, list(args))
+    sched = K.schedule(graph)
+    return K.interpret(sched), sched, graph
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def check(fn, *args, mode="real", via="make_fx", atol=None, rtol=None, equal_nan=True):
+    run, sched, graph = compile_loopir(fn, *args, mode=mode, via=via)
+    out = run(*args)
+    ref = fn(*args)
+    ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+    assert len(out) == len(ref)
+    for a, b in zip(out, ref):
+        kw = {}
+        if atol is not None:
+            kw = dict(atol=atol, rtol=rtol if rtol is not None else atol)
+        torch.testing.assert_close(a, b, equal_nan=equal_nan, **kw)
+    return sched, graph

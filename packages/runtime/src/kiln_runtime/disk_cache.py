@@ -1,0 +1,205 @@
+"""On-disk artifact cache: a key maps to a folder of files.
+
+Layout: ``<cache_dir()>/<kind>/<key[:2]>/<key>/`` holding the artifact's files and a
+``MANIFEST.json`` (the key and the SHA-256 of every file). An entry is valid only when its
+manifest parses, names this key and every listed file matches its hash; anything else (a
+partial write from a killed process, a truncated or edited file) counts as ``corrupt``: it is
+moved aside, deleted and rebuilt.
+
+Writes are atomic: an entry is built in a private temporary folder next to its final place
+and published with one ``os.rename``. Two processes building the same key both build; the
+first rename wins and the loser uses the winner's entry (after checking it) and drops its
+own. Readers never see a half-written entry under the final name.
+
+Counters (``kiln_runtime.counters``): ``disk_cache_hits``, ``disk_cache_misses``,
+``disk_cache_corrupt``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from .counters import counters
+
+MANIFEST = "MANIFEST.json"
+_FORMAT = 1
+
+
+def cache_dir() -> Path:
+    """The root of kiln's caches: ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created on use)."""
+    env = os.environ.get("KILN_CACHE_DIR")
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "kiln"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def hash_key(*parts: str | bytes) -> str:
+    """A cache key: SHA-256 over the parts (each length-prefixed, so ("ab","c") != ("a","bc"))."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _file_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_key(key: str) -> None:
+    if not key or "/" in key or key.startswith(".") or "\0" in key:
+        raise ValueError(f"bad cache key {key!r}")
+
+
+class DiskCache:
+    """Artifacts by (kind, key). ``root=None`` follows ``cache_dir()`` at each call."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self._root = Path(root) if root is not None else None
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            return cache_dir()
+        self._root.mkdir(parents=True, exist_ok=True)
+        return self._root
+
+    def entry_dir(self, kind: str, key: str) -> Path:
+        _check_key(kind)
+        _check_key(key)
+        return self.root / kind / key[:2] / key
+
+    # -- reading -----------------------------------------------------------------------
+    def _valid(self, path: Path, key: str) -> bool:
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+            if manifest.get("format") != _FORMAT or manifest.get("key") != key:
+                return False
+            files = manifest["files"]
+            return all(_file_sha(path / name) == sha for name, sha in files.items())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+
+    def get(self, kind: str, key: str) -> Path | None:
+        """The entry's folder if a valid entry exists (a hit), else None (a miss).
+
+        A corrupt entry is removed, so the caller rebuilds it."""
+        path = self.entry_dir(kind, key)
+        if not path.exists():
+            counters["disk_cache_misses"] += 1
+            return None
+        if self._valid(path, key):
+            counters["disk_cache_hits"] += 1
+            return path
+        counters["disk_cache_corrupt"] += 1
+        counters["disk_cache_misses"] += 1
+        self._discard(path)
+        return None
+
+    # -- writing -----------------------------------------------------------------------
+    def _discard(self, path: Path) -> None:
+        """Move ``path`` out of the way atomically, then delete it."""
+        trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex}")
+        try:
+            os.rename(path, trash)
+        except OSError:
+            return  # someone else moved it already
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _publish(self, tmp: Path, final: Path, key: str) -> Path:
+        """Rename ``tmp`` to ``final``; if another writer won, use theirs when it is valid."""
+        for _ in range(3):
+            try:
+                os.rename(tmp, final)
+                return final
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR):
+                    raise
+            if self._valid(final, key):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return final
+            self._discard(final)  # a corrupt entry sits there: replace it
+        raise OSError(f"could not publish cache entry {final}")
+
+    def build(self, kind: str, key: str, builder: Callable[[Path], None]) -> Path:
+        """Run ``builder(tmp_folder)`` (it writes the artifact's files there), then publish."""
+        final = self.entry_dir(kind, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
+        try:
+            builder(tmp)
+            files = {
+                p.name: _file_sha(p) for p in sorted(tmp.iterdir()) if p.is_file() and p.name != MANIFEST
+            }
+            manifest = {"format": _FORMAT, "key": key, "files": files}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            return self._publish(tmp, final, key)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def put(self, kind: str, key: str, files: Mapping[str, str | bytes]) -> Path:
+        """Store ``files`` (name -> text or bytes) under (kind, key); returns the entry folder."""
+
+        def write(tmp: Path) -> None:
+            for name, data in files.items():
+                if "/" in name or name == MANIFEST:
+                    raise ValueError(f"bad artifact file name {name!r}")
+                mode = "wb" if isinstance(data, bytes) else "w"
+                with open(tmp / name, mode) as f:
+                    f.write(data)
+
+        return self.build(kind, key, write)
+
+    def get_or_build(self, kind: str, key: str, builder: Callable[[Path], None]) -> Path:
+        """The valid entry for (kind, key), building it with ``builder(tmp)`` on a miss."""
+        hit = self.get(kind, key)
+        if hit is not None:
+            return hit
+        return self.build(kind, key, builder)
+
+    def clear(self, kind: str | None = None) -> None:
+        """Delete every entry (of one kind, or all)."""
+        target = self.root / kind if kind else self.root
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+
+
+_default = DiskCache()
+
+
+def get(kind: str, key: str) -> Path | None:
+    return _default.get(kind, key)
+
+
+def put(kind: str, key: str, files: Mapping[str, str | bytes]) -> Path:
+    return _default.put(kind, key, files)
+
+
+def build(kind: str, key: str, builder: Callable[[Path], None]) -> Path:
+    return _default.build(kind, key, builder)
+
+
+def get_or_build(kind: str, key: str, builder: Callable[[Path], None]) -> Path:
+    return _default.get_or_build(kind, key, builder)
+
+
+def entry_dir(kind: str, key: str) -> Path:
+    return _default.entry_dir(kind, key)
+
+
+def clear(kind: str | None = None) -> None:
+    _default.clear(kind)
