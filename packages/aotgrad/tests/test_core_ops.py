@@ -28,7 +28,8 @@ def test_doc_lists_exactly_core_ops():
         for line in text.splitlines()
         if line.startswith("- `aten.")
     }
-    assert listed == {op.__name__ for op in CORE_OPS}
+    assert listed == {n for _, names in CORE_OP_GROUPS.values() for n in names}
+    assert {op.__name__ for op in CORE_OPS} <= listed
 
 
 def test_no_core_op_is_decomposed():
@@ -48,6 +49,8 @@ def test_kept_ops_are_core_and_not_decomposed():
 
 def test_every_torch_core_op_is_kept_or_decomposed():
     """A new torch release that tags more ops `core` shows up here."""
+    if torch.__version__ < "2.13":
+        pytest.skip("CORE_OPS was drawn up against torch 2.13's core tags")
     table = core_decompositions()
     aten = torch.ops.aten
     missing = []

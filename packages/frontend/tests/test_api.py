@@ -16,9 +16,8 @@ import threading
 import types
 import warnings
 
-import pytest
-
 import kiln_frontend
+import pytest
 from kiln_frontend import _evalframe as C
 from kiln_frontend import config, eval_frame
 from kiln_frontend.logging_utils import KilnWarning
@@ -65,7 +64,7 @@ class FakeConvert:
             return tuple(type(a) for a in args) == expected
 
         def failure_reason(*args):
-            for i, (want, a) in enumerate(zip(expected, args)):
+            for i, (want, a) in enumerate(zip(expected, args, strict=False)):
                 if type(a) is not want:
                     return f"type of arg {i}: expected {want.__name__}, actual {type(a).__name__}"
             return None

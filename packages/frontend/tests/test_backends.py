@@ -6,9 +6,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import kiln_frontend
+import pytest
 from kiln_frontend import backends, eval_frame
 from kiln_frontend.backends import InvalidBackend
 

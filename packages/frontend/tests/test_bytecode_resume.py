@@ -380,3 +380,85 @@ def test_locals_not_passed_are_unbound_not_garbage():
         fn(1)
     fn2 = _resume_fn(f_unbound, target, [], ["late", "marker"])
     assert fn2("x", 1) == ("x", 1)
+
+
+def _snapshots_at_line_starts(fn, args):
+    """Run fn under a line tracer; at each new line whose first instruction has an empty
+    stack, record (offset, deep copy of the locals)."""
+    import copy
+
+    code = fn.__code__
+    insts = bc.decode(code)
+    depth_at = dict(zip((i.offset for i in insts), bc.stack_depths(insts), strict=True))
+    snaps = {}
+
+    def local_trace(frame, event, arg):
+        if event == "line" and frame.f_lasti not in snaps and depth_at.get(frame.f_lasti) == 0:
+            # copy containers (mutated later) and methods bound to them, consistently;
+            # keep everything else as is (sentinels, modules)
+            values = dict(frame.f_locals)
+            memo = {id(v): v for v in values.values()  # keep sentinels shared
+                    if not isinstance(v, (list, dict, set)) and not callable(v)}
+
+            def snap(v):
+                if isinstance(v, (list, dict, set)):
+                    return copy.deepcopy(v, memo)
+                owner = getattr(v, "__self__", None)
+                if callable(v) and isinstance(owner, (list, dict, set)):
+                    return getattr(snap(owner), v.__name__)  # e.g. add = res.append
+                return v
+
+            snaps[frame.f_lasti] = {k: snap(v) for k, v in values.items()}
+        return local_trace
+
+    def global_trace(frame, event, arg):
+        return local_trace if frame.f_code is code else None
+
+    old = sys.gettrace()
+    sys.settrace(global_trace)
+    try:
+        result = fn(*args)
+    finally:
+        sys.settrace(old)
+    return result, snaps
+
+
+def _line_sample(text, width):
+    out = []
+    for k, para in enumerate(text.split("\n\n")):
+        if not para.strip():
+            continue
+        lines = para.split()[:width]
+        if k % 2:
+            lines = [ln.upper() for ln in lines]
+        out.append(" | ".join(lines))
+    total = 0
+    while total < len(out):
+        total += 1
+    return out, total
+
+
+@pytest.mark.parametrize("fn,args", [
+    ("textwrap.dedent", ("    a\n      b\n    c\n",)),
+    ("fnmatch.translate", ("*.py[cod]?x",)),
+    ("posixpath.normpath", ("/a/./b/../../c//d/",)),
+    ("colorsys.rgb_to_hls", (0.2, 0.4, 0.6)),
+    ("shlex.quote", ("it's a test",)),
+    ("html.escape", ("<a href='x'>&</a>",)),
+    ("_line_sample", ("one two three four five\n\nsix seven eight nine\n\nten", 9)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_resume_at_every_statement_matches_the_original(fn, args):
+    if fn == "_line_sample":
+        func = _line_sample
+    else:
+        mod, _, attr = fn.rpartition(".")
+        func = getattr(importlib.import_module(mod), attr)
+    code = func.__code__
+    assert not code.co_cellvars and not code.co_freevars
+    expected, snaps = _snapshots_at_line_starts(func, args)
+    assert len(snaps) >= 2
+    for offset, local_values in snaps.items():
+        names = sorted(local_values)
+        rc = bc.make_resume_code(code, offset, [], names, f"__resume_at_{offset}_0")
+        resumed = types.FunctionType(rc, func.__globals__)
+        assert resumed(*[local_values[n] for n in names]) == expected, offset

@@ -16,9 +16,7 @@ import types
 import weakref
 
 import pytest
-
 from kiln_frontend import _evalframe as C
-
 
 # --------------------------------------------------------------------------------------
 # helpers
@@ -44,7 +42,7 @@ def type_guard(info):
         return tuple(type(a) for a in args) == expected
 
     def failure_reason(*args):
-        for i, (want, a) in enumerate(zip(expected, args)):
+        for i, (want, a) in enumerate(zip(expected, args, strict=False)):
             if type(a) is not want:
                 return f"arg {i}: expected {want.__name__}, got {type(a).__name__}"
         return None
@@ -623,3 +621,58 @@ def test_threads_with_their_own_callbacks():
         assert results[k, "seen"] in ([], ["add"])
     assert 1 <= len(C.cache_entries(add.__code__)) <= 4
     assert not C.hook_installed()
+
+
+# --------------------------------------------------------------------------------------
+# with_callback: what the decorators return
+# --------------------------------------------------------------------------------------
+
+
+def test_with_callback_sets_and_restores_the_callback():
+    cb = Recorder(only={"add"})
+    seen = []
+
+    def probe(x):
+        seen.append(C.get_eval_frame())
+        return add(x, 1)
+
+    w = C.with_callback(cb, probe)
+    assert w(1) == 2 and w(x=2) == 3
+    assert seen == [cb, cb]
+    assert C.get_eval_frame() is None
+    assert cb.names() == ["probe", "add"]
+    assert w.fn is probe and w.callback is cb and "with_callback" in repr(w)
+
+    def boom():
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        C.with_callback(cb, boom)()
+    assert C.get_eval_frame() is None and not C.hook_installed()
+    with pytest.raises(TypeError):
+        C.with_callback(3, probe)
+    with pytest.raises(TypeError):
+        C.with_callback(None, 3)
+
+
+def test_with_callback_binds_like_a_function_and_takes_attributes():
+    import functools
+
+    def method(self, x):
+        return (self, x, C.get_eval_frame())
+
+    w = C.with_callback(False, method)
+    functools.update_wrapper(w, method)
+    assert w.__name__ == "method" and w.__wrapped__ is method
+    w.extra = 1
+    assert w.__dict__["extra"] == 1
+
+    class A:
+        m = w
+
+    a = A()
+    assert a.m(2) == (a, 2, False)
+    bound = a.m
+    assert bound(3) == (a, 3, False)
+    assert A.m is w
+    assert C.get_eval_frame() is None

@@ -63,7 +63,7 @@ def test_unary_float(name, dtype):
 @pytest.mark.parametrize("name", ["abs", "neg", "sin", "exp", "sign", "square", "bitwise_not",
                                   "logical_not", "isnan", "floor"])
 def test_unary_int_bool(name, dtype):
-    if dtype == torch.bool and name in ("abs", "neg", "square"):
+    if dtype == torch.bool and name in ("abs", "neg", "square", "floor"):
         pytest.skip("eager rejects it")
     x = make((3, 5), dtype)
     fn = getattr(torch, name)
@@ -196,8 +196,8 @@ def test_indexing(dtype):
     idx2 = torch.tensor([[1, 0, 4, 2, 3]] * 6)
     emb = make((10, 4), dtype, seed=11)
     ids = torch.tensor([[1, 2], [9, 0]])
-    check(lambda x, idx, idx2, emb, ids: (x[idx], x[:, idx[:2]], torch.gather(x, 1, idx2),
-                                          torch.index_select(x, 0, idx[:2]),
+    check(lambda x, idx, idx2, emb, ids: (x[idx], x[:, idx[2:]], torch.gather(x, 1, idx2),
+                                          torch.index_select(x, 0, idx[:2] % 6),
                                           F.embedding(ids, emb), x[idx, idx[:1] + 1]),
           x, idx, idx2, emb, ids)
 

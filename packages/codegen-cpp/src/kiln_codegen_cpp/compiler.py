@@ -187,7 +187,7 @@ def vectorization_report(source: str, flags: tuple[str, ...] = CXXFLAGS) -> list
 def vectorized_loops(source: str, flags: tuple[str, ...] = CXXFLAGS) -> list[str]:
     """The header lines (``for (...)``, stripped) of the loops GCC vectorized in ``source``."""
     lines = source.splitlines()
-    found = []
+    found: dict[int, str] = {}  # loop header line -> text (one entry per loop)
     for ln in vectorization_report(source, flags):
         k = ln - 1
         indent = len(lines[k]) - len(lines[k].lstrip())
@@ -197,6 +197,6 @@ def vectorized_loops(source: str, flags: tuple[str, ...] = CXXFLAGS) -> list[str
             if text.startswith("for (") and (k == ln - 1 or cur < indent):
                 break
             k -= 1
-        if k >= 0 and lines[k].strip() not in found:
-            found.append(lines[k].strip())
-    return found
+        if k >= 0:
+            found[k] = lines[k].strip()
+    return [found[k] for k in sorted(found)]

@@ -34,7 +34,14 @@ import sympy
 import torch
 from kiln_loopir.analysis import body_deps
 from kiln_loopir.ops_spec import OPS, reduction_identity, result_dtype
-from kiln_loopir.sizevars import index_symbol, reduction_symbol, simplify_index, symbol_kind
+from kiln_loopir.sizevars import (
+    FloorDiv,
+    ModularIndexing,
+    index_symbol,
+    reduction_symbol,
+    simplify_index,
+    symbol_kind,
+)
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
 from .printer import cexpr
@@ -170,10 +177,10 @@ class CppKernel:
     # =========================================================================================
     def generate(self) -> str:
         g = self.group
+        outer_syms, self.loop_ranges, self.outer_index = self._plan_outer_loops()
+        self.var_ranges.update(zip(outer_syms, self.loop_ranges))
         self._analyse()
-        outer_syms = [index_symbol(k) for k in range(len(g.outer))]
-        self.var_ranges.update(zip(outer_syms, g.outer))
-        for r in g.outer:
+        for r in self.loop_ranges:
             self._note_sizes(r)
         pure_pointwise = all(not n.inner for n in g.nodes) and all(n.kind == "pointwise" for n in g.nodes)
 
@@ -217,15 +224,63 @@ class CppKernel:
     # =========================================================================================
     # pre-pass: what is read/written, which internal buffers become locals
     # =========================================================================================
+    def _deps(self, outer_index, loop_ranges: dict):
+        """Per node: loopir's dependency analysis of its body at ``outer_index``."""
+        out = []
+        for node in self.group.nodes:
+            inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
+            vr = loop_ranges | dict(zip(inner_syms, node.inner))
+            out.append(body_deps(node.body, outer_index, inner_syms, var_ranges=vr))
+        return out
+
+    def _plan_outer_loops(self):
+        """Merge adjacent outer dims into one loop where every memory index stays free of
+        division/modulo by doing so (``i1 + 8*i0`` over [n, 8] becomes ``i0`` over [8*n]).
+        Returns (loop symbols, loop ranges, the outer index expressions in those symbols)."""
+        outer = [sympy.sympify(r) for r in self.group.outer]
+        n = len(outer)
+        groups = [[k] for k in range(n)]  # outer dims per loop, innermost last
+
+        def build(groups):
+            syms = [index_symbol(k) for k in range(len(groups))]
+            ranges, index = [], [None] * n
+            for sym, dims in zip(syms, groups):
+                total = sympy.Mul(*[outer[d] for d in dims])
+                ranges.append(total)
+                inner = sympy.Integer(1)
+                for d in reversed(dims):
+                    if d == dims[0]:
+                        index[d] = sym if inner == 1 else FloorDiv(sym, inner)
+                    else:
+                        index[d] = ModularIndexing(sym, inner, outer[d])
+                    inner = inner * outer[d]
+            vr = dict(zip(syms, ranges))
+            return syms, ranges, [simplify_index(e, vr) for e in index], vr
+
+        def clean(groups) -> bool:
+            syms, _, index, vr = build(groups)
+            merged = {syms[k] for k, dims in enumerate(groups) if len(dims) > 1}
+            for deps in self._deps(index, vr):
+                for d in list(deps.reads) + list(deps.writes):
+                    for f in d.index.atoms(FloorDiv, ModularIndexing):
+                        if f.free_symbols & merged:
+                            return False
+            return True
+
+        while len(groups) > 1:
+            trial = groups[:-2] + [groups[-2] + groups[-1]]
+            if not clean(trial):
+                break
+            groups = trial
+        syms, ranges, index, _ = build(groups)
+        return syms, ranges, index
+
     def _analyse(self) -> None:
         g = self.group
-        outer_syms = [index_symbol(k) for k in range(len(g.outer))]
         stores: dict[str, tuple[int, sympy.Expr]] = {}
         loads: dict[str, list[tuple[int, sympy.Expr]]] = {}
-        for k, node in enumerate(g.nodes):
-            inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
-            vr = dict(zip(outer_syms, g.outer)) | dict(zip(inner_syms, node.inner))
-            deps = body_deps(node.body, outer_syms, inner_syms, var_ranges=vr)
+        loop_vr = {s: r for s, r in self.var_ranges.items()}
+        for k, deps in enumerate(self._deps(self.outer_index, loop_vr)):
             for d in deps.reads:
                 loads.setdefault(d.name, []).append((k, d.index))
             for d in deps.writes:
@@ -300,7 +355,7 @@ class CppKernel:
         return total, decode
 
     def _pointwise_group(self, outer_syms) -> list[str]:
-        g = self.group
+        ranges = self.loop_ranges
         n = len(outer_syms)
         if n == 0:
             blk = self._open()
@@ -313,9 +368,9 @@ class CppKernel:
             blk = self._open()
             self._run_nodes([])
             self._close()
-            pragma = self._omp_parallel(g.outer[0], simd=not self._no_simd)
+            pragma = self._omp_parallel(ranges[0], simd=not self._no_simd)
             head = [pragma] if pragma else []
-            return head + [f"for (int64_t {s} = 0; {s} < {self._c(g.outer[0])}; {s}++)", "{",
+            return head + [f"for (int64_t {s} = 0; {s} < {self._c(ranges[0])}; {s}++)", "{",
                            *_indent(blk.lines), "}"]
         # n >= 2: leading dims flattened into one parallel loop, the last one simd
         lead, last = outer_syms[:-1], outer_syms[-1]
@@ -323,15 +378,15 @@ class CppKernel:
             self.sym_depth[s.name] = 1
         self.sym_depth[last.name] = 2
         b1 = self._open()
-        total, decode = self._flat_loop_header(lead, g.outer[:-1], "x")
+        total, decode = self._flat_loop_header(lead, ranges[:-1], "x")
         b2 = self._open()
         self._run_nodes([])
         self._close()
         inner = [] if self._no_simd else ["#pragma omp simd"]
-        inner += [f"for (int64_t {last} = 0; {last} < {self._c(g.outer[-1])}; {last}++)", "{",
+        inner += [f"for (int64_t {last} = 0; {last} < {self._c(ranges[-1])}; {last}++)", "{",
                   *_indent(b2.lines), "}"]
         self._close()
-        pragma = self._omp_parallel(total * g.outer[-1], simd=False)
+        pragma = self._omp_parallel(total * ranges[-1], simd=False)
         var = lead[0].name if len(lead) == 1 else "x"
         head = [pragma] if pragma else []
         return head + [f"for (int64_t {var} = 0; {var} < {self._c(total)}; {var}++)", "{",
@@ -339,22 +394,23 @@ class CppKernel:
 
     def _mixed_group(self, outer_syms) -> list[str]:
         g = self.group
+        outer_index = self.outer_index
         for s in outer_syms:
             self.sym_depth[s.name] = 1
         b1 = self._open()
         for node in g.nodes:
             if node.kind == "reduction":
-                b1.lines += self._reduction_node(node, outer_syms)
+                b1.lines += self._reduction_node(node, outer_index)
             elif node.inner:
-                b1.lines += self._pointwise_node(node, outer_syms)
+                b1.lines += self._pointwise_node(node, outer_index)
             else:
                 b1.lines.append(f"// node {self._node_no}: pointwise")
                 self._node_no += 1
-                self._run_body(node, outer_syms, [])
+                self._run_body(node, outer_index, [])
         self._close()
         if not outer_syms:
             return b1.lines
-        total, decode = self._flat_loop_header(outer_syms, g.outer, "x")
+        total, decode = self._flat_loop_header(outer_syms, self.loop_ranges, "x")
         work = total * max((sympy.Mul(*n.inner) for n in g.nodes if n.inner),
                            key=lambda e: 0 if not e.is_Integer else int(e), default=1)
         pragma = self._omp_parallel(work, simd=False)
@@ -367,7 +423,7 @@ class CppKernel:
         for node in self.group.nodes:
             self.blocks[-1].lines.append(f"// node {self._node_no}: pointwise")
             self._node_no += 1
-            self._run_body(node, [index_symbol(k) for k in range(len(self.group.outer))], inner_index)
+            self._run_body(node, self.outer_index, inner_index)
 
     def _run_body(self, node, outer_syms, inner_syms) -> None:
         with set_ops_handler(self):

@@ -110,8 +110,17 @@ template <typename T> KILN_INLINE T kiln_floordiv(T a, T b) {  // integers, roun
   T q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
 }
-KILN_INLINE float kiln_floordiv(float a, float b) { return floorf(a / b); }
-KILN_INLINE double kiln_floordiv(double a, double b) { return floor(a / b); }
+template <typename T> KILN_INLINE T kiln_floordiv_fp(T a, T b) {  // Python's float //
+  if (b == 0) return a / b;
+  const T mod = fmod(a, b);
+  T div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+  if (div == 0) return copysign(T(0), a / b);
+  T fl = floor(div);
+  return (div - fl > T(0.5)) ? fl + T(1) : fl;
+}
+KILN_INLINE float kiln_floordiv(float a, float b) { return kiln_floordiv_fp(a, b); }
+KILN_INLINE double kiln_floordiv(double a, double b) { return kiln_floordiv_fp(a, b); }
 template <typename T> KILN_INLINE T kiln_truncdiv(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); }
 KILN_INLINE float kiln_truncdiv(float a, float b) { return truncf(a / b); }
 KILN_INLINE double kiln_truncdiv(double a, double b) { return trunc(a / b); }

@@ -16,7 +16,7 @@ neither torch nor the compiled ``_evalframe`` extension.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import config
 
@@ -39,12 +39,6 @@ _LAZY = {
 }
 
 __all__ = ["config", *_LAZY]
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .api import OptimizedModule, compile, disable, optimize, reset, run
-    from .backends import InvalidBackend, list_backends, lookup_backend, register_backend
-    from .exc import BackendCompilerFailed, Unsupported
-
 
 def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)

@@ -45,15 +45,20 @@
  *
  *  4. The eval function pointer is per interpreter, the callback is per thread. While at
  *     least one thread has a non-None callback, our function is installed interpreter-wide
- *     (it returns straight to the default evaluator for threads whose callback is None);
+ *     (it returns straight to the previous evaluator for threads whose callback is None);
  *     when the count drops to zero the previous function is put back, so Python-to-Python
- *     calls are inlined by the interpreter again. A thread that exits with a callback still
- *     set leaks one reference and keeps the hook installed (harmless, slower); optimize()
+ *     calls are inlined by the interpreter again (with an eval function installed, CPython
+ *     routes every Python call through it instead of inlining it). Every set_eval_frame()
+ *     with an active callback re-checks the pointer, so another PEP 523 user that replaced
+ *     ours in between is chained to, not lost. A thread that exits with a callback still set
+ *     leaks one reference and keeps the hook installed (harmless, slower); the Python API
  *     always restores the previous callback.
  *
  *  5. "Hook disabled while guards and the callback run" is a per-thread depth counter
  *     (tls_disabled), not a change of the callback, so set_eval_frame() calls made inside
- *     stay balanced. run_without_hook(fn) uses the same counter.
+ *     stay balanced. run_without_hook(fn) uses the same counter; with_callback(cb, fn) (what
+ *     the decorators return) swaps the callback around one call of fn, in C, so a decorated
+ *     call adds no Python frame of its own.
  *
  *  6. The cache (a list of (check_fn, fn) tuples) and the skip mark live in a small C struct
  *     stored with _PyCode_SetExtra on the code object; the structs are also on a global
@@ -62,10 +67,10 @@
  *     co_extra are invisible to the cyclic GC: a cycle fn -> ... -> code lives until
  *     clear_cache()/reset().
  *
- *  7. fn's code object is marked skip when an entry is added, so fn's own frame is not
- *     intercepted (it would otherwise find itself in... nothing, and be compiled again);
- *     frames that fn calls are seen by the hook as usual. fn must therefore not share the
- *     frame's code object (we raise ValueError if it does).
+ *  7. fn's code object is marked skip when an entry is added, so fn's own frame runs as is
+ *     (otherwise the hook would look fn's code up, miss, and ask the callback to compile the
+ *     compiled code); frames that fn calls are seen by the hook as usual. fn must therefore
+ *     not share the frame's code object (we raise ValueError if it does).
  *
  * Everything runs with the GIL held; the module keeps no per-interpreter state beyond the
  * eval-function pointer (single-phase init; subinterpreters are not supported).
@@ -108,8 +113,8 @@ static _Thread_local PyObject *tls_callback = NULL;
 static _Thread_local int tls_disabled = 0;
 
 static Py_ssize_t active_threads = 0;         /* threads whose callback is not None */
-static int hook_installed = 0;
-static _PyFrameEvalFunction previous_eval = NULL; /* what we chain to (normally the default) */
+/* what we chain to (normally the default evaluator) */
+static _PyFrameEvalFunction previous_eval = _PyEval_EvalFrameDefault;
 static Py_ssize_t extra_index = -1;
 
 /* Per-code data kept in co_extra. */
@@ -471,21 +476,23 @@ error:
     return NULL;
 }
 
+/* Make the interpreter's eval function ours while some thread has a callback, and put the
+ * previous one back when none has. Looks at the current pointer each time, so another PEP 523
+ * user (a debugger, torch._dynamo) replacing ours while we are active is undone at the next
+ * set_eval_frame(), and we chain to whatever was installed before us. */
 static void
 update_installation(void)
 {
     PyInterpreterState *interp = PyThreadState_GET()->interp;
-    if (active_threads > 0 && !hook_installed) {
-        _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
-        previous_eval = (current == kiln_eval_frame) ? _PyEval_EvalFrameDefault : current;
-        _PyInterpreterState_SetEvalFrameFunc(interp, kiln_eval_frame);
-        hook_installed = 1;
-    }
-    else if (active_threads == 0 && hook_installed) {
-        if (_PyInterpreterState_GetEvalFrameFunc(interp) == kiln_eval_frame) {
-            _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (active_threads > 0) {
+        if (current != kiln_eval_frame) {
+            previous_eval = current;
+            _PyInterpreterState_SetEvalFrameFunc(interp, kiln_eval_frame);
         }
-        hook_installed = 0;
+    }
+    else if (current == kiln_eval_frame) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
     }
 }
 
@@ -504,6 +511,8 @@ swap_callback(PyObject *callback)
     tls_callback = Py_NewRef(callback);
     if (was_active != now_active) {
         active_threads += now_active ? 1 : -1;
+    }
+    if (was_active != now_active || now_active) {
         update_installation();
     }
     return previous; /* the reference tls_callback held */

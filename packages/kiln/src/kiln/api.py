@@ -31,6 +31,8 @@ def compile(
       unknown keys raise here, listing the known ones);
     - ``disable=True`` returns ``model`` untouched.
     """
+    if model is not None and disable:
+        return model
     import kiln_frontend
 
     if isinstance(options, Options):

@@ -535,7 +535,7 @@ class GraphLowering:
                 raise LoweringError(f"dtype {out.get_dtype()} != meta {meta.dtype}")
             want = [self.expr(s) for s in meta.shape]
             have = out.get_size()
-            if len(want) != len(have) or not all(statically_known_equal(a, b) for a, b in zip(want, have)):
+            if len(want) != len(have) or not all(self._same_size(a, b) for a, b in zip(want, have)):
                 raise LoweringError(f"size {have} != meta {want}")
         elif isinstance(meta, (tuple, list)) and isinstance(out, (tuple, list)):
             for m, o in zip(meta, out):
@@ -544,6 +544,12 @@ class GraphLowering:
                         self._check(n, o, m)
         elif isinstance(meta, torch.Tensor) and not isinstance(out, IRNode):
             raise LoweringError(f"lowering returned {type(out).__name__}, expected a tensor")
+
+    def _same_size(self, a, b) -> bool:
+        if statically_known_equal(a, b):
+            return True
+        ha, hb = self.sizevars.hint(a), self.sizevars.hint(b)
+        return ha is not None and ha == hb
 
     def _post(self, n, out):
         """Apply the realization policy to the value of node ``n``."""

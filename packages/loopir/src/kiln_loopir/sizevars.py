@@ -518,6 +518,7 @@ class SizeVarAllocator:
         self.guards: list[sympy.Basic] = []
         self._used_names: set[str] = set()
         self._next = 0
+        self._shape_env = None
 
     def _new_symbol(self, torch_sym: sympy.Symbol) -> sympy.Symbol:
         """kiln numbers symbols s0, s1, ... in order of first appearance (so torch's names are
@@ -527,8 +528,37 @@ class SizeVarAllocator:
         self._used_names.add(sym.name)
         return sym
 
+    def _record_hints(self, x) -> None:
+        node = getattr(x, "node", None)
+        env = getattr(node, "shape_env", None)
+        if env is not None and env is not self._shape_env:
+            self._shape_env = env
+
+    def hint(self, expr) -> int | None:
+        """The example value of a kiln size expr (from torch's ShapeEnv), None if unknown."""
+        expr = sympify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        env = self._shape_env
+        if env is None:
+            return None
+        inv = {v: k for k, v in self.mapping.items()}
+        subs = {}
+        for s in expr.free_symbols:
+            t = inv.get(s)
+            if t is None or t not in env.var_to_val:
+                return None
+            subs[s] = int(env.var_to_val[t])
+        try:
+            from .interpreter import eval_index
+
+            return int(eval_index(expr, subs))
+        except Exception:
+            return None
+
     def bind(self, torch_expr, source: SizeVarSource) -> None:
         """Record that ``torch_expr`` (a symbol, or expr) is read from ``source``."""
+        self._record_hints(torch_expr)
         e = _torch_to_sympy(torch_expr)
         if e is None or e.is_Integer:
             return
@@ -541,11 +571,13 @@ class SizeVarAllocator:
 
     def to_expr(self, x) -> sympy.Expr:
         """A kiln SymPy expr for an int / torch.SymInt / sympy expr over torch symbols."""
+        self._record_hints(x)
         e = _torch_to_sympy(x)
         if e is None:
             raise TypeError(f"not a size: {x!r}")
         if e.is_Integer:
             return e
+        e = convert_torch_functions(e)
         subs = {}
         for s in e.free_symbols:
             if s not in self.mapping:
@@ -561,6 +593,36 @@ class SizeVarAllocator:
 
     def unbound(self) -> list[sympy.Symbol]:
         return [s for s in self.mapping.values() if s not in self.sources]
+
+
+def convert_torch_functions(e: sympy.Expr) -> sympy.Expr:
+    """Replace torch.utils._sympy functions (FloorDiv, ModularIndexing, CleanDiv, CeilDiv,
+    PythonMod, Mod, Max, Min, PowByNatural) by kiln's / SymPy's."""
+    if not e.args:
+        return e
+    args = [convert_torch_functions(a) for a in e.args]
+    name = type(e).__name__
+    if isinstance(e, (FloorDiv, ModularIndexing)):
+        return e.func(*args)
+    if name in ("FloorDiv", "CleanDiv", "IntTrueDiv") and len(args) == 2:
+        return FloorDiv(*args)
+    if name == "CeilDiv" and len(args) == 2:
+        return FloorDiv(args[0] + args[1] - 1, args[1])
+    if name == "ModularIndexing":
+        return ModularIndexing(*args)
+    if name in ("PythonMod", "Mod") and len(args) == 2:
+        return ModularIndexing(args[0], 1, args[1])
+    if name == "PowByNatural":
+        return sympy.Pow(*args)
+    if name == "Max":
+        return sympy.Max(*args)
+    if name == "Min":
+        return sympy.Min(*args)
+    if isinstance(e, (sympy.Add, sympy.Mul, sympy.Pow)):
+        return e.func(*args)
+    if isinstance(e, sympy.Function) and type(e).__module__.startswith("torch"):
+        raise NotImplementedError(f"torch sympy function {name} in a size expression")
+    return e.func(*args)
 
 
 def _torch_to_sympy(x):

@@ -10,7 +10,9 @@ The wrapper is the Python function that runs a compiled graph::
         cpp_kernel_0(buf0.data_ptr(), arg0.data_ptr(), arg1.data_ptr(), s0)
         return [buf0]
 
-It unpacks the inputs, reads each dynamic size once from an input's shape, allocates buffers
+It uses, without importing them, the launch helpers that ``kiln_runtime.load`` puts in its
+namespace (``LAUNCH_HELPERS``: ``empty_strided_cpu``, ``reinterpret_tensor``, ...), so loopir
+itself never depends on the runtime. It unpacks the inputs, reads each dynamic size once from an input's shape, allocates buffers
 as the schedule's memory plan says (``empty_strided``; a buffer that takes over a freed one's
 storage is a ``reinterpret_tensor`` of it), runs kernels and extern (aten) calls in schedule
 order, ``del``s every buffer after its last use, and returns the outputs (views with their own
@@ -47,6 +49,8 @@ from .sizevars import pexpr
 __all__ = ["generate_wrapper", "extern_call_source", "py_arg", "output_code"]
 
 INDENT = "    "
+#: free names a wrapper may use: the runtime's launch helpers (kiln_runtime.launch.HELPERS)
+LAUNCH_HELPERS = ("empty_strided", "empty_strided_cpu", "empty_strided_cuda", "reinterpret_tensor")
 
 
 # =============================================================================================
@@ -170,8 +174,6 @@ class _WrapperWriter:
         self.emit(f"return [{', '.join(self.output_text(o) for o in self.graph.outputs)}]")
         head = [
             "import torch",
-            "from kiln_runtime.launch import (empty_strided, empty_strided_cpu, empty_strided_cuda,",
-            "                                 reinterpret_tensor)",
             "",
             "aten = torch.ops.aten",
             "",
@@ -306,8 +308,9 @@ def output_code(module: GeneratedModule, sched: Schedule, codegen) -> str:
     graph = sched.graph
     hints = _size_hints(graph)
     parts = [
-        f"# kiln output_code.py (codegen: {codegen.name}). Run `python output_code.py` to benchmark",
-        "# the compiled graph on random inputs (sizes: the compile-time hints).",
+        f"# kiln output_code.py (codegen: {codegen.name}). Run `python output_code.py` to benchmark\n"
+        "# the compiled graph on random inputs (sizes: the compile-time hints).\n"
+        f"from kiln_runtime.launch import {', '.join(LAUNCH_HELPERS)}",
         module.wrapper_source,
     ]
     standalone = getattr(codegen, "standalone_source", None)

@@ -1,6 +1,7 @@
 """Helpers that generated wrappers call: allocation shortcuts and views of buffers.
 
-They are plain functions so a wrapper (and a standalone ``output_code.py``) can import them:
+``kiln_runtime.load`` puts ``HELPERS`` in every wrapper's namespace (a wrapper's source uses
+them without importing them); a standalone ``output_code.py`` imports them:
 ``from kiln_runtime.launch import empty_strided_cpu, reinterpret_tensor``.
 """
 
@@ -37,3 +38,13 @@ def assert_size_stride(t: torch.Tensor, size, stride) -> None:
             f"expected size {tuple(size)} stride {tuple(stride)}, "
             f"got size {tuple(t.size())} stride {tuple(t.stride())}"
         )
+
+
+#: the names every generated wrapper may use without importing them
+HELPERS = {
+    "empty_strided": empty_strided,
+    "empty_strided_cpu": empty_strided_cpu,
+    "empty_strided_cuda": empty_strided_cuda,
+    "reinterpret_tensor": reinterpret_tensor,
+    "assert_size_stride": assert_size_stride,
+}

@@ -159,8 +159,6 @@ class PyCodegen:
 def walk_trackers(values: Iterable[VariableTracker]):
     """Every tracker reachable from ``values`` (through containers), depth first,
     children before parents."""
-    from .variables.containers import BaseSequenceVariable, ConstDictVariable, \
-        ListIteratorVariable, SliceVariable
     from .variables.misc import LazyVariable
 
     seen: set[int] = set()
@@ -168,15 +166,8 @@ def walk_trackers(values: Iterable[VariableTracker]):
     def visit(v: VariableTracker):
         if isinstance(v, LazyVariable) and v.realized is not None:
             v = v.realized
-        if isinstance(v, (BaseSequenceVariable, ListIteratorVariable)):
-            for item in v.items:
-                yield from visit(item)
-        elif isinstance(v, ConstDictVariable):
-            for item in v.items.values():
-                yield from visit(item)
-        elif isinstance(v, SliceVariable):
-            for item in v.parts:
-                yield from visit(item)
+        for child in v.children():
+            yield from visit(child)
         if id(v) not in seen:
             seen.add(id(v))
             yield v

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import linecache
 import types
+import weakref
 from typing import Any
 
 from ..bytecode import create_instruction, decode, make_resume_code, versions
@@ -49,6 +50,10 @@ from .variables.misc import (
 )
 
 _resume_counter = itertools.count(1)
+#: original code -> {(target offset, stack layout, live locals): (name, code, function)}:
+#: a frame recompiled (new shapes, ...) reuses its resume functions, so their own cache
+#: entries accumulate on one code object
+_resume_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 #: how deep user functions may be inlined
 MAX_INLINE_DEPTH = 24
@@ -415,8 +420,21 @@ class InstructionTranslator(InstructionTranslatorBase):
                 out.append(name)
         return out
 
+    def in_loop(self, index: int) -> bool:
+        """True when instruction ``index`` lies inside a loop (a backward jump at or after
+        it goes to or before it).  Like TorchDynamo we do not graph-break in loops: each
+        iteration would nest one more resume call."""
+        for j in range(index, len(self.instructions)):
+            inst = self.instructions[j]
+            if (versions.is_jump(inst) and inst.target is not None
+                    and self.index_of[id(inst.target)] <= index):
+                return True
+        return False
+
     def can_break_at(self, inst) -> bool:
         if inst.exn_tab_entry is not None:
+            return False
+        if self.in_loop(self.index_of[id(inst)]):
             return False
         name = inst.opname
         if name in _CALL_OPNAMES or name in _CALL_PREFIX_OPNAMES:
@@ -444,18 +462,26 @@ class InstructionTranslator(InstructionTranslatorBase):
                 break
         return out
 
-    def emit_graph_call(self, cg: PyCodegen, values: list[VariableTracker]) -> bool:
-        """Compile the graph (when it has work) so that it returns every tensor in ``values``
-        that cannot be reloaded from a source; emit the call and store its outputs."""
+    def plan_graph_outputs(self, cg: PyCodegen,
+                           values: list[VariableTracker]) -> list[TensorVariable]:
+        """The tensors in ``values`` that cannot be reloaded from a source: the graph must
+        return them.  Registers their temporaries in ``cg``."""
         outputs: list[TensorVariable] = []
         seen: set = set()
         for v in walk_trackers(values):
             if isinstance(v, TensorVariable) and v.source is None and v.node not in seen:
                 seen.add(v.node)
+                cg.graph_outputs[v.node] = f"___kiln_graph_out_{len(outputs)}"
                 outputs.append(v)
+        return outputs
+
+    def graph_call(self, outputs: list[TensorVariable]) -> list:
+        """Compile the graph (when it has work) and return the instructions that call it and
+        store its outputs.  Called once the rest of the code was generated without error."""
         if self.output.count_calls() == 0 and not outputs:
-            return False
+            return []
         name = self.output.compile_graph(outputs)
+        cg = self.new_codegen()
         cg.load_global(name, push_null=True)
         inputs = self.output.graph_inputs
         for _node, source, _real in inputs:
@@ -463,13 +489,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         cg.call_function(len(inputs))
         if outputs:
             cg.extend(versions.unpack_sequence(len(outputs)))
-            for i, v in enumerate(outputs):
-                temp = f"___kiln_graph_out_{i}"
-                cg.store_fast(temp)
-                cg.graph_outputs[v.node] = temp
+            for i in range(len(outputs)):
+                cg.store_fast(f"___kiln_graph_out_{i}")
         else:
             cg.pop_top()
-        return True
+        return cg.insts
 
     def store_aliases(self, cg: PyCodegen, values: list[VariableTracker]) -> None:
         """Mutable containers referenced more than once are rebuilt once, into temps."""
@@ -504,16 +528,25 @@ class InstructionTranslator(InstructionTranslatorBase):
         """Instructions that push NULL + the resume function (``head``), and that call it
         with the stack values and ``live`` locals already pushed, then return (``tail``)."""
         target = self.instructions[target_index]
-        name = f"__resume_at_{target.offset}_{next(_resume_counter)}"
-        code = make_resume_code(self.code, target, stack_vars, live, name)
+        key = (target.offset, tuple(stack_vars), tuple(live), id(self.f_globals))
+        per_code = _resume_cache.setdefault(self.code, {})
+        cached = per_code.get(key)
+        if cached is None:
+            name = f"__resume_at_{target.offset}_{next(_resume_counter)}"
+            code = make_resume_code(self.code, target, stack_vars, live, name)
+            fn = None if code.co_freevars else types.FunctionType(code, self.f_globals, name)
+            per_code[key] = cached = (name, code, fn)
+        name, code, fn = cached
         self.resume_names.append(name)
         head: list = []
-        if code.co_freevars:
+        if fn is None:
             head += versions.push_null()
             head += versions.make_function(code, code.co_freevars)
         else:
-            fn = types.FunctionType(code, self.f_globals, name)
-            self.output.install_global(name, fn)
+            if self.f_globals.get(name) is not fn:
+                self.output.install_global(name, fn)
+            else:
+                self.output.installed_globals[name] = fn
             head += versions.load_global(name, True)
         nargs = len([s for s in stack_vars if s is not None]) + len(live)
         tail = versions.call_function(nargs) + versions.return_value()
@@ -539,21 +572,21 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def do_return(self, value: VariableTracker) -> None:
         cg = self.new_codegen()
-        compiled = self.emit_graph_call(cg, [value])
-        if not compiled and not self.graph_breaks:
+        outputs = self.plan_graph_outputs(cg, [value])
+        if self.output.count_calls() == 0 and not outputs:
             # nothing worth compiling
             self.output_instructions = None
             self.done = True
             return
         cg(value)
         cg.return_value()
-        self.finish(cg.insts)
+        self.finish(self.graph_call(outputs) + cg.insts)
 
     # -- graph breaks -----------------------------------------------------------------
 
     def graph_break_on_jump(self, inst, reason: Unsupported) -> None:
         reason.with_location(*self.location(inst))
-        if self.nopython:
+        if self.nopython or not self.can_break_at(inst):
             raise reason
         # the condition is still on the stack: put it back for break_at
         raise RestartAnalysis(self.index_of[id(inst)], reason)
@@ -624,7 +657,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         live = self.live_locals(index + 1)
         local_values = [self.symbolic_locals[n] for n in live]
         cg = self.new_codegen()
-        self.emit_graph_call(cg, stack + local_values)
+        outputs = self.plan_graph_outputs(cg, stack + local_values)
         self.store_aliases(cg, stack + local_values)
         stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(stack)]
         local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
@@ -647,7 +680,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         for load in local_loads:
             load(cg)
         cg.extend(tail)
-        self.finish(cg.insts)
+        self.finish(self.graph_call(outputs) + cg.insts)
 
     def break_at_jump(self, inst, index: int) -> None:
         name = inst.opname
@@ -671,7 +704,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         names = [n for n in self.code.co_varnames if n in live_fall or n in live_jump]
         local_values = [self.symbolic_locals[n] for n in names]
         cg = self.new_codegen()
-        self.emit_graph_call(cg, stack + local_values)
+        outputs = self.plan_graph_outputs(cg, stack + local_values)
         self.store_aliases(cg, stack + local_values)
         rest_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(rest)]
         local_loads = {n: self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
@@ -704,7 +737,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         cg.extend(versions.pop_jump_if(sense, jump[0]))
         cg.extend(fall)
         cg.extend(jump)
-        self.finish(cg.insts)
+        self.finish(self.graph_call(outputs) + cg.insts)
 
 
 __all__ = [

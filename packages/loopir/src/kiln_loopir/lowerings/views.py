@@ -454,14 +454,15 @@ def reshape_reindex(old_size, new_size):
 
 
 def _new_size(x, size):
-    msize = _meta_size()
-    if msize is not None:
-        return msize
+    """The view's size from its arguments (simpler than torch's meta sizes), -1 inferred."""
     size = [sympify(s) for s in size]
     if any(s == -1 for s in size):
         known = sympy.Mul(*[s for s in size if s != -1])
         total = sympy.Mul(*[sympify(s) for s in x.get_size()])
-        size = [sympy.cancel(total / known) if s == -1 else s for s in size]
+        q = sympy.cancel(total / known)
+        n, d = sympy.fraction(q)
+        inferred = q if d == 1 else FloorDiv(total, known)
+        size = [inferred if s == -1 else s for s in size]
     return size
 
 

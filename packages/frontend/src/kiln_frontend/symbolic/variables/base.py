@@ -89,6 +89,10 @@ class VariableTracker:
         except NotConstant:
             raise Unsupported(f"truth value of {self.describe()}") from None
 
+    def children(self) -> list[VariableTracker]:
+        """Trackers this one holds (container items, a bound method's object...)."""
+        return []
+
     # -- code generation --------------------------------------------------------------
 
     def reconstruct(self, codegen: PyCodegen) -> None:

@@ -118,6 +118,9 @@ class ConstantMethodVariable(VariableTracker):
         self.obj = obj
         self.name = name
 
+    def children(self):
+        return [self.obj]
+
     def call_function(self, tx, args, kwargs):
         try:
             cargs = [a.as_python_constant() for a in args]

@@ -59,6 +59,9 @@ class BaseSequenceVariable(VariableTracker):
         except (IndexError, TypeError) as e:
             raise Unsupported(f"{type(e).__name__} indexing a {self.python_cls.__name__}") from e
 
+    def children(self):
+        return list(self.items)
+
     def reconstruct_items(self, codegen) -> None:
         for item in self.items:
             codegen(item)
@@ -86,7 +89,7 @@ class TupleVariable(BaseSequenceVariable):
 
     @classmethod
     def wrap(cls, builder, value):
-        if type(value) is tuple or _is_namedtuple(type(value)):
+        if type(value) is tuple or _is_namedtuple(type(value)) or _is_structseq(type(value)):
             return cls(cls.wrap_items(builder, value), source=builder.source,
                        tuple_cls=type(value))
         raise Unsupported(f"tuple subclass {type(value).__qualname__}")
@@ -95,7 +98,8 @@ class TupleVariable(BaseSequenceVariable):
         return self.tuple_cls
 
     def var_getattr(self, tx, name):
-        fields = getattr(self.tuple_cls, "_fields", None)
+        fields = getattr(self.tuple_cls, "_fields", None) or getattr(
+            self.tuple_cls, "__match_args__", None)
         if fields and name in fields:
             return self.items[fields.index(name)]
         if name in ("index", "count"):
@@ -106,16 +110,20 @@ class TupleVariable(BaseSequenceVariable):
         if self.source is not None:
             return self.source.reconstruct(codegen)
         if self.tuple_cls is not tuple:
+            # namedtuple: cls._make(items); structseq (torch.return_types.*): cls(items)
+            codegen.load_const_object(self.tuple_cls)
             if hasattr(self.tuple_cls, "_make"):
-                codegen.load_const_object(self.tuple_cls)
                 codegen.load_attr("_make")
-                self.reconstruct_items(codegen)
-                codegen.build_tuple(len(self.items))
-                codegen.call_simple(1)
-                return
-            raise Unsupported(f"cannot rebuild {self.tuple_cls.__qualname__}")
+            self.reconstruct_items(codegen)
+            codegen.build_tuple(len(self.items))
+            codegen.call_simple(1)
+            return
         self.reconstruct_items(codegen)
         codegen.build_tuple(len(self.items))
+
+
+def _is_structseq(cls: type) -> bool:
+    return issubclass(cls, tuple) and hasattr(cls, "n_fields")
 
 
 def _is_namedtuple(cls: type) -> bool:
@@ -168,6 +176,9 @@ class SequenceMethodVariable(VariableTracker):
         super().__init__()
         self.obj = obj
         self.name = name
+
+    def children(self):
+        return [self.obj]
 
     def describe(self) -> str:
         return f"{self.obj.python_cls.__name__}.{self.name}"
@@ -240,6 +251,9 @@ class ConstDictVariable(VariableTracker):
     def python_type(self) -> type:
         return self.dict_cls
 
+    def children(self):
+        return list(self.items.values())
+
     def as_python_constant(self) -> Any:
         return self.dict_cls((k, v.as_python_constant()) for k, v in self.items.items())
 
@@ -298,6 +312,9 @@ class DictMethodVariable(VariableTracker):
         self.obj = obj
         self.name = name
 
+    def children(self):
+        return [self.obj]
+
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if name == "keys" and not args:
@@ -350,6 +367,9 @@ class ListIteratorVariable(VariableTracker):
         self.items = items
         self.index = index
 
+    def children(self):
+        return list(self.items[self.index:])
+
     def next_item(self) -> VariableTracker | None:
         if self.index >= len(self.items):
             return None
@@ -382,6 +402,9 @@ class SliceVariable(VariableTracker):
     def __init__(self, parts: list[VariableTracker]):
         super().__init__()
         self.parts = parts
+
+    def children(self):
+        return list(self.parts)
 
     def as_python_constant(self):
         return slice(*[p.as_python_constant() for p in self.parts])

@@ -110,6 +110,9 @@ class UserMethodVariable(UserFunctionVariable):
         super().__init__(fn, source=source)
         self.obj = obj
 
+    def children(self):
+        return [self.obj]
+
     def call_function(self, tx, args, kwargs):
         if self.fn.__code__.co_flags & _GEN_FLAGS:
             raise Unsupported(f"calling generator/coroutine method {self.fn.__qualname__}")

@@ -237,6 +237,9 @@ class GetAttrVariable(VariableTracker):
         self.name = name
         self.reason = reason
 
+    def children(self):
+        return [self.obj]
+
     def _fail(self):
         raise Unsupported(self.reason.reason)
 

@@ -122,6 +122,9 @@ class TensorMethodVariable(VariableTracker):
         self.tensor = tensor
         self.name = name
 
+    def children(self):
+        return [self.tensor]
+
     def describe(self) -> str:
         return f"Tensor.{self.name}"
 

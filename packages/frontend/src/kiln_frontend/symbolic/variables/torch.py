@@ -40,11 +40,18 @@ _FOLDABLE: set[Any] = {
 }
 
 
+def _is_foldable(value: Any) -> bool:
+    try:
+        return value in _FOLDABLE
+    except TypeError:  # unhashable
+        return False
+
+
 def is_torch_callable(value: Any) -> bool:
     """True for functions that go into the graph as one call_function node."""
     if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return True
-    if value in _FOLDABLE:
+    if _is_foldable(value):
         return True
     module = getattr(value, "__module__", None) or ""
     name = getattr(value, "__name__", "")
@@ -87,7 +94,7 @@ class TorchFunctionVariable(VariableTracker):
         fn = self.fn
         if self.name in _BLOCKED:
             raise Unsupported(f"call to torch.{self.name} (global state)")
-        if fn in _FOLDABLE:
+        if _is_foldable(fn):
             from .tensor import TensorVariable
 
             if not any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
