@@ -47,10 +47,12 @@ def test_seed_one_kernel_one_load_per_input_one_store_vectorized():
     assert body.count("in_ptr0[") == 1 and body.count("in_ptr1[") == 1 and body.count("out_ptr0[") == 1
     lines = [ln.strip() for ln in body.splitlines()]
     fors = [k for k, ln in enumerate(lines) if ln.startswith("for (")]
-    innermost = fors[-1]
-    assert lines[innermost - 1] == "#pragma omp simd"
-    assert lines[innermost].startswith("for (int64_t i1 = 0; i1 < s1; i1++)")
-    assert lines[fors[0] - 1].startswith("#pragma omp parallel for")
+    assert len(fors) == 1  # [s0, s1] contiguous: one loop over s0*s1 elements
+    (innermost,) = fors
+    assert lines[innermost] == "for (int64_t i0 = 0; i0 < s0*s1; i0++)"
+    # parallel over threads, SIMD inside each thread's chunk
+    assert lines[innermost - 1].startswith("#pragma omp parallel for simd num_threads(kiln_num_threads)")
+    assert "in_ptr0[i0]" in body and "out_ptr0[i0] = " in body
     # GCC really vectorizes the innermost loop
     assert lines[innermost] in vectorized_loops(kernel.source)
     # the wrapper calls exactly one kernel and allocates one buffer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -470,12 +471,13 @@ def test_config_from_environment():
         "from kiln_frontend import config as c;"
         "print(c.debug, c.log_recompiles, c.cache_size_limit, c.suppress_errors, c.verbose)"
     )
-    env = {"KILN_DEBUG": "1", "KILN_LOGS": "+recompiles,guards", "KILN_CACHE_SIZE_LIMIT": "3",
-           "KILN_SUPPRESS_ERRORS": "0", "PATH": ""}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env = dict(base, KILN_DEBUG="1", KILN_LOGS="+recompiles,guards", KILN_CACHE_SIZE_LIMIT="3",
+               KILN_SUPPRESS_ERRORS="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["True", "True", "3", "False", "False"]
-    out = subprocess.run([sys.executable, "-c", code], env={"PATH": ""}, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ["False", "False", "8", "True", "False"]
 

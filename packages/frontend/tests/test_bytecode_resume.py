@@ -462,3 +462,30 @@ def test_resume_at_every_statement_matches_the_original(fn, args):
         rc = bc.make_resume_code(code, offset, [], names, f"__resume_at_{offset}_0")
         resumed = types.FunctionType(rc, func.__globals__)
         assert resumed(*[local_values[n] for n in names]) == expected, offset
+
+
+@pytest.mark.parametrize("module", ["json.decoder", "textwrap", "shlex"])
+def test_resume_code_assembles_at_every_reachable_instruction(module):
+    """Structural sweep: any instruction with any stack depth yields valid resume code
+    (exception handlers, loops and EXTENDED_ARG jumps included)."""
+    import inspect
+
+    path = importlib.import_module(module).__file__
+    with open(path, encoding="utf-8") as f:
+        top = compile(f.read(), path, "exec")
+    todo, built = [top], 0
+    while todo:
+        code = todo.pop()
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE
+                            | inspect.CO_ASYNC_GENERATOR):
+            continue
+        insts = bc.decode(code)
+        for inst, depth in zip(insts, bc.stack_depths(insts), strict=True):
+            if depth is None:
+                continue
+            rc = bc.make_resume_code(code, inst, [f"__s{k}" for k in range(depth)],
+                                     list(code.co_varnames), "r")
+            assert rc.co_argcount == depth + len(code.co_varnames)
+            built += 1
+    assert built > 100

@@ -532,6 +532,9 @@ def test_stack_effect_and_classification():
     assert bc.stack_effect(versions.load_method("m")[0]) == 1
     assert bc.is_raise(bc.create_instruction("RERAISE", arg=0))
     assert versions.is_backward_jump("JUMP_BACKWARD")
+    assert versions.generic_opname("JUMP_BACKWARD") == "JUMP"
+    assert versions.generic_opname(c.opname) == "POP_JUMP_IF_FALSE"
+    assert versions.generic_opname("LOAD_FAST") == "LOAD_FAST"
 
 
 def test_compare_op_encoding_round_trips():

@@ -9,15 +9,13 @@ import inspect
 import operator
 import pathlib
 
-
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from kiln_frontend.convert import CompiledFrame, convert_frame
 from kiln_frontend.exc import BackendCompilerFailed
 from kiln_frontend.guards import GuardKind
+from torch import nn
 
 
 def _load_harness():
@@ -308,7 +306,7 @@ def test_backend_that_deletes_functional_dropout():
 def test_debug_printouts(monkeypatch, capsys):
     monkeypatch.setenv("KILN_DEBUG", "1")
     cap = harness.Capture(harness.Backend())
-    a, b = torch.randn(3), torch.randn(3)
+    a, b = torch.randn(3, 2), torch.randn(3, 2)
     cap(straight, a, b)
     out = capsys.readouterr().out
     assert "TRACED GRAPH" in out
@@ -327,7 +325,7 @@ def test_debug_printouts(monkeypatch, capsys):
 def test_no_printouts_by_default(monkeypatch, capsys):
     monkeypatch.delenv("KILN_DEBUG", raising=False)
     cap = harness.Capture(harness.Backend())
-    cap(straight, torch.randn(3), torch.randn(3))
+    cap(straight, torch.randn(3, 2), torch.randn(3, 2))
     assert "TRACED GRAPH" not in capsys.readouterr().out
 
 

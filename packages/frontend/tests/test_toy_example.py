@@ -10,7 +10,6 @@ import pathlib
 
 import pytest
 import torch
-
 from kiln_frontend.exc import Unsupported
 from kiln_frontend.guards import GuardKind
 
@@ -143,8 +142,10 @@ def test_transformed_code_calls_compiled_fn_and_resume_functions():
 
 def _hook_available() -> bool:
     try:
-        from kiln_frontend import eval_frame  # noqa: F401
-        from kiln_frontend import _evalframe  # noqa: F401
+        from kiln_frontend import (
+            _evalframe,  # noqa: F401
+            eval_frame,  # noqa: F401
+        )
     except (ImportError, AttributeError):
         return False
     return True

@@ -11,6 +11,8 @@ import kiln_loopir as K
 
 
 def aten_graph(fn, *args, mode="real"):
+    """A functional ATen graph of ``fn`` (torch's core decompositions)."""
+    fn = torch.func.functionalize(fn, remove="mutations_and_views")
     return make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode=mode)(*args)
 
 

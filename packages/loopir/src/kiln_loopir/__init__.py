@@ -30,6 +30,7 @@ from .ir import (
     SchedNode,
 )
 from .virtualized import MissingOpError, ops, set_ops_handler
+from .lowering import LoweringError
 
 __all__ = [
     "lower",
@@ -57,6 +58,7 @@ __all__ = [
     "Schedule",
     "SchedNode",
     "MissingOpError",
+    "LoweringError",
     "ops",
     "set_ops_handler",
     "ir",

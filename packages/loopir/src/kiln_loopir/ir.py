@@ -52,6 +52,7 @@ __all__ = [
     "ConstantBuffer",
     "ComputedBuffer",
     "ExternKernel",
+    "ScatterBuffer",
     "MultiOutput",
     "ReinterpretView",
     "GenericView",
@@ -404,6 +405,42 @@ class ComputedBuffer(Buffer):
         return f"{self.name}: ComputedBuffer {self.layout}"
 
 
+class ScatterBuffer(ComputedBuffer):
+    """A loop that writes into ANOTHER buffer (``target``, a ComputedBuffer already filled):
+    scatter / scatter_add / index_put. For each ``index`` in ``data.ranges`` it stores
+    ``data.inner_fn(index)`` at ``target.layout.index(output_indexer(index))`` with store
+    ``mode`` (None: overwrite; "atomic_add": accumulate). ``output_indexer`` may call
+    ``ops.indirect_indexing``. The ScatterBuffer's own name is only a step name: it is never
+    allocated; readers of the result read ``target`` (after this node)."""
+
+    def __init__(self, name: str, target: ComputedBuffer, data: Pointwise,
+                 output_indexer: Callable, mode: str | None):
+        super().__init__(name, target.layout, data)
+        self.target = target
+        self.output_indexer = output_indexer
+        self.mode = mode
+
+    @property
+    def mutated_name(self) -> str:
+        return self.target.name
+
+    def store_body(self) -> Callable:
+        tname, indexer, data = self.target.name, self.target.layout.index, self.data
+        out_idx, mode, dtype = self.output_indexer, self.mode, self.target.layout.dtype
+
+        def body(index):
+            value = data.inner_fn(index)
+            if compute_dtype(dtype) != dtype:
+                value = ops.to_dtype(value, dtype)
+            return ops.store(tname, indexer(out_idx(index)), value, mode)
+
+        return body
+
+    def header(self) -> str:
+        m = f" ({self.mode})" if self.mode else ""
+        return f"{self.name}: ScatterBuffer into {self.target.name}{m}"
+
+
 class ExternKernel(Buffer):
     """A call of an aten op (``op``: an OpOverload) on ``inputs``/``kwargs``.
 
@@ -694,6 +731,7 @@ class LoopGraph:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.name_to_buffer: dict[str, Buffer] = {}
         self._counter = itertools.count()
+        self.size_hints: dict[sympy.Symbol, int] = {}  # example value of each size symbol
         self.meta: dict[str, Any] = {}
 
     # ---- building --------------------------------------------------------------------------
@@ -761,8 +799,9 @@ class LoopGraph:
                 for d in reads:
                     if d.name not in seen:
                         raise AssertionError(f"{b.name} reads {d.name} before it is defined")
+                own = b.target.name if isinstance(b, ScatterBuffer) else b.name
                 for d in writes:
-                    if d.name != b.name:
+                    if d.name != own:
                         raise AssertionError(f"{b.name} writes {d.name}")
             elif isinstance(b, ExternKernel):
                 for n in b.input_buffers():
@@ -887,8 +926,14 @@ class FusedGroup:
         return out
 
     def output_names(self) -> list[str]:
-        """Buffers written by the group that are needed outside it."""
-        return [n.buffer.name for n in self.nodes if n.buffer.name not in self.internal_buffers]
+        """Buffers written by the group that are needed outside it (for a ScatterBuffer node:
+        the buffer it writes into)."""
+        out = []
+        for n in self.nodes:
+            nm = getattr(n.buffer, "mutated_name", n.buffer.name)
+            if nm not in self.internal_buffers and nm not in out:
+                out.append(nm)
+        return out
 
     def size_symbols(self) -> list[sympy.Symbol]:
         """Size symbols (``s*``) used by ranges and indices of this group, sorted."""

@@ -378,6 +378,7 @@ class GraphLowering:
         self.env: dict[torch.fx.Node, Any] = {}
         self._const_count = 0
         self.current_node: torch.fx.Node | None = None
+        self.pending_copies: list = []  # (input buffer, new value, meta) of copy_ write-backs
 
     # ---- helpers -------------------------------------------------------------------------
     def expr(self, x):
@@ -463,6 +464,22 @@ class GraphLowering:
                 raise LoweringError(f"{n.op} nodes are not ATen-level ({n.format_node()})")
         self.current_node = None
         self.graph.sizevars = dict(self.sizevars.sources)
+        hints = {}
+        for sym, src in self.graph.sizevars.items():
+            h = self.sizevars.hint(sym)
+            if h is None and src.input is not None and src.buffer is None:
+                v = vals[src.input] if src.input < len(vals) else None
+                try:
+                    if isinstance(v, torch.Tensor) and src.dim is not None:
+                        h = int(v.stride(src.dim) if src.stride else v.size(src.dim))
+                    elif src.dim is None and v is not None:
+                        h = int(v)
+                except Exception:
+                    h = None
+            if h is not None:
+                hints[sym] = h
+        self.graph.size_hints = hints
+        self.graph.meta["size_hints"] = {s.name: v for s, v in hints.items()}
         self.graph.guards = [g for g in self.sizevars.guards if g is not sympy.true]
         unbound = [s for s in self.sizevars.unbound() if _used_symbol(self.graph, s)]
         if unbound:
@@ -512,6 +529,8 @@ class GraphLowering:
                 raise LoweringError(f"{n.format_node()}: symbolic float/bool values are not supported")
         args = self._map_arg(n.args)
         kwargs = self._map_arg(n.kwargs)
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            return self._mutation(n, target, args, kwargs, meta)
         fn = lowerings.get(target)
         out = None
         if fn is not None:
@@ -528,6 +547,18 @@ class GraphLowering:
         if out is None:
             out = self.fallback(target, args, kwargs, meta)
         return self._post(n, out)
+
+    def _mutation(self, n, target, args, kwargs, meta):
+        """A mutating op. Only the functional graphs' write-back ``copy_(input, new_value)`` is
+        supported; it is deferred to the end of the graph (after the outputs are realized, so
+        nothing reads the input after it changes)."""
+        if target is aten.copy_.default:
+            dst, src = args[0], args[1]
+            if isinstance(dst, InputBuffer):
+                self.pending_copies.append((dst, src, meta))
+                return dst
+        raise LoweringError(f"{n.format_node()}: the graph mutates a value that is not a graph "
+                            "input (functionalize it first)")
 
     def _check(self, n, out, meta):
         if isinstance(meta, torch.Tensor) and isinstance(out, IRNode):
@@ -597,6 +628,16 @@ class GraphLowering:
             else:
                 res.append(v)
         self.graph.outputs = res
+        for dst, src, meta in self.pending_copies:
+            src_val = src
+            if isinstance(src, IRNode):
+                size = [sympify(x) for x in dst.get_size()]
+                loader = broadcast_loader(src, size)
+                s_dt, d_dt = src.get_dtype(), dst.get_dtype()
+                if s_dt != d_dt or [sympify(x) for x in src.get_size()] != size:
+                    src_val = Pointwise(dst.get_device(), d_dt, size,
+                                        lambda idx, ld=loader, a=s_dt, b=d_dt: to_dtype(ld(idx), a, b))
+            make_extern(aten.copy_.default, [dst, src_val], {}, meta, fallback=False)
 
     # ---- fallback ------------------------------------------------------------------------
     def fallback(self, op, args, kwargs, meta, fallback=True) -> Any:

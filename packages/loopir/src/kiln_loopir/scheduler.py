@@ -49,6 +49,7 @@ from .ir import (
     MultiOutput,
     Reduction,
     ReinterpretView,
+    ScatterBuffer,
     Schedule,
     SchedNode,
 )
@@ -258,10 +259,11 @@ def _q(k):
 
 
 class _Group:
-    def __init__(self, name, outer, placement):
+    def __init__(self, name, outer, placement, sealed=False):
         self.name = name
         self.outer = list(outer)
         self.placements: list[_Placement] = [placement]
+        self.sealed = sealed  # nothing fuses into it (scatters)
 
     @property
     def written(self) -> dict[str, _Placement]:
@@ -442,6 +444,12 @@ def _dead_code(graph: LoopGraph) -> list[Buffer]:
     needed = set(live)
     for k in range(len(bufs) - 1, -1, -1):
         b = bufs[k]
+        if isinstance(b, ScatterBuffer):
+            if b.target.name not in needed:
+                keep[k] = False
+            else:
+                needed |= reads_of[b.name]
+            continue
         if isinstance(b, ComputedBuffer) and b.name not in needed:
             keep[k] = False
             continue
@@ -472,14 +480,23 @@ def schedule(graph: LoopGraph) -> Schedule:
         info = _info(b)
         counters["nodes"] += 1
         prods = [producer_step[r] for r in info.reads if r in producer_step]
+        if isinstance(b, ScatterBuffer):
+            # writes anywhere in its target: runs alone, after everything the target needs
+            prods.append(producer_step[b.target.name])
+            g = _new_group(f"group{next(ngroups)}", info)
+            g.sealed = True
+            steps.append(g)
+            producer_step[b.name] = producer_step[b.target.name] = len(steps) - 1
+            log.debug("%s (scatter into %s) runs as its own group", b.name, b.target.name)
+            continue
         lo = max(prods) if prods else -1
         # candidate groups: the producer's group first (vertical), then later groups that
         # read the same data (horizontal), latest first
         cands: list[int] = []
-        if lo >= 0 and isinstance(steps[lo], _Group):
+        if lo >= 0 and isinstance(steps[lo], _Group) and not steps[lo].sealed:
             cands.append(lo)
         for k in range(len(steps) - 1, max(lo, -1), -1):
-            if k in cands or not isinstance(steps[k], _Group):
+            if k in cands or not isinstance(steps[k], _Group) or steps[k].sealed:
                 continue
             g = steps[k]
             if g.reads() & info.reads:
@@ -547,6 +564,7 @@ def _uses(sched: Schedule) -> dict[str, list[int]]:
     for k, s in enumerate(sched.steps):
         if isinstance(s, FusedGroup):
             names = {d.name for n in s.nodes for d in n.reads}
+            names |= {d.name for n in s.nodes for d in n.writes if d.name != n.buffer.name}
         else:
             names = set(s.reads)
         for nm in names:
@@ -562,7 +580,7 @@ def _internal_buffers(sched: Schedule) -> None:
             continue
         for n in s.nodes:
             nm = n.buffer.name
-            if nm in outputs:
+            if nm in outputs or isinstance(n.buffer, ScatterBuffer):
                 continue
             if any(u != k for u in uses.get(nm, [])):
                 continue
@@ -576,7 +594,10 @@ def _plan_memory(sched: Schedule) -> None:
     last_use: dict[str, int] = {}
     produced_at: dict[str, int] = {}
     for k, s in enumerate(sched.steps):
-        names = s.buffer_names() if isinstance(s, FusedGroup) else s.writes
+        if isinstance(s, FusedGroup):
+            names = [n.buffer.name for n in s.nodes if not isinstance(n.buffer, ScatterBuffer)]
+        else:
+            names = s.writes
         for nm in names:
             produced_at[nm] = k
             last_use[nm] = max(last_use.get(nm, k), k)
@@ -594,6 +615,8 @@ def _plan_memory(sched: Schedule) -> None:
         if isinstance(s, FusedGroup):
             allocs = []
             for n in s.nodes:
+                if isinstance(n.buffer, ScatterBuffer):
+                    continue  # writes into its target's storage
                 lay = n.buffer.layout
                 reuse = None
                 for j, (when, cand) in enumerate(pool):

@@ -265,6 +265,7 @@ def generate_wrapper(sched: Schedule, codegen) -> GeneratedModule:
         codegen=codegen.name,
         cache_key=key,
     )
+    module.meta["schedule"] = sched
     module.meta["output_code"] = output_code(module, sched, codegen)
     return module
 

@@ -55,9 +55,6 @@ class _Table:
         for k, v in enumerate(self.items):
             self.index.setdefault(key(v), k)
 
-    def __contains__(self, value: Any) -> bool:
-        return self.key(value) in self.index
-
     def add(self, value: Any) -> int:
         k = self.key(value)
         i = self.index.get(k)

@@ -86,9 +86,7 @@ class Instruction:
         if self.target is not None:
             parts.append(f"-> {_where(self.target)}")
         elif self.opname in versions.OPMAP and versions.has_arg(self.opname):
-            if (self.opname in versions.HAS_CONST or self.opname in versions.HAS_NAME
-                    or self.opname in versions.HAS_LOCAL or self.opname in versions.HAS_FREE
-                    or self.opname in versions.HAS_COMPARE):
+            if self.opname in versions.RESOLVED_ARG_OPS:
                 parts.append(versions._short_repr(self.argval, 40))
                 shift = versions.name_arg_shift(self.opname)
                 if shift and self.arg:
@@ -130,21 +128,15 @@ def create_instruction(
     the operator symbol as ``argval`` (``"+"``), ``COMPARE_OP`` the comparison (``"<"``).
     """
     opname = versions.normalize_opname(opname)
+    plain_int = opname not in versions.RESOLVED_ARG_OPS
     if argval is _UNSET:
         argval = None
-        if opname in versions.JUMPS:
-            pass
+        if plain_int:
+            argval = arg
         elif opname in versions.HAS_COMPARE and arg is not None:
             argval = versions.decode_compare(arg)
-        elif (opname not in versions.HAS_CONST and opname not in versions.HAS_NAME
-              and opname not in versions.HAS_LOCAL and opname not in versions.HAS_FREE):
-            argval = arg
-    elif arg is None and isinstance(argval, int) and not isinstance(argval, bool):
-        if (versions.has_arg(opname) and opname not in versions.HAS_CONST
-                and opname not in versions.HAS_NAME and opname not in versions.HAS_LOCAL
-                and opname not in versions.HAS_FREE and opname not in versions.JUMPS
-                and opname not in versions.HAS_COMPARE):
-            arg = argval
+    elif plain_int and arg is None and type(argval) is int and versions.has_arg(opname):
+        arg = argval
     if opname == "BINARY_OP" and isinstance(argval, str):
         arg = versions.encode_binary_op(argval)
         argval = arg

@@ -97,14 +97,14 @@ def make_resume_code(
     arg_names = stack_names + live_args
     if len(set(arg_names)) != len(arg_names):
         raise BytecodeError(f"duplicate argument names: {arg_names}")
+    passed = set(arg_names)
     varnames = arg_names + [
-        v for v in code.co_varnames if v not in closure_set and v not in set(arg_names)
+        v for v in code.co_varnames if v not in closure_set and v not in passed
     ]
 
     body, first = _reachable_copy(original, start)
     # The compiler proved locals bound from the original entry; here only the arguments
     # are, so every other local read must check (3.12's LOAD_FAST does not).
-    passed = set(arg_names)
     for inst in body:
         if inst.opname == "LOAD_FAST" and inst.argval not in passed:
             inst.opname = versions.CHECKED_LOAD_FAST

@@ -65,6 +65,9 @@ HAS_LOCAL = _names(dis.haslocal)  # index into "localsplus" (see localsplus_name
 HAS_FREE = _names(dis.hasfree)  # index into "localsplus" too (3.11+)
 HAS_COMPARE = _names(dis.hascompare)  # COMPARE_OP
 JUMPS = _names(dis.hasjrel) | _names(dis.hasjabs)  # all relative on 3.11/3.12
+#: opcodes whose argument the assembler derives from ``argval``/``target`` (all others
+#: take ``arg`` as a plain integer)
+RESOLVED_ARG_OPS = HAS_CONST | HAS_NAME | HAS_LOCAL | HAS_FREE | HAS_COMPARE | JUMPS
 
 #: LOAD_GLOBAL / LOAD_ATTR / LOAD_SUPER_ATTR keep flag bits under the name index.
 NAME_ARG_SHIFT: dict[str, int] = {"LOAD_GLOBAL": 1}
@@ -129,23 +132,30 @@ else:
     _JUMP_VARIANTS = {"JUMP": ("JUMP_FORWARD", "JUMP_BACKWARD")}
 
 #: real opname -> generic name ("POP_JUMP_FORWARD_IF_FALSE" -> "POP_JUMP_IF_FALSE",
-#: "JUMP_BACKWARD" -> "JUMP"); opnames without variants map to themselves.
+#: "JUMP_BACKWARD" -> "JUMP"), for the opnames that have direction variants.
 GENERIC_JUMP_NAME: dict[str, str] = {}
 for _generic, (_fwd, _bwd) in _JUMP_VARIANTS.items():
     GENERIC_JUMP_NAME[_fwd] = _generic
     GENERIC_JUMP_NAME[_bwd] = _generic
 
+
+def generic_opname(opname: str) -> str:
+    """The version-independent spelling of a jump ("JUMP", "POP_JUMP_IF_FALSE", ...);
+    other opnames are returned unchanged.  Handy as a key of per-opcode handler tables."""
+    return GENERIC_JUMP_NAME.get(opname, opname)
+
 #: conditional jumps without a backward variant on this version (FOR_ITER, SEND, 3.11's
 #: JUMP_IF_*_OR_POP, 3.12's POP_JUMP_IF_*; the assembler rewrites the latter when needed).
 FORWARD_ONLY_JUMPS = frozenset(n for n in CONDITIONAL_JUMPS if n not in GENERIC_JUMP_NAME)
 
-#: 3.12: negations used to rewrite a backward conditional jump.
-NEGATED_POP_JUMP = {
+#: 3.12: negations used to rewrite a backward conditional jump (3.11 has backward
+#: variants instead).
+NEGATED_POP_JUMP: dict[str, str] = {
     "POP_JUMP_IF_FALSE": "POP_JUMP_IF_TRUE",
     "POP_JUMP_IF_TRUE": "POP_JUMP_IF_FALSE",
     "POP_JUMP_IF_NONE": "POP_JUMP_IF_NOT_NONE",
     "POP_JUMP_IF_NOT_NONE": "POP_JUMP_IF_NONE",
-}
+} if PY312 else {}
 
 
 def normalize_opname(opname: str) -> str:
@@ -330,12 +340,11 @@ def _arg_for_effect(inst: Instruction) -> int | None:
     name = inst.opname
     if OPMAP[name] < HAVE_ARGUMENT:
         return None
-    if (name in HAS_CONST or name in HAS_LOCAL or name in HAS_FREE or name in JUMPS
-            or name in HAS_COMPARE):
-        return 0
     if name in HAS_NAME:
         mask = (1 << name_arg_shift(name)) - 1
         return (inst.arg or 0) & mask
+    if name in RESOLVED_ARG_OPS:
+        return 0
     if inst.arg is not None:
         return inst.arg
     if name == "BINARY_OP":

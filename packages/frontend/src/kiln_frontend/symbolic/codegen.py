@@ -117,6 +117,9 @@ class PyCodegen:
         """Stack ``[NULL, callable, *args]`` -> result."""
         self.extend(versions.call_function(nargs, push_null_before=False))
 
+    def make_function(self, code, closure_vars) -> None:
+        self.extend(versions.make_function(code, closure_vars))
+
     def pop_top(self) -> None:
         self.extend(versions.pop_top())
 

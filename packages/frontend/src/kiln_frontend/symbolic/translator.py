@@ -43,7 +43,6 @@ from .variables import (
 )
 from .variables.containers import ConstDictVariable, ListIteratorVariable, ListVariable
 from .variables.misc import (
-    ClosureCellVariable,
     DeletedVariable,
     LazyVariable,
     LocalCellVariable,

@@ -233,3 +233,188 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
         return wl([r, idx[nb]])
 
     return Pointwise(weight.get_device(), weight.get_dtype(), out_size, inner_fn)
+
+
+# ---- *_scatter as pointwise selects -------------------------------------------------------------
+
+
+@lowering(aten.slice_scatter.default)
+def _slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    size = [sympify(s) for s in self.get_size()]
+    n = len(size)
+    dim = dim % n if n else 0
+    src_size = [sympify(s) for s in src.get_size()]
+    length = src_size[dim]
+    start = sympify(0 if start is None else start)
+    if start.is_Integer and int(start) < 0:
+        start = size[dim] + start
+    step = sympify(step)
+    sl = self.make_loader()
+    srcl = src.make_loader()
+    dtype = self.get_dtype()
+    s_dt = src.get_dtype()
+
+    def inner_fn(index):
+        i = index[dim]
+        local = sympy.Max(i - start, S0)
+        if step != 1:
+            from ..sizevars import FloorDiv
+
+            local = FloorDiv(local, step)
+        local = sympy.Min(local, length - 1)
+        sidx = list(index)
+        sidx[dim] = local
+        iv = ops.index_expr(i, torch.int64)
+        cond = ops.logical_and(ops.ge(iv, constant_value(start, torch.int64)),
+                               ops.lt(iv, constant_value(start + length * step - (step - 1), torch.int64)))
+        if step != 1:
+            rem = ops.remainder(ops.sub(iv, constant_value(start, torch.int64)), constant_value(step, torch.int64))
+            cond = ops.logical_and(cond, ops.eq(rem, ops.constant(0, torch.int64)))
+        return ops.where(cond, to_dtype(srcl(sidx), s_dt, dtype), sl(index))
+
+    return Pointwise(self.get_device(), dtype, size, inner_fn)
+
+
+@lowering(aten.select_scatter.default)
+def _select_scatter(self, src, dim, index):
+    size = [sympify(s) for s in self.get_size()]
+    n = len(size)
+    dim = dim % n
+    index = sympify(index)
+    if index.is_Integer and int(index) < 0:
+        index = size[dim] + index
+    sl, srcl = self.make_loader(), src.make_loader()
+    dtype, s_dt = self.get_dtype(), src.get_dtype()
+
+    def inner_fn(idx):
+        sidx = list(idx[:dim]) + list(idx[dim + 1:])
+        cond = ops.eq(ops.index_expr(idx[dim], torch.int64), constant_value(index, torch.int64))
+        return ops.where(cond, to_dtype(srcl(sidx), s_dt, dtype), sl(idx))
+
+    return Pointwise(self.get_device(), dtype, size, inner_fn)
+
+
+# ---- scatters: a copy of self, then a ScatterBuffer writing into it ------------------------------
+
+
+def _scatter_into(self, ranges, value_fn, out_indexer, mode):
+    from ..ir import ScatterBuffer
+    from ..lowering import realize
+
+    g = current()
+    copy = Pointwise(self.get_device(), self.get_dtype(), self.get_size(), self.make_loader())
+    target = realize(copy)
+    data = Pointwise(self.get_device(), self.get_dtype(), ranges, value_fn)
+    sb = ScatterBuffer(g.graph.new_name(), target, data, out_indexer, mode)
+    g.graph.register_buffer(sb)
+    return target
+
+
+def _scatter_common(self, dim, index, src, mode, value=None):
+    n = len(self.get_size())
+    dim = dim % n if n else 0
+    dtype = self.get_dtype()
+    il = index.make_loader()
+    idt = index.get_dtype()
+    size = [sympify(s) for s in self.get_size()]
+    if src is not None:
+        sl = src.make_loader()
+        s_dt = src.get_dtype()
+
+        def value_fn(idx):
+            return to_dtype(sl(idx), s_dt, dtype)
+    else:
+        def value_fn(idx):
+            return constant_value(value, dtype)
+
+    def out_indexer(idx):
+        out = list(idx)
+        if n:
+            out[dim] = _indirect(il, idt, list(idx), size[dim])
+        return out
+
+    ranges = index.get_size()
+    return _scatter_into(self, ranges, value_fn, out_indexer, mode)
+
+
+@lowering(aten.scatter.src)
+def _scatter_src(self, dim, index, src):
+    if len(index.get_size()) == 0 or any(sympify(s) == 0 for s in index.get_size()):
+        raise LoweringError("degenerate scatter")
+    return _scatter_common(self, dim, index, src, None)
+
+
+@lowering(aten.scatter.value)
+def _scatter_value(self, dim, index, value):
+    if len(index.get_size()) == 0:
+        raise LoweringError("degenerate scatter")
+    return _scatter_common(self, dim, index, None, None, value)
+
+
+@lowering(aten.scatter_add.default)
+def _scatter_add(self, dim, index, src):
+    if len(index.get_size()) == 0 or self.get_dtype() == torch.bool:
+        raise LoweringError("degenerate scatter_add")
+    return _scatter_common(self, dim, index, src, "atomic_add")
+
+
+@lowering(aten.scatter_reduce.two)
+def _scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    if reduce != "sum" or not include_self:
+        raise LoweringError(f"scatter_reduce {reduce}")
+    return _scatter_add(self, dim, index, src)
+
+
+@lowering(aten.index_put.default)
+def _index_put(self, indices, values, accumulate=False):
+    size = [sympify(s) for s in self.get_size()]
+    n = len(size)
+    indices = list(indices) + [None] * (n - len(indices))
+    for t in indices:
+        if t is not None and t.get_dtype() in (torch.bool, torch.uint8):
+            raise LoweringError("boolean mask index_put")
+    if accumulate and self.get_dtype() == torch.bool:
+        raise LoweringError("accumulate into bool")
+    pos = [k for k, t in enumerate(indices) if t is not None]
+    if not pos:
+        raise LoweringError("index_put without tensors")
+    bshape = broadcast_shapes(*[indices[k].get_size() for k in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    nb = len(bshape)
+    before = list(range(pos[0])) if adjacent else []
+    rest = [k for k in range(n) if k not in pos and k not in before]
+    if adjacent:
+        ranges = [size[k] for k in before] + list(bshape) + [size[k] for k in rest]
+    else:
+        ranges = list(bshape) + [size[k] for k in rest]
+    iloaders = {k: (broadcast_loader(indices[k], bshape), indices[k].get_dtype()) for k in pos}
+    vl = broadcast_loader(values, ranges)
+    v_dt = values.get_dtype()
+    dtype = self.get_dtype()
+
+    def split(index):
+        index = list(index)
+        if adjacent:
+            b_idx = index[len(before):len(before) + nb]
+            others = index[:len(before)] + index[len(before) + nb:]
+            other_dims = before + rest
+        else:
+            b_idx = index[:nb]
+            others = index[nb:]
+            other_dims = rest
+        return b_idx, others, other_dims
+
+    def value_fn(index):
+        return to_dtype(vl(index), v_dt, dtype)
+
+    def out_indexer(index):
+        b_idx, others, other_dims = split(index)
+        full = [S0] * n
+        for d, i in zip(other_dims, others):
+            full[d] = i
+        for k in pos:
+            ld, dt = iloaders[k]
+            full[k] = _indirect(ld, dt, b_idx, size[k])
+        return full
+
+    return _scatter_into(self, ranges, value_fn, out_indexer, "atomic_add" if accumulate else None)

@@ -470,6 +470,11 @@ def _clone(x, memory_format=None):
     return _cast(x, x.get_dtype())
 
 
+@lowering(aten.lift_fresh_copy.default)
+def _lift_fresh_copy(x):
+    return _cast(x, x.get_dtype())
+
+
 @lowering(aten.alias.default, aten.lift_fresh.default, aten.detach.default)
 def _alias(x):
     return x

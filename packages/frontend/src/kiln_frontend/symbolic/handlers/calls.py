@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from ...exc import Unsupported
 from ..registry import handler
-from ..variables import ConstDictVariable, NestedUserFunctionVariable, NullVariable, \
-    TupleVariable
-
+from ..variables import ConstDictVariable, NestedUserFunctionVariable, NullVariable, TupleVariable
 
 
 @handler("PUSH_NULL")

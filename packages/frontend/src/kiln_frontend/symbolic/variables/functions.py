@@ -178,7 +178,26 @@ class NestedUserFunctionVariable(VariableTracker):
         return tx.inline_call(self, args, kwargs)
 
     def reconstruct(self, codegen):
-        raise Unsupported(f"cannot rebuild function {self.qualname} made while tracing")
+        # MAKE_FUNCTION again, with the same cells (LOAD_CLOSURE of the frame's own cell
+        # and free variables)
+        from .misc import LocalCellVariable
+
+        if self.defaults or self.kwdefaults:
+            raise Unsupported(f"cannot rebuild function {self.qualname} with defaults")
+        names = []
+        for cell in self.closure:
+            name = getattr(cell, "name", None)
+            owner = getattr(cell, "tx", None)
+            if isinstance(cell, LocalCellVariable) and owner is not None and owner.parent is None:
+                names.append(name)
+            elif type(cell).__name__ == "RootFreeVarCell":
+                names.append(name)
+            else:
+                raise Unsupported(f"cannot rebuild function {self.qualname}: its closure "
+                                  "is not the frame's")
+        if names and not all(n in codegen.cellvars or n in codegen.freevars for n in names):
+            raise Unsupported(f"cannot rebuild function {self.qualname}")
+        codegen.make_function(self.code, names)
 
     def describe(self) -> str:
         return f"NestedUserFunctionVariable({self.qualname})"
@@ -338,7 +357,6 @@ def _has_tensor(args) -> bool:
 def call_operator(tx, fn, args, kwargs) -> VariableTracker:
     """``operator.<fn>(*args)`` on trackers (also what BINARY_OP / COMPARE_OP use)."""
     from .containers import BaseSequenceVariable, ConstDictVariable, ListVariable, TupleVariable
-    from .tensor import TensorVariable
 
     if kwargs:
         raise Unsupported(f"operator.{fn.__name__} with keyword arguments")
