@@ -138,7 +138,7 @@ def test_bool_dtype():
 
 def test_non_contiguous_inputs():
     def f(x, y):
-        return x * y + x.t().sum(0)
+        return x * y + x.t().sum(1)
 
     x = torch.randn(30, 20).t()  # [20, 30], strides (1, 20)
     y = torch.randn(20, 60)[:, ::2]  # [20, 30], strides (60, 2)

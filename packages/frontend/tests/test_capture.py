@@ -330,3 +330,46 @@ def test_no_printouts_by_default(monkeypatch, capsys):
 
 
 
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+        att = F.softmax(att, dim=-1)
+        return x + self.proj(att @ v)
+
+
+def test_attention_block_one_graph():
+    backend, _ = run_once(Attention(), torch.randn(2, 5, 8))
+    mods = [n.target for n in backend.graphs[0].graph.nodes if n.op == "call_module"]
+    assert mods == ["self_norm", "self_qkv", "self_proj"]
+
+
+def misc_ops(x):
+    a = torch.tensor([1.0, 2.0])
+    b = x.float().new_zeros(2) + a
+    c = torch.cat([x, x], dim=0).to(torch.float64)
+    b_, c_ = x.shape
+    d = x.reshape(b_ * c_) / (b_ + c_)
+    return b, c, d, x[:, None, ...], x.unsqueeze(0).expand(3, -1, -1).contiguous()
+
+
+def test_misc_tensor_code():
+    run_once(misc_ops, torch.randn(4, 4))
+
+
+class MyLinear(nn.Linear):
+    pass
+
+
+def test_subclass_keeping_torch_forward_is_a_leaf():
+    m = nn.Sequential(MyLinear(3, 3), nn.ReLU())
+    backend, _ = run_once(m, torch.randn(2, 3))
+    assert [n.op for n in backend.graphs[0].graph.nodes].count("call_module") == 2

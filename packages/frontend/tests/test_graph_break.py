@@ -242,3 +242,73 @@ def test_recompiles_reuse_resume_functions():
     assert len(set(names)) == 1
     resumes = [cf for cf in cap.frames if cf.code.co_name.startswith("__resume_at_")]
     assert len(resumes) == 2  # one code object, two cache entries
+
+
+class Gate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if x.sum() > 0:
+            return y.relu()
+        return y.sigmoid()
+
+
+def test_module_with_data_dependent_branch_three_graphs():
+    # DESIGN.md: a module with `if x.sum() > 0:` gives three graphs over two calls with
+    # positive and negative input
+    m = Gate()
+    backend = harness.Backend()
+    cap = harness.Capture(backend)
+    pos, neg = torch.ones(2, 4), -torch.ones(2, 4)
+    torch.testing.assert_close(cap(m, pos), m(pos))
+    torch.testing.assert_close(cap(m, neg), m(neg))
+    assert len(backend.graphs) == 3
+    assert backend.call_targets(0)[0] == "self_lin"
+    assert {backend.call_targets(1)[0], backend.call_targets(2)[0]} == {"relu", "sigmoid"}
+
+
+def no_grad_block(x):
+    with torch.no_grad():
+        y = x * 2
+    return y + 1
+
+
+def test_with_no_grad_runs_correctly():
+    x = torch.randn(3, requires_grad=True)
+    backend = harness.Backend()
+    cap = harness.Capture(backend)
+    out = cap(no_grad_block, x)
+    torch.testing.assert_close(out, x.detach() * 2 + 1)
+    assert not out.requires_grad
+    # the multiplication was captured (in a resume function) under no_grad
+    assert any(__import__("operator").mul in backend.call_targets(i)
+               for i in range(len(backend.graphs)))
+
+
+def resumes_twice(x):
+    a = x + 1
+    print("one")
+    b = a * 2
+    print("two")
+    return b - 1
+
+
+def test_resume_functions_of_resume_functions():
+    backend, cap = run(resumes_twice, torch.randn(2), graphs=3, frames=3)
+
+
+def cell_argument(x):
+    def get():
+        return x
+
+    old = x
+    x = x + 1
+    print("cell arg")
+    return old * 2 + get()
+
+
+def test_cell_argument_keeps_its_old_value():
+    run(cell_argument, torch.randn(3))

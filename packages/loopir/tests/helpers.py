@@ -3,11 +3,10 @@ kiln_aotgrad.trace_inference when installed), lower, schedule and interpret them
 
 from __future__ import annotations
 
+import kiln_loopir as K
 import torch
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
-
-import kiln_loopir as K
 
 
 def aten_graph(fn, *args, mode="real"):
@@ -43,7 +42,7 @@ def check(fn, *args, mode="real", via="make_fx", atol=None, rtol=None, equal_nan
     ref = fn(*args)
     ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
     assert len(out) == len(ref)
-    for a, b in zip(out, ref):
+    for a, b in zip(out, ref, strict=False):
         kw = {}
         if atol is not None:
             kw = dict(atol=atol, rtol=rtol if rtol is not None else atol)

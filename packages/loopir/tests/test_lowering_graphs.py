@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import kiln_loopir as K
 import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
 from helpers import aten_graph, check
-
-import kiln_loopir as K
 from kiln_loopir.ir import ComputedBuffer, FusedGroup
 
 aten = torch.ops.aten

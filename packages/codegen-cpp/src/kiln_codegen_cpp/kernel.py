@@ -47,6 +47,7 @@ from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 from .printer import cexpr
 
 LANES = 16  # accumulators per reduction (one AVX-512 register of floats)
+_NL = "@NL@"  # placeholder for the lane count of a lane-mode chunk
 PARALLEL_THRESHOLD = 16384  # elements of work below which a kernel runs single-threaded
 
 CTYPES: dict[torch.dtype, str] = {
@@ -188,6 +189,8 @@ class CppKernel:
         body: list[str]
         if pure_pointwise:
             body = self._pointwise_group(outer_syms)
+        elif self._lane_mode(outer_syms):
+            body = self._lane_group(outer_syms)
         else:
             body = self._mixed_group(outer_syms)
         prologue = self.blocks[0].lines
@@ -280,7 +283,8 @@ class CppKernel:
         stores: dict[str, tuple[int, sympy.Expr]] = {}
         loads: dict[str, list[tuple[int, sympy.Expr]]] = {}
         loop_vr = {s: r for s, r in self.var_ranges.items()}
-        for k, deps in enumerate(self._deps(self.outer_index, loop_vr)):
+        self._node_deps = self._deps(self.outer_index, loop_vr)
+        for k, deps in enumerate(self._node_deps):
             for d in deps.reads:
                 loads.setdefault(d.name, []).append((k, d.index))
             for d in deps.writes:
@@ -418,6 +422,139 @@ class CppKernel:
         head = [pragma] if pragma else []
         return head + [f"for (int64_t {var} = 0; {var} < {self._c(total)}; {var}++)", "{",
                        *_indent(decode + b1.lines), "}"]
+
+    # =========================================================================================
+    # lane mode: vectorize across the innermost outer dim (reductions over non-last dims)
+    # =========================================================================================
+    def _lane_mode(self, outer_syms) -> bool:
+        """True when the group's reductions read memory contiguously along the innermost OUTER
+        dim rather than along their innermost reduction dim (``x.sum(0)`` of a row-major
+        matrix): then LANES consecutive outer points are computed together, each reduction
+        keeping one accumulator per lane, so every row access is one contiguous vector."""
+        if not outer_syms:
+            return False
+        nodes = self.group.nodes
+        if any(n.kind == "reduction" and not n.inner for n in nodes):
+            return False
+        last = outer_syms[-1]
+        score = 0
+        for node, deps in zip(nodes, self._node_deps):
+            if node.kind != "reduction":
+                continue
+            r_last = reduction_symbol(len(node.inner) - 1)
+            for d in deps.reads:
+                if r_last not in d.index.free_symbols:
+                    continue
+                if _stride(d.index, r_last) == 1:
+                    score -= 1
+                elif _stride(d.index, last) == 1:
+                    score += 1
+        return score > 0
+
+    def _lane_group(self, outer_syms) -> list[str]:
+        lead, last = outer_syms[:-1], outer_syms[-1]
+        ranges = self.loop_ranges
+        for s in lead:
+            self.sym_depth[s.name] = 1
+        b1 = self._open()
+        for node in self.group.nodes:
+            b1.lines += self._lane_node(node, last)
+        self._close()
+        n_last = self._c(ranges[-1])
+        chunks = FloorDiv(ranges[-1] + (LANES - 1), LANES)
+        flat_syms = lead + [sympy.Symbol("xc", integer=True, nonnegative=True)]
+        total, decode = self._flat_loop_header(flat_syms, list(ranges[:-1]) + [chunks], "x")
+        var = "xc" if not lead else "x"
+        decode = decode + [f"const int64_t xb = xc * {LANES};"]
+        # full chunks run with a constant lane count (registers, no remainder checks); the
+        # last, partial chunk with nl < LANES lanes
+        full = [ln.replace(_NL, str(LANES)) for ln in b1.lines]
+        part = [ln.replace(_NL, "nl") for ln in b1.lines]
+        body = decode + [f"if (xb + {LANES} <= {n_last})", "{", *_indent(full), "}", "else", "{",
+                         *_indent([f"const int64_t nl = {n_last} - xb;", *part]), "}"]
+        work = total * LANES * max((sympy.Mul(*n.inner) for n in self.group.nodes if n.inner),
+                                   key=lambda e: 0 if not e.is_Integer else int(e), default=1)
+        pragma = self._omp_parallel(work, simd=False)
+        head = [f"// lanes: {LANES} consecutive {last} per iteration"] + ([pragma] if pragma else [])
+        return head + [f"for (int64_t {var} = 0; {var} < {self._c(total)}; {var}++)", "{",
+                       *_indent(body), "}"]
+
+    def _lane_node(self, node, last) -> list[str]:
+        inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
+        base = len(self.blocks)
+        for j, s in enumerate(inner_syms):
+            self.sym_depth[s.name] = base + j
+            self.var_ranges[s] = node.inner[j]
+            self._note_sizes(node.inner[j])
+        lane_depth = base + len(inner_syms)
+        self.sym_depth[last.name] = lane_depth
+        blocks = [self._open() for _ in range(len(inner_syms) + 1)]
+        self._reduction = None
+        self._no_simd = False
+        self._run_body(node, self.outer_index, inner_syms)
+        red, self._reduction = self._reduction, None
+        no_simd = self._no_simd
+        for _ in blocks:
+            self._close()
+        for s in inner_syms:
+            self.var_ranges.pop(s, None)
+        node_no = self._node_no
+        self._node_no += 1
+        simd = [] if no_simd else ["#pragma omp simd"]
+
+        def lane_loop(lines):
+            return simd + [f"for (int64_t l = 0; l < {_NL}; l++)", "{",
+                           *_indent([f"const int64_t {last} = xb + l;", *lines]), "}"]
+
+        def wrap(code):
+            for j in reversed(range(len(inner_syms))):
+                s = inner_syms[j]
+                code = [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
+                        *_indent(blocks[j].lines + code), "}"]
+            return code
+
+        lane_lines = blocks[-1].lines
+        if node.kind != "reduction":
+            return [f"// node {node_no}: pointwise", *wrap(lane_loop(lane_lines))]
+        if red is None or red.store_name is None:
+            raise ValueError(f"reduction node {node.buffer.name}: body did not call "
+                             "ops.reduction + ops.store_reduction")
+        rtype, arg = red.rtype, red.rtype in ("argmax", "argmin")
+        val_dtype = red.src_dtype if arg else red.dtype
+        vt = ctype(val_dtype) if val_dtype not in HALF else "float"
+        acc = red.acc = f"acc{node_no}"
+        ident = c_literal(reduction_identity(rtype, val_dtype), val_dtype)
+        value = self._as_compute(red.value, val_dtype)
+        if arg:
+            lin = sympy.Integer(0)
+            for s, r in zip(inner_syms, node.inner):
+                lin = lin * r + s
+            update = [f"const bool take = kiln_{rtype}_take({value}, {acc}[l]);",
+                      f"{acc}[l] = take ? {value} : {acc}[l];",
+                      f"{acc}_idx[l] = take ? (int64_t)({self._c(lin)}) : {acc}_idx[l];"]
+        else:
+            update = [f"{acc}[l] = {self._combine(rtype, f'{acc}[l]', value, val_dtype)};"]
+        decl = [f"// node {node_no}: {rtype} over [{', '.join(self._c(r) for r in node.inner)}], "
+                f"{LANES} lanes of {last}",
+                f"{vt} {acc}[{LANES}];"]
+        init = f"{acc}[l] = {ident};"
+        if arg:
+            decl.append(f"int64_t {acc}_idx[{LANES}];")
+            init += f" {acc}_idx[l] = 0;"
+        decl.append(f"for (int l = 0; l < {LANES}; l++) {{ {init} }}")
+        code = decl + wrap(lane_loop(lane_lines + update))
+        result, rdtype = (f"{acc}_idx[l]", torch.int64) if arg else (f"{acc}[l]", red.dtype)
+        if rdtype in HALF:
+            rdtype = torch.float32
+        out_dtype = self.buffer_dtypes[red.store_name]
+        conv = self._convert_expr(result, rdtype, out_dtype)
+        if red.store_name in self.local_buffers:
+            self.locals[red.store_name] = (red.store_index, CppValue(conv, out_dtype, 1 << 30))
+            return code
+        ptr = self._note_write(red.store_name)
+        self._forget_loads(red.store_name)
+        self.stats["stores"] += 1
+        return code + lane_loop([f"{ptr}[{self._c(red.store_index)}] = {conv};"])
 
     def _run_nodes(self, inner_index) -> None:
         for node in self.group.nodes:
@@ -992,6 +1129,11 @@ _MATH = {
     "bitwise_left_shift": lambda a, b, dtype: f"kiln_shl({a}, {b})",
     "bitwise_right_shift": lambda a, b, dtype: f"kiln_shr({a}, {b})",
 }
+
+
+def _stride(index: sympy.Expr, sym: sympy.Symbol):
+    """How far ``index`` moves when ``sym`` grows by one (a SymPy expr; 1 = contiguous)."""
+    return sympy.simplify(index.xreplace({sym: sym + 1}) - index)
 
 
 def _indent(lines: list[str], n: int = 1) -> list[str]:

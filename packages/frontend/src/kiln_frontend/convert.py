@@ -16,8 +16,8 @@ from typing import Any
 
 import torch.fx
 
-from .bytecode import assemble
-from .exc import Unsupported
+from .bytecode import BytecodeError, assemble
+from .exc import KilnError, Unsupported
 from .guards import Guard, build_check_fn
 from .symbolic import InstructionTranslator, RestartAnalysis
 from .symbolic.translator import num_argument_slots
@@ -87,6 +87,15 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
                 raise
             log.debug("not capturing %s: %s", code.co_name, e)
             return None
+        except KilnError:
+            raise
+        except Exception:
+            if nopython:
+                raise
+            log.warning("kiln: internal error while capturing %s (%s:%s); it runs as is",
+                        code.co_qualname, code.co_filename, code.co_firstlineno,
+                        exc_info=True)
+            return None
         break
     else:
         log.debug("not capturing %s: too many graph breaks", code.co_name)
@@ -97,8 +106,15 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
         return None
     nslots = num_argument_slots(code)
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    new_code = assemble(tracer.output_instructions, code, co_argcount=nslots,
-                        co_posonlyargcount=0, co_kwonlyargcount=0, co_flags=flags)
+    try:
+        new_code = assemble(tracer.output_instructions, code, co_argcount=nslots,
+                            co_posonlyargcount=0, co_kwonlyargcount=0, co_flags=flags)
+    except BytecodeError:
+        if nopython:
+            raise
+        log.warning("kiln: could not assemble the transformed code of %s; it runs as is",
+                    code.co_qualname, exc_info=True)
+        return None
     fn = types.FunctionType(new_code, frame_info.globals, code.co_name, None,
                             frame_info.closure)
     fn.__qualname__ = code.co_qualname

@@ -69,8 +69,9 @@ with_callback = _C.with_callback
 #: Test seam: replaces kiln_frontend.convert.convert_frame when not None.
 convert_frame_fn: Callable[..., Any] | None = None
 
-#: Event counts since the last reset(): frames the callback saw, compiles, recompiles,
-#: frames skipped, cache_limit hits, suppressed failures.
+#: Event counts since the last reset(): "frames" the callback saw, "skipped" (never-captured
+#: files), "converts" (convert_frame calls), "compiles" (cache entries made), "recompiles"
+#: (misses on a code that had entries), "cache_limit" hits, suppressed "failures".
 counters: collections.Counter[str] = collections.Counter()
 
 
@@ -339,7 +340,7 @@ class CompileCallback:
             kwargs: dict[str, Any] = {}
             if self.dynamic is not None and _convert_accepts(convert, "dynamic"):
                 kwargs["dynamic"] = self.dynamic
-            counters["compiles"] += 1
+            counters["converts"] += 1
             result = convert(
                 frame,
                 compiler_fn=self.compiler_fn,
@@ -357,6 +358,7 @@ class CompileCallback:
             return self._suppressed(code, sys.exc_info()[1])
         if result is None:
             return None
+        counters["compiles"] += 1
         if isinstance(result, tuple):
             return result
         return (result.check_fn, result.fn)

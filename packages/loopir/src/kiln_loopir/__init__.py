@@ -26,11 +26,11 @@ from .ir import (
     Pointwise,
     Reduction,
     ReinterpretView,
-    Schedule,
     SchedNode,
+    Schedule,
 )
-from .virtualized import MissingOpError, ops, set_ops_handler
 from .lowering import LoweringError
+from .virtualized import MissingOpError, ops, set_ops_handler
 
 __all__ = [
     "lower",

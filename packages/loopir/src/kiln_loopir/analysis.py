@@ -67,10 +67,10 @@ def collect_deps(buf: ComputedBuffer):
     """(reads, writes) of a ComputedBuffer over its own symbols i*/r*."""
     d = buf.data
     idx = [index_symbol(k) for k in range(len(d.ranges))]
-    vr = dict(zip(idx, d.ranges))
+    vr = dict(zip(idx, d.ranges, strict=False))
     if isinstance(d, Reduction):
         ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
-        vr.update(zip(ridx, d.reduction_ranges))
+        vr.update(zip(ridx, d.reduction_ranges, strict=False))
         h = body_deps(buf.store_body(), idx, ridx, var_ranges=vr)
     else:
         h = body_deps(buf.store_body(), idx, var_ranges=vr)

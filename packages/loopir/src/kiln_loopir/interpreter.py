@@ -28,7 +28,7 @@ from .ir import (
     Schedule,
 )
 from .ops_spec import OPS
-from .sizevars import FloorDiv, ModularIndexing, index_symbol, reduction_symbol, symbol_kind
+from .sizevars import FloorDiv, ModularIndexing, index_symbol, reduction_symbol
 from .virtualized import set_ops_handler
 
 __all__ = ["interpret", "Interpreter", "eval_index"]
@@ -338,7 +338,7 @@ class Interpreter:
             nd = len(shape)
             osyms = [index_symbol(k) for k in range(len(outer))]
             isyms = [reduction_symbol(k) for k in range(len(inner))]
-            for k, (s, n) in enumerate(zip(osyms + isyms, shape)):
+            for k, (s, n) in enumerate(zip(osyms + isyms, shape, strict=False)):
                 view = [1] * nd
                 view[k] = n
                 env[s] = torch.arange(n, device=self.device, dtype=torch.int64).view(view)
@@ -373,7 +373,7 @@ class Interpreter:
         stride = [self.size(x) for x in layout.stride]
         if list(t.shape) != size:
             raise RuntimeError(f"extern result has size {list(t.shape)}, expected {size}")
-        if any(sz > 1 and a != b for sz, a, b in zip(size, t.stride(), stride)):
+        if any(sz > 1 and a != b for sz, a, b in zip(size, t.stride(), stride, strict=False)):
             out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
             out.copy_(t)
             return out

@@ -138,20 +138,20 @@ class Layout:
         """Elements of storage needed: ``offset + 1 + sum((size-1)*stride)`` (0 if empty)."""
         if any(s == 0 for s in self.size):
             return sympy.Integer(0)
-        return self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride)),
+        return self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride, strict=False)),
                                      sympy.Integer(0))
 
     def is_contiguous(self) -> bool:
         want = contiguous_strides(self.size)
         return all(sz == 1 or sympy.simplify(st - w) == 0
-                   for sz, st, w in zip(self.size, self.stride, want))
+                   for sz, st, w in zip(self.size, self.stride, want, strict=False))
 
     def index(self, index: Sequence) -> sympy.Expr:
         """Storage position of element ``index`` (dims of size 1 contribute nothing)."""
         if len(index) != len(self.size):
             raise ValueError(f"index {list(index)} has {len(index)} dims, layout has {self.ndim}")
         e = self.offset
-        for i, sz, st in zip(index, self.size, self.stride):
+        for i, sz, st in zip(index, self.size, self.stride, strict=False):
             if sz == 1 or st == 0:
                 continue
             e = e + sympify(i) * st
@@ -691,10 +691,10 @@ def _buffer_text(buf: Buffer, indent: str = "  ") -> list[str]:
     if isinstance(buf, ComputedBuffer):
         d = buf.data
         idx = [index_symbol(k) for k in range(len(d.ranges))]
-        vr = dict(zip(idx, d.ranges))
+        vr = dict(zip(idx, d.ranges, strict=False))
         if isinstance(d, Reduction):
             ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
-            vr.update(zip(ridx, d.reduction_ranges))
+            vr.update(zip(ridx, d.reduction_ranges, strict=False))
             lines.append(f"{indent}Reduction {d.reduction_type} ranges "
                          f"[{', '.join(sexpr(r) for r in d.ranges)}] reduction_ranges "
                          f"[{', '.join(sexpr(r) for r in d.reduction_ranges)}]")

@@ -265,13 +265,13 @@ def broadcast_loader(x: IRNode, out_size: Sequence) -> Callable:
     size = [sympify(s) for s in x.get_size()]
     n, k = len(out_size), len(size)
     drop = n - k
-    if drop == 0 and all(s != 1 or sympify(o) == 1 for s, o in zip(size, out_size)):
+    if drop == 0 and all(s != 1 or sympify(o) == 1 for s, o in zip(size, out_size, strict=False)):
         return loader
     zero = sympy.Integer(0)
 
     def bl(index):
         idx = list(index)[drop:]
-        return loader([zero if s == 1 else i for i, s in zip(idx, size)])
+        return loader([zero if s == 1 else i for i, s in zip(idx, size, strict=False)])
 
     return bl
 
@@ -290,7 +290,7 @@ def _broadcast_reindex(size, out_size):
 
     def reindex(index):
         idx = list(index)[drop:]
-        return [zero if s == 1 else i for i, s in zip(idx, size)]
+        return [zero if s == 1 else i for i, s in zip(idx, size, strict=False)]
 
     return reindex
 
@@ -420,13 +420,12 @@ class GraphLowering:
                     self.sizevars.bind(s, SizeVarSource(pos, d))
             elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
                 self.sizevars.bind(val, SizeVarSource(pos, None))
-        for pos, n in enumerate(placeholders):
-            val = vals[pos]
+        for pos, val in enumerate(vals):
             if isinstance(val, torch.Tensor):
                 for d, st in enumerate(val.stride()):
                     self.sizevars.bind(st, SizeVarSource(pos, d, stride=True))
         devices = set()
-        for pos, (n, val) in enumerate(zip(placeholders, vals)):
+        for pos, (n, val) in enumerate(zip(placeholders, vals, strict=False)):
             if isinstance(val, torch.Tensor):
                 buf = InputBuffer(f"arg{pos}", self.layout_of(val), pos)
                 self.graph.add_input(buf)
@@ -566,10 +565,10 @@ class GraphLowering:
                 raise LoweringError(f"dtype {out.get_dtype()} != meta {meta.dtype}")
             want = [self.expr(s) for s in meta.shape]
             have = out.get_size()
-            if len(want) != len(have) or not all(self._same_size(a, b) for a, b in zip(want, have)):
+            if len(want) != len(have) or not all(self._same_size(a, b) for a, b in zip(want, have, strict=False)):
                 raise LoweringError(f"size {have} != meta {want}")
         elif isinstance(meta, (tuple, list)) and isinstance(out, (tuple, list)):
-            for m, o in zip(meta, out):
+            for m, o in zip(meta, out, strict=False):
                 if isinstance(o, IRNode) or o is None:
                     if isinstance(o, IRNode):
                         self._check(n, o, m)
@@ -693,7 +692,7 @@ def make_extern(op, args, kwargs, meta, fallback=False):
 
 def _is_dense(size, stride) -> bool:
     """size/stride is a permutation of a contiguous layout (non-overlapping and dense)."""
-    dims = [(sympify(st), sympify(sz)) for sz, st in zip(size, stride) if sympify(sz) != 1]
+    dims = [(sympify(st), sympify(sz)) for sz, st in zip(size, stride, strict=False) if sympify(sz) != 1]
     if not dims:
         return True
     # order by stride (numeric where possible)

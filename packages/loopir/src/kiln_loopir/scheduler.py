@@ -48,10 +48,9 @@ from .ir import (
     MemoryDep,
     MultiOutput,
     Reduction,
-    ReinterpretView,
     ScatterBuffer,
-    Schedule,
     SchedNode,
+    Schedule,
 )
 from .sizevars import (
     index_symbol,
@@ -176,7 +175,7 @@ def _order_by_stride(dims, syms, deps) -> list[int]:
         total = sum(_stride_of(dep.index, s) for dep in deps)
         return -total
 
-    pairs = list(zip(dims, syms))
+    pairs = list(zip(dims, syms, strict=False))
     # stable: equal strides keep their order
     ordered = sorted(enumerate(pairs), key=lambda e: (key(e[1]), e[0]))
     return [p[1][0] for p in ordered]
@@ -244,10 +243,10 @@ class _Placement:
 
 def _ranges(outer_index, outer_sizes, inner_index, inner_sizes) -> dict:
     vr = {}
-    for s, r in zip(outer_index, outer_sizes):
+    for s, r in zip(outer_index, outer_sizes, strict=False):
         if isinstance(s, sympy.Symbol):
             vr[s] = r
-    for s, r in zip(inner_index, inner_sizes):
+    for s, r in zip(inner_index, inner_sizes, strict=False):
         if isinstance(s, sympy.Symbol):
             vr[s] = r
     return vr
@@ -311,7 +310,7 @@ def _assignments(target: list, dims: list[int], sizes: list, exact: bool):
     count = 0
     # identity-like first: try in-order matching, then permutations
     for perm in itertools.permutations(range(len(dims)), len(target)):
-        if all(statically_known_equal(sizes[p], t) for p, t in zip(perm, target)):
+        if all(statically_known_equal(sizes[p], t) for p, t in zip(perm, target, strict=False)):
             rest = [dims[k] for k in range(len(dims)) if k not in perm]
             yield [dims[p] for p in perm], rest
             count += 1
@@ -327,7 +326,7 @@ def _candidate_placements(group: _Group, info: _Info, outer: list):
             rorder = list(info.rdims)
         else:
             rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
-        for omap, rest in _assignments(outer, info.dims, info.sizes, exact=True):
+        for omap, _ in _assignments(outer, info.dims, info.sizes, exact=True):
             p = _Placement(info, omap, rorder)
             p.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
             yield p
@@ -377,10 +376,10 @@ def _deps_ok(placements: list[_Placement], outer: list, cand: _Placement) -> str
         widx = wdeps[0].index
         if w.kind == "pointwise" and w.inner:
             if len(w.inner) != len(cand.inner) or not all(
-                    statically_known_equal(a, b) for a, b in zip(w.inner, cand.inner)):
+                    statically_known_equal(a, b) for a, b in zip(w.inner, cand.inner, strict=False)):
                 return (f"reads {d.name} (written over inner {list(map(str, w.inner))}) from "
                         f"inner {list(map(str, cand.inner))}")
-            widx = widx.xreplace(dict(zip(qsyms, rsyms)))
+            widx = widx.xreplace(dict(zip(qsyms, rsyms, strict=False)))
         if sympy.expand(d.index - widx) != 0:
             return f"reads {d.name}[{d.index}] but the group writes {d.name}[{widx}] at this outer point"
     return None
@@ -458,7 +457,7 @@ def _dead_code(graph: LoopGraph) -> list[Buffer]:
             needed |= reads_of[b.name]
             continue
         needed |= reads_of[b.name]
-    return [b for b, k in zip(bufs, keep) if k]
+    return [b for b, k in zip(bufs, keep, strict=False) if k]
 
 
 def schedule(graph: LoopGraph) -> Schedule:

@@ -543,12 +543,15 @@ class SizeVarAllocator:
         if env is None:
             return None
         inv = {v: k for k, v in self.mapping.items()}
+        vals = getattr(env, "backed_var_to_val", None)
+        if vals is None:
+            vals = env.var_to_val
         subs = {}
         for s in expr.free_symbols:
             t = inv.get(s)
-            if t is None or t not in env.var_to_val:
+            if t is None or t not in vals:
                 return None
-            subs[s] = int(env.var_to_val[t])
+            subs[s] = int(vals[t])
         try:
             from .interpreter import eval_index
 

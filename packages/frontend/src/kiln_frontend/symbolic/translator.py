@@ -19,7 +19,7 @@ import types
 import weakref
 from typing import Any
 
-from ..bytecode import create_instruction, decode, make_resume_code, versions
+from ..bytecode import BytecodeError, create_instruction, decode, make_resume_code, versions
 from ..exc import Unsupported
 from ..sources import (
     BuiltinSource,
@@ -60,6 +60,9 @@ MAX_INLINE_DEPTH = 24
 MAX_STEPS = 200_000
 
 _CALL_OPNAMES = frozenset({"CALL", "CALL_FUNCTION_EX"})
+_NEVER_BREAK_AT = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF",
+                             "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME", "COPY_FREE_VARS",
+                             "MAKE_CELL", "STORE_FAST", "POP_TOP", "COPY", "SWAP"})
 _CALL_PREFIX_OPNAMES = frozenset({"PRECALL", "KW_NAMES"})
 
 
@@ -433,6 +436,10 @@ class InstructionTranslator(InstructionTranslatorBase):
     def can_break_at(self, inst) -> bool:
         if inst.exn_tab_entry is not None:
             return False
+        if inst.opname in _NEVER_BREAK_AT:
+            # a resume function's prologue is made of these: breaking there would make a
+            # resume function identical to the current one, forever
+            return False
         if self.in_loop(self.index_of[id(inst)]):
             return False
         name = inst.opname
@@ -532,7 +539,10 @@ class InstructionTranslator(InstructionTranslatorBase):
         cached = per_code.get(key)
         if cached is None:
             name = f"__resume_at_{target.offset}_{next(_resume_counter)}"
-            code = make_resume_code(self.code, target, stack_vars, live, name)
+            try:
+                code = make_resume_code(self.code, target, stack_vars, live, name)
+            except BytecodeError as e:
+                raise Unsupported(f"cannot make a resume function: {e}") from e
             fn = None if code.co_freevars else types.FunctionType(code, self.f_globals, name)
             per_code[key] = cached = (name, code, fn)
         name, code, fn = cached
@@ -590,6 +600,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         # the condition is still on the stack: put it back for break_at
         raise RestartAnalysis(self.index_of[id(inst)], reason)
 
+    def stack_var(self, i: int) -> str:
+        """Name of the resume function's argument for stack slot ``i`` (not a name the code
+        already uses: resume functions of resume functions)."""
+        base = "___stack"
+        while any(v.startswith(base) for v in self.code.co_varnames):
+            base += "_"
+        return f"{base}{i}"
+
     def break_at(self, inst, index: int, reason: Unsupported) -> None:
         self.graph_breaks.append(reason)
         if versions.is_conditional_jump(inst):
@@ -620,11 +638,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             t = cg.temps[id(var)]
             return lambda c: c.load_fast(t)
         cheap = False
-        if isinstance(var, LazyVariable) or (
-                isinstance(var, TensorVariable) and var.source is None):
+        cells = set(self.code.co_cellvars) | set(self.code.co_freevars)
+        if isinstance(var, TensorVariable) and var.source is None:
             cheap = True
-        elif isinstance(var.source, LocalSource):
-            cheap = True
+        elif isinstance(var.source, LocalSource) and var.source.local_name not in cells:
+            cheap = True  # argument slots are never written by the transformed code
         elif isinstance(var, ConstantVariable) and not isinstance(var.value, (slice, range)):
             cheap = type(var.value) in (int, float, bool, str, bytes, complex, type(None))
         if cheap:
@@ -663,9 +681,9 @@ class InstructionTranslator(InstructionTranslatorBase):
                        for n in live]
         self.store_cells(cg)
         stack_vars: list[str | None] = [
-            None if isinstance(v, NullVariable) else f"___stack{i}"
+            None if isinstance(v, NullVariable) else self.stack_var(i)
             for i, v in enumerate(below)
-        ] + [f"___stack{len(below) + j}" for j in range(n_results)]
+        ] + [self.stack_var(len(below) + j) for j in range(n_results)]
         head, tail = self.make_resume_call(index + 1, stack_vars, live)
         cg.extend(head)
         for i, load in enumerate(stack_loads):
@@ -713,11 +731,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         if or_pop:
             cg.extend(versions.copy(1))
             cg.store_fast("___kiln_cond")
-        rest_vars = [None if isinstance(v, NullVariable) else f"___stack{i}"
+        rest_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
                      for i, v in enumerate(rest)]
 
         def branch(target_index: int, live: list[str], with_cond: bool) -> list:
-            svars = list(rest_vars) + ([f"___stack{len(rest)}"] if with_cond else [])
+            svars = list(rest_vars) + ([self.stack_var(len(rest))] if with_cond else [])
             head, tail = self.make_resume_call(target_index, svars, live)
             sub = self.sub_codegen(cg)
             sub.extend(head)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import IRNode, Pointwise, compute_dtype
+from ..ir import Pointwise, compute_dtype
 from ..lowering import (
     LoweringError,
-    broadcast_shapes,
     broadcast_loader,
+    broadcast_shapes,
     constant_value,
     current,
     lowering,
@@ -98,7 +98,6 @@ def _constant_pad_nd(x, pad, value=0):
     n = len(size)
     loader = x.make_loader()
     dtype = x.get_dtype()
-    cd = compute_dtype(dtype)
     pads = {}
     for k in range(len(pad) // 2):
         d = n - 1 - k
@@ -169,7 +168,7 @@ def _index(x, indices):
             others = index[nb:]
             other_dims = rest
         full = [S0] * n
-        for d, i in zip(other_dims, others):
+        for d, i in zip(other_dims, others, strict=False):
             full[d] = i
         for k in pos:
             ld, dt = iloaders[k]
@@ -410,7 +409,7 @@ def _index_put(self, indices, values, accumulate=False):
     def out_indexer(index):
         b_idx, others, other_dims = split(index)
         full = [S0] * n
-        for d, i in zip(other_dims, others):
+        for d, i in zip(other_dims, others, strict=False):
             full[d] = i
         for k in pos:
             ld, dt = iloaders[k]

@@ -136,27 +136,6 @@ def _isneginf(x):
 # ---- binary arithmetic ------------------------------------------------------------------------
 
 
-def _with_alpha(opname):
-    def lower_fn(a, b, alpha=None):
-        if alpha is not None and alpha != 1:
-            def fn(x, y):
-                return getattr(ops, opname)(x, ops.mul(y, _alpha_const(alpha, y)))
-            return make_pointwise(_AlphaFn(opname, alpha))(a, b)
-        return make_pointwise(getattr(ops, opname))(a, b)
-
-    return lower_fn
-
-
-class _AlphaFn:
-    """fn(x, y) = op(x, y * alpha); the constant's dtype is found at body time."""
-
-    def __init__(self, opname, alpha):
-        self.opname, self.alpha = opname, alpha
-
-    def __call__(self, x, y):
-        raise RuntimeError("replaced")
-
-
 def _add_like(opname):
     def lower_fn(a, b, alpha=None):
         comp, _ = promote([a, b])
@@ -697,7 +676,6 @@ def _frac(x):
 @lowering(aten.xlogy.Tensor)
 def _xlogy(a, b):
     def fn(x, y):
-        cd = None
         zero = ops.mul(x, ops.constant(0.0, _first_float(a, b)))
         return ops.where(ops.isnan(y), y, ops.where(ops.eq(x, zero), zero, ops.mul(x, ops.log(y))))
 

@@ -241,7 +241,6 @@ def _var_mean_impl(x, dims, correction, keepdim, out_dtype):
     nel = _numel(x, dims)
     s_loader = s.make_loader()
     size = list(x.get_size())
-    x_loader = x.make_loader()
 
     def mean_at(full):
         kidx = [S0 if k in dims else full[k] for k in range(len(size))]

@@ -439,9 +439,9 @@ def reshape_reindex(old_size, new_size):
                 out[gi[0]] = index[gj[0]]
                 continue
             nst = contiguous_strides([new[j] for j in gj])
-            flat = sympy.Add(*[index[j] * s for j, s in zip(gj, nst) if new[j] != 1]) if gj else S0
+            flat = sympy.Add(*[index[j] * s for j, s in zip(gj, nst, strict=False) if new[j] != 1]) if gj else S0
             ost = contiguous_strides([old[i] for i in gi])
-            for k, (i, st) in enumerate(zip(gi, ost)):
+            for k, (i, st) in enumerate(zip(gi, ost, strict=False)):
                 if old[i] == 1:
                     out[i] = S0
                 elif k == 0:
@@ -520,7 +520,7 @@ def flip(x, dims):
 def repeat(x, repeats):
     old = [sympify(s) for s in x.get_size()]
     drop = len(repeats) - len(old)
-    new = [sympify(r) for r in repeats[:drop]] + [o * sympify(r) for o, r in zip(old, repeats[drop:])]
+    new = [sympify(r) for r in repeats[:drop]] + [o * sympify(r) for o, r in zip(old, repeats[drop:], strict=False)]
 
     def reindex(index):
         out = []
@@ -541,7 +541,7 @@ def roll(x, shifts, dims=()):
         raise LoweringError("roll without dims")
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    pairs = {_norm_dim(d, n): s for d, s in zip(dims, shifts)}
+    pairs = {_norm_dim(d, n): s for d, s in zip(dims, shifts, strict=False)}
 
     def reindex(index):
         out = list(index)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-from ...exc import Unsupported
 from ...guards import Guard, GuardKind
 from ...sources import AttrSource, Source
 from .base import VariableTracker, lookup_tracker
@@ -63,8 +62,7 @@ class VariableBuilder:
             return TorchFunctionVariable.wrap(self, value)
         tracker = lookup_tracker(value)
         if tracker is None:
-            if callable(value) and not isinstance(value, type) and \
-                    type(value).__module__.split(".")[0] == "torch":
-                raise Unsupported(f"torch object {type(value).__qualname__}")
+            # anything else is an opaque object: loading it always works (so a frame can
+            # be resumed with it); using it is what graph-breaks
             return UserDefinedObjectVariable.wrap(self, value)
         return tracker.wrap(self, value)

@@ -47,12 +47,7 @@ class ConstantVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
-        if isinstance(value, torch.Size):
-            builder.install_guard(GuardKind.CONSTANT_MATCH, value)
-        elif isinstance(value, (slice, range)):
-            builder.install_guard(GuardKind.CONSTANT_MATCH, value)
-        else:
-            builder.install_guard(GuardKind.CONSTANT_MATCH, value)
+        builder.install_guard(GuardKind.CONSTANT_MATCH, value)
         return cls(value, source=builder.source)
 
     @classmethod

@@ -27,8 +27,17 @@ _GEN_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENE
 def is_torch_internal_file(filename: str) -> bool:
     import os
 
-    torch_dir = os.path.dirname(torch.__file__)
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
     return filename.startswith(torch_dir)
+
+
+def check_inlinable(fn: types.FunctionType) -> None:
+    """Python code inside torch (context managers, hooks, utilities) is not inlined: a call
+    to it is a graph break in the user's frame.  torch functions that belong in graphs are
+    TorchFunctionVariable, and torch's own modules become call_module nodes."""
+    if is_torch_internal_file(fn.__code__.co_filename):
+        raise Unsupported(f"call to {fn.__module__}.{fn.__qualname__} (torch internals are "
+                          "not inlined)")
 
 
 @tracker_for(types.FunctionType)
@@ -92,6 +101,7 @@ class UserFunctionVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         if self.fn.__code__.co_flags & _GEN_FLAGS:
             raise Unsupported(f"calling generator/coroutine function {self.fn.__qualname__}")
+        check_inlinable(self.fn)
         return tx.inline_call(self, args, kwargs)
 
     def reconstruct(self, codegen):
@@ -116,6 +126,7 @@ class UserMethodVariable(UserFunctionVariable):
     def call_function(self, tx, args, kwargs):
         if self.fn.__code__.co_flags & _GEN_FLAGS:
             raise Unsupported(f"calling generator/coroutine method {self.fn.__qualname__}")
+        check_inlinable(self.fn)
         return tx.inline_call(self, [self.obj, *args], kwargs)
 
     def get_defaults(self, tx):

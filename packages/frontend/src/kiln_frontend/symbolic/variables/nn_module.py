@@ -24,9 +24,13 @@ _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList,
 
 
 def is_leaf_module(module: nn.Module) -> bool:
-    """Modules torch itself defines (other than containers) are called as one node."""
-    mod = type(module).__module__
-    return mod.startswith("torch.nn.") and not isinstance(module, _CONTAINERS)
+    """Modules whose ``forward`` torch itself defines (Linear, ReLU, Dropout, ... and user
+    subclasses that keep that forward), other than containers, are called as one node."""
+    if isinstance(module, _CONTAINERS):
+        return False
+    forward = getattr(type(module), "forward", None)
+    mod = getattr(forward, "__module__", None) or ""
+    return mod.startswith("torch.nn.")
 
 
 def _has_hooks(module: nn.Module) -> bool:
