@@ -301,7 +301,11 @@ def test_reductions_non_last_dim(rtype):
     # reduce dim 1 and 0 of a [50, 6, 20] tensor -> [20]
     out = g.reduction([20], [50, 6], rtype, lambda i, r: g.load(0, [r[0], r[1], i[0]]), out_dtype, F32)
     expected = REDUCTIONS[rtype](x.permute(2, 0, 1).reshape(20, 300), 1)
-    check(g.schedule([out]), [x], [expected])
+    fn = check(g.schedule([out]), [x], [expected])
+    # memory is contiguous along the output dim: 16 outputs are reduced together (lane mode)
+    body = fn.module.kernels[0].meta["body"]
+    assert "16 lanes of i0" in body
+    assert "for (int64_t l = 0; l < 16; l++)" in vectorized_loops(fn.module.kernels[0].source)
 
 
 def test_full_reduction_to_scalar():

@@ -581,9 +581,14 @@ class CppKernel:
         for _ in inner_syms:
             self._close()
         code: list[str] = []
-        for j in reversed(range(len(inner_syms))):
+        n = len(inner_syms)
+        for j in reversed(range(n)):
             s = inner_syms[j]
-            pragma = ["#pragma omp simd"] if j == len(inner_syms) - 1 and not no_simd else []
+            simd = j == n - 1 and not no_simd
+            pragma = ["#pragma omp simd"] if simd else []
+            if j == 0 and not self.loop_ranges:  # no outer loop: the threads split this one
+                p = self._omp_parallel(sympy.Mul(*node.inner), simd=simd)
+                pragma = [p] if p else pragma
             code = pragma + [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
                              *_indent(blocks[j].lines + code), "}"]
         for s in inner_syms:
@@ -646,51 +651,93 @@ class CppKernel:
         rl, rs = inner_syms[last], node.inner[last]
         r_c = self._c(rs)
         small = rs.is_Integer and int(rs) < 2 * LANES
-        decl = [f"// node {node_no}: {rtype} over [{', '.join(self._c(r) for r in node.inner)}]"]
-        decl.append(f"{vt} {acc} = {ident};")
-        if arg:
-            decl.append(f"int64_t {acc}_idx = 0;")
-        if not small:
-            decl.append(f"{vt} {acc}_lanes[{LANES}];")
+        # with no outer loop (x.sum()), the threads split the outermost reduction dim, each
+        # keeping its own accumulators, combined in thread order afterwards (deterministic)
+        work = sympy.Mul(*node.inner)
+        parallel = not self.loop_ranges and not (work.is_Integer and int(work) < PARALLEL_THRESHOLD)
+        a = f"{acc}_t" if parallel else acc  # the accumulator the loops update
+        ai = f"{a}_idx" if arg else None
+
+        def acc_decls(name: str) -> list[str]:
+            out = [f"{vt} {name} = {ident};"]
             if arg:
-                decl.append(f"int64_t {acc}_lanes_idx[{LANES}];")
-            decl.append(f"for (int l = 0; l < {LANES}; l++) {{ {acc}_lanes[l] = {ident};"
-                        + (f" {acc}_lanes_idx[l] = 0;" if arg else "") + " }")
+                out.append(f"int64_t {name}_idx = 0;")
+            return out
+
+        lanes = [] if small else [
+            f"{vt} {a}_lanes[{LANES}];", *([f"int64_t {a}_lanes_idx[{LANES}];"] if arg else []),
+            f"for (int l = 0; l < {LANES}; l++) {{ {a}_lanes[l] = {ident};"
+            + (f" {a}_lanes_idx[l] = 0;" if arg else "") + " }"]
         body_lines = blocks[last].lines
-        # innermost reduction dim: lanes + scalar tail
-        code: list[str] = []
+        # innermost reduction dim: LANES accumulators over full chunks + a scalar tail
         if small:
-            code += [f"for (int64_t {rl} = 0; {rl} < {r_c}; {rl}++)", "{",
-                     *_indent(body_lines + update(acc, f"{acc}_idx" if arg else None)), "}"]
+            chunks: list[str] = []
+            tail = [f"for (int64_t {rl} = 0; {rl} < {r_c}; {rl}++)", "{",
+                    *_indent(body_lines + update(a, ai)), "}"]
         else:
             vend = f"{acc}_vend"
-            code += [f"const int64_t {vend} = {r_c} - ({r_c} % {LANES});",
-                     f"for (int64_t {rl}_base = 0; {rl}_base < {vend}; {rl}_base += {LANES})", "{",
-                     "    #pragma omp simd",
-                     f"    for (int64_t l = 0; l < {LANES}; l++)", "    {",
-                     f"        const int64_t {rl} = {rl}_base + l;",
-                     *_indent(body_lines + update(f"{acc}_lanes[l]", f"{acc}_lanes_idx[l]" if arg else None), 2),
-                     "    }", "}",
-                     f"for (int64_t {rl} = {vend}; {rl} < {r_c}; {rl}++)", "{",
-                     *_indent(body_lines + update(acc, f"{acc}_idx" if arg else None)), "}"]
-        for j in reversed(range(last)):
-            s = inner_syms[j]
-            code = [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
-                    *_indent(blocks[j].lines + code), "}"]
+            chunks = [f"for (int64_t {rl}_base = 0; {rl}_base < {vend}; {rl}_base += {LANES})", "{",
+                      "    #pragma omp simd",
+                      f"    for (int64_t l = 0; l < {LANES}; l++)", "    {",
+                      f"        const int64_t {rl} = {rl}_base + l;",
+                      *_indent(body_lines + update(f"{a}_lanes[l]", f"{a}_lanes_idx[l]" if arg else None), 2),
+                      "    }", "}"]
+            tail = [f"for (int64_t {rl} = {vend}; {rl} < {r_c}; {rl}++)", "{",
+                    *_indent(body_lines + update(a, ai)), "}"]
+        vend_decl = [] if small else [f"const int64_t {acc}_vend = {r_c} - ({r_c} % {LANES});"]
+        omp_for = ["#pragma omp for schedule(static)"] if parallel else []
+        if last == 0:
+            # one reduction dim: in parallel, the threads share the chunks; the tail runs after
+            loops = vend_decl + (omp_for + chunks if parallel else chunks + tail)
+            after = tail if parallel else []
+        else:
+            code = vend_decl + chunks + tail
+            for j in reversed(range(last)):
+                sj = inner_syms[j]
+                code = ([f"for (int64_t {sj} = 0; {sj} < {self._c(node.inner[j])}; {sj}++)", "{",
+                         *_indent(blocks[j].lines + code), "}"])
+            loops = omp_for + code if parallel else code
+            after = []
         combine = []
         if not small:
             if arg:
                 combine.append(
-                    f"for (int l = 0; l < {LANES}; l++) {{ if (kiln_{rtype}_better({acc}_lanes[l], "
-                    f"{acc}_lanes_idx[l], {acc}, {acc}_idx)) {{ {acc} = {acc}_lanes[l]; "
-                    f"{acc}_idx = {acc}_lanes_idx[l]; }} }}")
+                    f"for (int l = 0; l < {LANES}; l++) {{ if (kiln_{rtype}_better({a}_lanes[l], "
+                    f"{a}_lanes_idx[l], {a}, {a}_idx)) {{ {a} = {a}_lanes[l]; "
+                    f"{a}_idx = {a}_lanes_idx[l]; }} }}")
             else:
-                combine.append(f"for (int l = 0; l < {LANES}; l++) {{ {acc} = "
-                               f"{self._combine(rtype, acc, f'{acc}_lanes[l]', val_dtype)}; }}")
+                combine.append(f"for (int l = 0; l < {LANES}; l++) {{ {a} = "
+                               f"{self._combine(rtype, a, f'{a}_lanes[l]', val_dtype)}; }}")
+        head = [f"// node {node_no}: {rtype} over [{', '.join(self._c(r) for r in node.inner)}]"
+                + (" (threads split the reduction)" if parallel else "")]
+        if parallel:
+            nt = "kiln_num_threads < KILN_MAX_THREADS ? kiln_num_threads : KILN_MAX_THREADS"
+            cond = "" if work.is_Integer else f" if({self._c(work)} >= {PARALLEL_THRESHOLD})"
+            parts = [f"{vt} {acc}_parts[KILN_MAX_THREADS];",
+                     *([f"int64_t {acc}_parts_idx[KILN_MAX_THREADS];"] if arg else []),
+                     f"for (int t = 0; t < KILN_MAX_THREADS; t++) {{ {acc}_parts[t] = {ident};"
+                     + (f" {acc}_parts_idx[t] = 0;" if arg else "") + " }"]
+            publish = [f"{acc}_parts[omp_get_thread_num()] = {a};"]
+            if arg:
+                publish.append(f"{acc}_parts_idx[omp_get_thread_num()] = {a}_idx;")
+            region = [f"#pragma omp parallel num_threads({nt}){cond}", "{",
+                      *_indent(acc_decls(a) + lanes + loops + combine + publish), "}"]
+            if arg:
+                gather = [f"for (int t = 0; t < KILN_MAX_THREADS; t++) {{ if (kiln_{rtype}_better("
+                          f"{acc}_parts[t], {acc}_parts_idx[t], {acc}, {acc}_idx)) {{ "
+                          f"{acc} = {acc}_parts[t]; {acc}_idx = {acc}_parts_idx[t]; }} }}"]
+            else:
+                gather = [f"for (int t = 0; t < KILN_MAX_THREADS; t++) {{ {acc} = "
+                          f"{self._combine(rtype, acc, f'{acc}_parts[t]', val_dtype)}; }}"]
+            # the tail after the region updates `a` = acc_t: alias it to the final accumulator
+            after = [ln.replace(f"{a}_idx", f"{acc}_idx").replace(a, acc) for ln in after]
+            lines = head + acc_decls(acc) + parts + region + gather + after
+        else:
+            lines = head + acc_decls(acc) + lanes + loops + combine
         result, result_dtype = (f"{acc}_idx", torch.int64) if arg else (acc, acc_dtype)
         if result_dtype in HALF:
             result_dtype = torch.float32
-        return decl + code + combine + self._store_reduction_result(red, result, result_dtype, [])
+        return lines + self._store_reduction_result(red, result, result_dtype, [])
 
     def _combine(self, rtype: str, a: str, b: str, dtype: torch.dtype) -> str:
         if rtype == "sum":

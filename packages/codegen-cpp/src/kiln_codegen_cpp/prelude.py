@@ -62,6 +62,8 @@ _HELPERS = r"""
 #define KILN_INLINE static inline __attribute__((always_inline))
 
 // ---- threads: the wrapper sets this from torch.get_num_threads() when it loads the kernel
+#define KILN_MAX_THREADS 256  // per-thread partial results of a parallel reduction
+extern "C" int omp_get_thread_num(void);
 static int kiln_num_threads = 1;
 extern "C" void kiln_set_num_threads(int n) { kiln_num_threads = n > 0 ? n : 1; }
 

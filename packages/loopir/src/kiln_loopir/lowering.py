@@ -365,8 +365,11 @@ _logged_fallbacks: set[str] = set()
 
 
 def _op_name(op) -> str:
-    return str(getattr(op, "_name", None) or getattr(op, "__name__", op)) + (
-        "." + op._overloadname if hasattr(op, "_overloadname") else "")
+    """``aten::mul.Tensor`` / ``aten::sin.default`` / a Python callable's name."""
+    schema = getattr(op, "_schema", None)
+    if schema is not None:
+        return f"{schema.name}.{getattr(op, '_overloadname', '') or 'default'}"
+    return str(getattr(op, "__name__", op))
 
 
 class GraphLowering:
@@ -531,6 +534,8 @@ class GraphLowering:
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return self._mutation(n, target, args, kwargs, meta)
         fn = lowerings.get(target)
+        if fn is not None and not _supported_dtypes(n, meta):
+            fn = None  # complex, float8, wide unsigned...: the aten op handles them
         out = None
         if fn is not None:
             try:
@@ -688,6 +693,20 @@ def make_extern(op, args, kwargs, meta, fallback=False):
     if meta is None:
         return None
     raise LoweringError(f"cannot call {op} as an extern kernel: result {type(meta).__name__}")
+
+
+#: dtypes loop bodies compute in; nodes touching others take the aten fallback
+SUPPORTED_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                              torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                              torch.float64})
+
+
+def _supported_dtypes(n: torch.fx.Node, meta) -> bool:
+    vals = _tensors_in(meta)
+    for a in n.all_input_nodes:
+        v = a.meta.get("val", a.meta.get("example_value"))
+        vals += _tensors_in(v)
+    return all(t.dtype in SUPPORTED_DTYPES for t in vals)
 
 
 def _is_dense(size, stride) -> bool:

@@ -1,0 +1,119 @@
+"""Helpers shared by the benchmarks: timing, fresh compiler caches, progress, tables, output
+flattening. Benchmarks only: nothing here is product code (so torch.compile is allowed)."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+
+
+def fresh_cache_dirs(prefix: str = "kiln-bench-") -> str:
+    """Point KILN_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR at a new empty folder, so first calls
+    measure real (cold) compiles. Call before the compilers run; returns the folder."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    os.environ["KILN_CACHE_DIR"] = os.path.join(root, "kiln")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
+    return root
+
+
+def median_time(fn: Callable[[], Any], *, min_repeat_s: float = 0.05, repeats: int = 7,
+                warmup: int = 3, max_calls: int = 10_000) -> float:
+    """Median seconds per call of ``fn()``: ``warmup`` calls, then ``repeats`` timed repeats of
+    ``n`` calls each, ``n`` chosen so that one repeat lasts about ``min_repeat_s``."""
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    n = max(1, min(max_calls, int(min_repeat_s / one)))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        samples.append((time.perf_counter() - t0) / n)
+    return statistics.median(samples)
+
+
+def geomean(xs: Iterable[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def first_line(e: BaseException, limit: int = 90) -> str:
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {line}"[:limit]
+
+
+def tensors_of(out: Any) -> list:
+    """The tensors in a model's output, in a fixed order: tensors, tuples/lists, dicts and
+    ``ModelOutput``-like objects (transformers), dataclasses."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):  # includes transformers' ModelOutput (an OrderedDict)
+        return [t for k in out for t in tensors_of(out[k])]
+    if isinstance(out, (list, tuple)):
+        return [t for x in out for t in tensors_of(x)]
+    if hasattr(out, "__dataclass_fields__"):
+        return [t for k in out.__dataclass_fields__ for t in tensors_of(getattr(out, k))]
+    return []
+
+
+class Progress:
+    """tqdm when installed, else a one-line-per-step printer (to stderr)."""
+
+    def __init__(self, total: int, desc: str = ""):
+        self.total = total
+        self.n = 0
+        self.desc = desc
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
+        except ImportError:
+            self.bar = None
+
+    def step(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(what[:60])
+        else:
+            print(f"[{self.n + 1}/{self.total}] {self.desc} {what}", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        self.n += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(header)]
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])

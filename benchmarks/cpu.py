@@ -1,0 +1,431 @@
+"""CPU inference benchmark: eager vs torch.compile (inductor) vs kiln, on seven workloads.
+
+    python benchmarks/cpu.py                  # every workload, full sizes
+    python benchmarks/cpu.py --quick          # small sizes, fewer repeats (a smoke run)
+    python benchmarks/cpu.py --only softmax,mlp --via-fx
+    python3 -m nox -s bench_cpu -- --quick    # the same through nox
+
+For each workload (under ``torch.no_grad()``, models in eval mode):
+1. eager output = the reference;
+2. each compiler in a fresh state (``torch._dynamo.reset()``, ``kiln_frontend.reset()``) and
+   with empty on-disk caches (a temp ``KILN_CACHE_DIR`` / ``TORCHINDUCTOR_CACHE_DIR`` for the
+   run): the first call's wall time is the *cold compile* time, and its output must match eager
+   (``assert_close``, rtol=atol=1e-3) before it is timed;
+3. steady state: median seconds per call over repeats (``_common.median_time``), speedup =
+   eager / compiled.
+
+Compilers: ``inductor`` = ``torch.compile(model)`` (the reference to beat), ``kiln`` =
+``kiln.compile(model)`` (kiln's frontend + the kiln backend), and with ``--via-fx``
+``kiln-fx`` = the FX route that needs no frontend: ``make_fx`` of the model (parameters become
+graph constants) handed to ``kiln.backend.kiln_backend`` directly: it measures the codegen where
+the frontend cannot capture a model yet. A compiler that fails on a workload is reported in
+the table (``error: <first line>``) and left out of the geomean. Writes
+benchmarks/results/cpu.json, cpu.md and the bar chart cpu.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    ROOT,
+    Progress,
+    first_line,
+    fresh_cache_dirs,
+    geomean,
+    markdown_table,
+    median_time,
+    tensors_of,
+)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+COMPILERS = ("inductor", "kiln", "kiln-fx")
+
+# ------------------------------------------------------------------------------- workloads
+
+
+def pointwise_chain(x):
+    y = x.sin() * 2.0 + x.cos()
+    y = torch.relu(y) * torch.sigmoid(x)
+    return torch.tanh(y) + x * 0.5
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+class LayerNormGelu(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return F.gelu(self.norm(x))
+
+
+class MLP(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(d, hidden)
+        self.fc2 = nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: LayerNorm -> multi-head self-attention (SDPA) -> residual ->
+    LayerNorm -> MLP (GELU) -> residual."""
+
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = MLP(d, ff)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+def _resnet18(quick):
+    sys.path.insert(0, str(ROOT / "tests-integration"))
+    import _torchvision_shim  # timm imports torchvision: docs/testing.md
+
+    _torchvision_shim.install()
+    import timm
+
+    model = timm.create_model("resnet18", pretrained=False)
+    shape = (1, 3, 64, 64) if quick else (4, 3, 224, 224)
+    return model, (torch.randn(shape),)
+
+
+def _bert_small(quick):
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=512, vocab_size=30522, max_position_embeddings=512)
+    model = BertModel(config)
+    b, t = (2, 32) if quick else (8, 128)
+    return model, (torch.randint(0, config.vocab_size, (b, t)),)
+
+
+@dataclasses.dataclass
+class Workload:
+    name: str
+    build: Callable[[bool], tuple[Any, tuple]]
+    what: str
+
+
+WORKLOADS = [
+    Workload("pointwise", lambda q: (pointwise_chain, (torch.randn(512, 512) if q else
+                                                        torch.randn(2048, 2048),)),
+             "sin/cos/relu/sigmoid/tanh chain, 2048x2048"),
+    Workload("softmax", lambda q: (softmax, (torch.randn(256, 512) if q else
+                                             torch.randn(4096, 1024),)),
+             "softmax over the last dim, 4096x1024"),
+    Workload("layernorm_gelu", lambda q: (LayerNormGelu(256 if q else 768),
+                                          (torch.randn(256, 256) if q else
+                                           torch.randn(4096, 768),)),
+             "LayerNorm(768) + GELU, 4096x768"),
+    Workload("mlp", lambda q: (MLP(256, 1024) if q else MLP(768, 3072),
+                               (torch.randn(32, 256) if q else torch.randn(256, 768),)),
+             "Linear 768->3072, GELU, Linear 3072->768, batch 256"),
+    Workload("transformer_block", lambda q: (TransformerBlock(64, 2, 256) if q else
+                                             TransformerBlock(256, 4, 1024),
+                                             (torch.randn(2, 32, 64) if q else
+                                              torch.randn(8, 128, 256),)),
+             "pre-norm attention (SDPA, causal) + MLP block, B=8 T=128 d=256 4 heads"),
+    Workload("resnet18", _resnet18, "timm resnet18 (random init), 4x3x224x224"),
+    Workload("bert_small", _bert_small,
+             "transformers BertModel from BertConfig (2 layers, hidden 128), 8x128 tokens"),
+]
+
+
+# ------------------------------------------------------------------------------- compilers
+
+
+class CompileTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    def on_alarm(signum, frame):
+        raise CompileTimeout(f"first call took longer than {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def make_compiled(compiler: str, model, inputs) -> Callable:
+    if compiler == "inductor":
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        return torch.compile(model)
+    if compiler == "kiln":
+        import kiln
+        import kiln_frontend
+
+        kiln_frontend.reset()
+        return kiln.compile(model)
+    if compiler == "kiln-fx":
+        from kiln.backend import kiln_backend
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        def flat(*args):
+            return tuple(tensors_of(model(*args)))
+
+        gm = make_fx(flat)(*inputs)
+        compiled = kiln_backend(gm, list(inputs))
+        return lambda *args: compiled(*args)
+    raise ValueError(compiler)
+
+
+def kiln_notes(before, after) -> str:
+    """What kiln did for a workload, from kiln.stats() before/after."""
+    parts = []
+    d = lambda f: getattr(after, f) - getattr(before, f)  # noqa: E731
+    parts.append(f"{d('graphs_compiled')} graphs, {d('kernels_generated')} kernels")
+    if d("eager_fallbacks"):
+        parts.append(f"{d('eager_fallbacks')} graphs eager")
+    if d("interpreter_fallbacks"):
+        parts.append(f"{d('interpreter_fallbacks')} graphs interpreted")
+    fb = {k: v - before.aten_fallbacks.get(k, 0) for k, v in after.aten_fallbacks.items()}
+    fb = {k: v for k, v in fb.items() if v}
+    if fb:
+        parts.append("aten fallbacks: " + ", ".join(sorted(k.split("::")[-1] for k in fb)))
+    return "; ".join(parts)
+
+
+def run_workload(w: Workload, compilers, args, progress: Progress) -> dict:
+    res: dict[str, Any] = {"name": w.name, "what": w.what}
+    torch.manual_seed(0)
+    progress.step(f"{w.name}: build")
+    try:
+        model, inputs = w.build(args.quick)
+    except Exception as e:
+        res["error"] = first_line(e)
+        for _ in range(1 + len(compilers)):
+            progress.done()
+        return res
+    if isinstance(model, nn.Module):
+        model.eval()
+    timing = dict(min_repeat_s=0.02 if args.quick else 0.2, repeats=3 if args.quick else 7,
+                  warmup=1 if args.quick else 3)
+    with torch.no_grad():
+        progress.step(f"{w.name}: eager")
+        expected = tensors_of(model(*inputs))
+        res["eager_s"] = median_time(lambda: model(*inputs), **timing)
+        progress.done()
+        for c in compilers:
+            progress.step(f"{w.name}: {c}")
+            r: dict[str, Any] = {}
+            stats_before = None
+            try:
+                if c.startswith("kiln"):
+                    import kiln
+
+                    stats_before = kiln.stats()
+                with time_limit(args.compile_timeout):
+                    t0 = time.perf_counter()
+                    fn = make_compiled(c, model, inputs)
+                    out = fn(*inputs)
+                    r["compile_s"] = time.perf_counter() - t0
+                try:
+                    torch.testing.assert_close(tensors_of(out), expected, rtol=1e-3, atol=1e-3)
+                except AssertionError as e:
+                    r["error"] = "wrong: " + " / ".join(
+                        x.strip() for x in str(e).splitlines() if x.strip())[:160]
+                else:
+                    r["time_s"] = median_time(lambda fn=fn: fn(*inputs), **timing)
+                    r["speedup"] = res["eager_s"] / r["time_s"]
+            except (Exception, CompileTimeout) as e:
+                r["error"] = "error: " + first_line(e)
+            if stats_before is not None:
+                import kiln
+
+                r["notes"] = kiln_notes(stats_before, kiln.stats())
+            res[c] = r
+            progress.done()
+            line = (f"{w.name:18} {c:9} " + (f"{r['time_s'] * 1e3:9.3f} ms  x{r['speedup']:.2f}  "
+                    f"compile {r['compile_s']:.1f} s" if "time_s" in r else r["error"]))
+            progress.write(line + (f"  [{r['notes']}]" if r.get("notes") else ""))
+    return res
+
+
+# ------------------------------------------------------------------------------- reporting
+
+
+def table(results, compilers) -> str:
+    header = ["workload", "eager ms"]
+    for c in compilers:
+        header += [f"{c} ms", f"{c} speedup", f"{c} compile s"]
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append([r["name"], "build " + r["error"]] + [""] * (len(header) - 2))
+            continue
+        row = [r["name"], f"{r['eager_s'] * 1e3:.3f}"]
+        for c in compilers:
+            x = r.get(c, {})
+            if "time_s" in x:
+                row += [f"{x['time_s'] * 1e3:.3f}", f"{x['speedup']:.2f}x",
+                        f"{x['compile_s']:.1f}"]
+            else:
+                row += [x.get("error", "-").replace("|", "/")[:70], "-",
+                        f"{x['compile_s']:.1f}" if "compile_s" in x else "-"]
+        rows.append(row)
+    geo = ["geomean speedup", ""]
+    for c in compilers:
+        g = geomean(r.get(c, {}).get("speedup") for r in results)
+        n = sum(1 for r in results if r.get(c, {}).get("speedup"))
+        geo += ["", f"{g:.2f}x ({n} ok)" if g else "-", ""]
+    rows.append(geo)
+    return markdown_table(header, rows)
+
+
+def notes_table(results, compilers) -> str:
+    rows = [[r["name"], c, r[c]["notes"]] for r in results for c in compilers
+            if c.startswith("kiln") and r.get(c, {}).get("notes")]
+    return markdown_table(["workload", "compiler", "what kiln did"], rows) if rows else ""
+
+
+def bar_chart(results, compilers, path: Path, title: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = [r["name"] for r in results]
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(names)), 4.2))
+    width = 0.8 / max(1, len(compilers))
+    for i, c in enumerate(compilers):
+        vals = [r.get(c, {}).get("speedup", 0.0) for r in results]
+        xs = [j + (i - (len(compilers) - 1) / 2) * width for j in range(len(names))]
+        bars = ax.bar(xs, vals, width, label=c)
+        for x, v in zip(xs, vals, strict=True):
+            ax.text(x, v if v else 0.02, f"{v:.2f}" if v else "x", ha="center", va="bottom",
+                    fontsize=7)
+        del bars
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20, ha="right")
+    ax.set_ylabel("speedup over eager (higher is better)")
+    ax.set_title(title, fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="comma-separated workload names")
+    p.add_argument("--quick", action="store_true", help="small sizes, fewer repeats")
+    p.add_argument("--via-fx", action="store_true",
+                   help="also run kiln through the FX route (make_fx + kiln_backend, no frontend)")
+    p.add_argument("--compilers", default="inductor,kiln",
+                   help="comma-separated from inductor,kiln,kiln-fx (eager always runs)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--compile-timeout", type=float, default=900.0)
+    p.add_argument("--out", default="cpu", help="basename of the results in benchmarks/results")
+    args = p.parse_args(argv)
+
+    compilers = [c for c in args.compilers.split(",") if c]
+    if args.via_fx and "kiln-fx" not in compilers:
+        compilers.append("kiln-fx")
+    for c in compilers:
+        if c not in COMPILERS:
+            p.error(f"unknown compiler {c!r}; known: {', '.join(COMPILERS)}")
+    only = [x for x in args.only.split(",") if x]
+    workloads = [w for w in WORKLOADS if not only or w.name in only]
+    if only and len(workloads) != len(only):
+        known = ", ".join(w.name for w in WORKLOADS)
+        p.error(f"unknown workload in --only {args.only!r}; known: {known}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cache = fresh_cache_dirs()
+    print(f"CPU benchmark: {len(workloads)} workloads, compilers {compilers}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, caches in {cache}"
+          + (" (quick)" if args.quick else ""), flush=True)
+
+    progress = Progress(len(workloads) * (1 + len(compilers)), desc="bench")
+    results = []
+    t0 = time.perf_counter()
+    try:
+        for w in workloads:
+            results.append(run_workload(w, compilers, args, progress))
+    finally:
+        progress.close()
+    wall = time.perf_counter() - t0
+
+    title = (f"CPU inference speedup over eager ({torch.get_num_threads()} threads"
+             + (", quick sizes" if args.quick else "") + ")")
+    text = table(results, compilers)
+    notes = notes_table(results, compilers)
+    print("\n" + text)
+    if notes:
+        print("\n" + notes)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/cpu.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "quick": args.quick, "wall_s": wall, "cpu": _cpu_name()}
+    (RESULTS_DIR / f"{args.out}.json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    md = (f"# {title}\n\nCommand: `{meta['command']}`; {meta['date']}; torch {meta['torch']}; "
+          f"{meta['cpu']}; wall {wall:.0f} s.\n\n{text}\n\n{notes}\n")
+    (RESULTS_DIR / f"{args.out}.md").write_text(md)
+    png = RESULTS_DIR / f"{args.out}.png"
+    if bar_chart(results, compilers, png, title):
+        print(f"\nchart: {png}")
+    print(f"results: {RESULTS_DIR / args.out}.json / .md; wall {wall:.0f} s")
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
