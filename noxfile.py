@@ -96,3 +96,23 @@ def lint(session: nox.Session) -> None:
     """ruff over the whole tree."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+
+
+@nox.session(python=PYTHON)
+def opinfo(session: nox.Session) -> None:
+    """The OpInfo sweep (docs/coverage.md): every op_db op, float32 CPU, through
+    loopir_interpret, the kiln C++ backend and inductor side by side. Slow (inductor compiles);
+    narrow it with e.g. `nox -s opinfo -- --backends loopir_interpret --ops sin,softmax`.
+    Results: benchmarks/results/opinfo-*.json / .md."""
+    _install(session, *PACKAGES, extra=("expecttest",))
+    args = session.posargs or ["--backends", "loopir_interpret,kiln,inductor"]
+    session.run("python", "tests-integration/opinfo_harness.py", *args)
+
+
+@nox.session(python=PYTHON)
+def bench_cpu(session: nox.Session) -> None:
+    """CPU benchmark (docs/benchmarks.md): eager vs torch.compile (inductor) vs kiln on seven
+    workloads; table, geomeans and benchmarks/results/cpu.png. Pass flags after `--`
+    (`--quick`, `--only mlp,softmax`, `--via-fx`)."""
+    _install(session, *PACKAGES, extra=(*MODEL_DEPS, "matplotlib", "tqdm"))
+    session.run("python", "benchmarks/cpu.py", *session.posargs)

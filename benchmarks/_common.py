@@ -75,18 +75,20 @@ def tensors_of(out: Any) -> list:
 
 
 class Progress:
-    """tqdm when installed, else a one-line-per-step printer (to stderr)."""
+    """tqdm when installed and stderr is a terminal, else a one-line-per-step printer."""
 
     def __init__(self, total: int, desc: str = ""):
         self.total = total
         self.n = 0
         self.desc = desc
-        try:
-            from tqdm import tqdm
+        self.bar = None
+        if sys.stderr.isatty():  # a log file gets one line per step instead of \r updates
+            try:
+                from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
-        except ImportError:
-            self.bar = None
+                self.bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
+            except ImportError:
+                pass
 
     def step(self, what: str) -> None:
         if self.bar is not None:

@@ -38,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from _common import (  # noqa: E402
     RESULTS_DIR,
     ROOT,
@@ -49,10 +52,6 @@ from _common import (  # noqa: E402
     median_time,
     tensors_of,
 )
-
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 COMPILERS = ("inductor", "kiln", "kiln-fx")
 

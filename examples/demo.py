@@ -16,10 +16,9 @@ import statistics
 import sys
 import time
 
-import torch
-
 import kiln
 import kiln_frontend
+import torch
 
 
 def banner(title: str) -> None:
@@ -99,7 +98,7 @@ def dynamic_shapes() -> None:
 
     for shape in [(4, 8), (16, 3), (7, 33)]:
         x = torch.randn(shape)
-        for got, want in zip(f(x), (x.sin(), x.sin().cos())):
+        for got, want in zip(f(x), (x.sin(), x.sin().cos()), strict=True):
             torch.testing.assert_close(got, want)
     print(f"3 shapes -> {len(counter.graphs)} graph(s)")
     if counter.graphs:

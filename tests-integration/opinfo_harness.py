@@ -9,9 +9,10 @@ with eager, side by side with torch.compile's inductor.
 How one op is checked (docs/coverage.md says the same in prose):
 
 - Samples: the first ``--samples`` (3) of ``op.sample_inputs("cpu", torch.float32)``.
-- Each sample becomes ``fn(*tensors)`` calling ``op(sample.input, *sample.args,
-  **sample.kwargs)``; every tensor found in input/args/kwargs (nested lists and dicts too) is a
-  function input, so it is a graph input, never a baked constant.
+- Each sample becomes ``fn(*tensors)`` calling ``op.op(sample.input, *sample.args,
+  **sample.kwargs)``, generated as plain source (``def opinfo_add(t0, t1): return target(t0,
+  t1, alpha=c0)``); every tensor found in input/args/kwargs (inside lists, tuples and dicts
+  too) is a function input, so it is a graph input, never a baked constant.
 - Graph route (no frontend involved): ``make_fx(fn)(*tensors)`` gives the FX graph (``--graph
   fx`` instead builds a one-node torch-level FX graph calling ``op.op``) and the backend is
   called as ``backend(gm, example_inputs)``: ``kiln.backend.loopir_interpret_backend`` or
@@ -57,7 +58,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,27 @@ def op_key(op) -> str:
 _OP_DB = None
 
 
+def _ensure_expecttest() -> None:
+    """torch's ``common_utils`` (imported by ``op_db``) imports ``expecttest`` only for its
+    ``TestCase`` base class and an ``ACCEPT`` flag. The ``opinfo`` nox session installs the real
+    package; where it is missing (e.g. a session that did not install it) a stand-in with those
+    two names lets ``op_db`` load. No expect-test feature is used by this harness."""
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        import types
+        import unittest
+
+        stub = types.ModuleType("expecttest")
+        stub.TestCase = unittest.TestCase
+        stub.ACCEPT = False
+        sys.modules["expecttest"] = stub
+
+
 def op_db() -> list:
     global _OP_DB
     if _OP_DB is None:
+        _ensure_expecttest()
         from torch.testing._internal.common_methods_invocations import op_db as db
 
         _OP_DB = list(db)
@@ -153,38 +172,83 @@ def select_ops(patterns: Sequence[str] | None = None) -> list:
 
 @dataclasses.dataclass
 class Case:
-    """One OpInfo sample as ``fn(*tensors)``."""
+    """One OpInfo sample as ``fn(*tensors)``; ``source`` is fn's generated source."""
 
     key: str
     index: int
     fn: Callable
     tensors: list
     op: Any
-    spec: Any
-    leaves: list
+    sample: Any
+    source: str
+
+
+def _has_tensor(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if type(x) in (list, tuple):
+        return any(_has_tensor(v) for v in x)
+    if type(x) is dict:
+        return any(_has_tensor(v) for v in x.values())
+    return False
+
+
+def _expr(x, tensors: list, consts: dict) -> str:
+    """Python source for ``x`` with each tensor a parameter ``tK`` and every other leaf a
+    global constant ``cK`` (lists, tuples and dicts holding tensors are rebuilt literally)."""
+    if isinstance(x, torch.Tensor):
+        tensors.append(x)
+        return f"t{len(tensors) - 1}"
+    if _has_tensor(x):
+        if type(x) is list:
+            return "[" + ", ".join(_expr(v, tensors, consts) for v in x) + "]"
+        if type(x) is tuple:
+            return "(" + "".join(_expr(v, tensors, consts) + ", " for v in x) + ")"
+        if type(x) is dict:
+            return "{" + ", ".join(f"{k!r}: {_expr(v, tensors, consts)}"
+                                   for k, v in x.items()) + "}"
+    name = f"c{len(consts)}"
+    consts[name] = x
+    return name
 
 
 def make_case(op, sample, index: int) -> Case:
-    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
-    positions = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-    tensors = [leaves[i] for i in positions]
-    consts = list(leaves)
-
-    def fn(*ts):
-        vals = list(consts)
-        for i, t in zip(positions, ts, strict=True):
-            vals[i] = t
-        inp, args, kwargs = pytree.tree_unflatten(vals, spec)
-        return op(inp, *args, **kwargs)
-
-    fn.__name__ = "opinfo_" + re.sub(r"\W", "_", op_key(op))
-    return Case(op_key(op), index, fn, tensors, op, spec, leaves)
+    """``fn(t0, t1, ...)`` calling the OpInfo's function on the sample, generated as plain
+    source (``return target(t0, c0, dim=c1)``): no pytree or OpInfo wrapper in between, so a
+    frontend (kiln's or dynamo) sees one call of the op."""
+    tensors: list = []
+    consts: dict = {}
+    parts = [_expr(sample.input, tensors, consts)]
+    parts += [_expr(a, tensors, consts) for a in sample.args]
+    for k, v in sample.kwargs.items():
+        if not k.isidentifier():
+            raise ValueError(f"keyword {k!r} is not an identifier")
+        parts.append(f"{k}={_expr(v, tensors, consts)}")
+    name = "opinfo_" + re.sub(r"\W", "_", op_key(op))
+    params = ", ".join(f"t{i}" for i in range(len(tensors)))
+    source = f"def {name}({params}):\n    return target({', '.join(parts)})\n"
+    namespace = {"target": op.op, **consts}
+    exec(compile(source, f"<opinfo {op_key(op)} sample {index}>", "exec"), namespace)
+    return Case(op_key(op), index, namespace[name], tensors, op, sample, source)
 
 
 def clone_inputs(tensors: Sequence) -> list:
     """Fresh copies (``clone`` keeps the strides of dense tensors; expanded ones become
     contiguous)."""
     return [t.clone() for t in tensors]
+
+
+def _rebuild(x, leaf: Callable):
+    if isinstance(x, torch.Tensor):
+        return leaf(x)
+    if _has_tensor(x):
+        if type(x) is list:
+            return [_rebuild(v, leaf) for v in x]
+        if type(x) is tuple:
+            return tuple(_rebuild(v, leaf) for v in x)
+        if type(x) is dict:
+            return {k: _rebuild(v, leaf) for k, v in x.items()}
+    return x
 
 
 def build_graph(case: Case, how: str = "make_fx") -> torch.fx.GraphModule:
@@ -197,13 +261,15 @@ def build_graph(case: Case, how: str = "make_fx") -> torch.fx.GraphModule:
         return make_fx(case.fn)(*example)
     if how == "fx":
         graph = torch.fx.Graph()
-        vals = list(case.leaves)
-        k = 0
-        for i, leaf in enumerate(case.leaves):
-            if isinstance(leaf, torch.Tensor):
-                vals[i] = graph.placeholder(f"arg{k}")
-                k += 1
-        inp, args, kwargs = pytree.tree_unflatten(vals, case.spec)
+        counter = itertools.count()
+
+        def leaf(_t):
+            return graph.placeholder(f"t{next(counter)}")
+
+        s = case.sample
+        inp = _rebuild(s.input, leaf)
+        args = tuple(_rebuild(a, leaf) for a in s.args)
+        kwargs = {k: _rebuild(v, leaf) for k, v in s.kwargs.items()}
         target = case.op.op
         if getattr(target, "__name__", "") == "<lambda>":  # FX cannot name a lambda
             lam = target
@@ -270,6 +336,7 @@ def _counters_delta(before: dict, after: dict) -> dict:
         d["eager_fallbacks"] = k.get("eager_fallbacks", 0)
         d["interpreter_fallbacks"] = k.get("interpreter_fallbacks", 0)
         d["kernels"] = k.get("kernels_generated", 0)
+        d["graphs"] = k.get("graphs_compiled", 0) + k.get("graphs_interpreted", 0)
         d["eager_reasons"] = sorted(r for r in k if r.startswith("eager_fallback:"))
     return d
 
@@ -411,6 +478,7 @@ def check_sample(case: Case, backends: Sequence[str], *, graph: str = "make_fx",
                 and not r.get("aten_fallbacks")
                 and not r.get("eager_fallbacks")
                 and not (backend.endswith("kiln") and r.get("interpreter_fallbacks"))
+                and r.get("graphs", 0) > 0  # the frontend may capture nothing and run eagerly
             )
         results[backend] = r
     return results
@@ -458,7 +526,7 @@ def check_op(op, backends: Sequence[str], *, samples: int = 3, graph: str = "mak
             fbs = sorted({f for r in ran for f in r.get("aten_fallbacks", ())})
             if fbs:
                 summary["aten_fallbacks"] = fbs
-            for k in ("eager_fallbacks", "interpreter_fallbacks", "kernels"):
+            for k in ("eager_fallbacks", "interpreter_fallbacks", "kernels", "graphs"):
                 if any(k in r for r in ran):
                     summary[k] = sum(r.get(k, 0) for r in ran)
             if "ran_as_ir" in ran[0]:
@@ -556,7 +624,7 @@ def run_sweep(keys: Sequence[str], backends: Sequence[str], *, jobs: int = 1,
         try:
             wid, line = q.get(timeout=5)
         except queue.Empty:
-            for wid, (p, todo, cur, since) in list(procs.items()):
+            for p, _todo, cur, since in list(procs.values()):
                 if cur is not None and time.monotonic() - since > watchdog:
                     p.kill()
             continue
@@ -674,7 +742,12 @@ def markdown_report(results: Sequence[dict], backends: Sequence[str], summary: d
                     cell += " (shape-only)"
                 if x.get("ran_as_ir") is False:
                     fb = x.get("aten_fallbacks") or []
-                    cell += " (fallback: " + ", ".join(fb) + ")" if fb else " (not IR)"
+                    if fb:
+                        cell += " (fallback: " + ", ".join(fb) + ")"
+                    elif not x.get("graphs"):
+                        cell += " (no graph: ran eagerly)"
+                    else:
+                        cell += " (not IR)"
             elif x["status"] == "fail":
                 err = x.get("error", "").replace("|", "\\|").replace("\n", " ")[:120]
                 cell = f"FAIL {x.get('stage', '')}: {err}"

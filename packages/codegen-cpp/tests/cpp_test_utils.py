@@ -8,6 +8,7 @@ import importlib.util
 import kiln_runtime
 import sympy
 import torch
+from kiln_codegen_cpp import CppCodegen
 from kiln_loopir.ir import (
     Allocation,
     ComputedBuffer,
@@ -18,14 +19,12 @@ from kiln_loopir.ir import (
     Pointwise,
     Reduction,
     ReinterpretView,
-    Schedule,
     SchedNode,
+    Schedule,
 )
 from kiln_loopir.sizevars import SizeVarSource, size_symbol
 from kiln_loopir.virtualized import ops
 from kiln_loopir.wrapper import generate_wrapper
-
-from kiln_codegen_cpp import CppCodegen
 
 
 class G:
@@ -105,9 +104,9 @@ def _sched_node(b: ComputedBuffer, n_outer: int) -> SchedNode:
     body = b.store_body()
     if b.is_reduction():
         return SchedNode(b, "reduction", list(b.data.reduction_ranges),
-                         lambda O, I: body(list(O), list(I)))
+                         lambda outer, inner: body(list(outer), list(inner)))
     inner = list(b.data.ranges[n_outer:])
-    return SchedNode(b, "pointwise", inner, lambda O, I: body(list(O) + list(I)))
+    return SchedNode(b, "pointwise", inner, lambda outer, inner: body(list(outer) + list(inner)))
 
 
 def compile_sched(sched: Schedule):

@@ -6,11 +6,10 @@ import pytest
 import sympy
 import torch
 from cpp_test_utils import G, check, compile_sched
-from kiln_loopir.ops_spec import OPS, missing_ops
-from kiln_loopir.virtualized import MissingOpError, ops
-
 from kiln_codegen_cpp import CppKernel
 from kiln_codegen_cpp.compiler import vectorized_loops
+from kiln_loopir.ops_spec import OPS, missing_ops
+from kiln_loopir.virtualized import MissingOpError, ops
 
 F32, F16, BF16, F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
 I32, I64, BOOL = torch.int32, torch.int64, torch.bool
@@ -124,8 +123,8 @@ def test_half_conversion_is_exact_for_every_bit_pattern():
         x = bits.view(dtype)
         g = G(x)
         # to float, back to half, and float -> half rounding of values between halves
-        out_f = g.pointwise([65536], lambda i: ops.to_dtype(g.load(0, i), F32), F32)
-        out_h = g.pointwise([65536], lambda i: ops.to_dtype(ops.to_dtype(g.load(0, i), F32), dtype), dtype)
+        out_f = g.pointwise([65536], lambda i, g=g: ops.to_dtype(g.load(0, i), F32), F32)
+        out_h = g.pointwise([65536], lambda i, g=g, d=dtype: ops.to_dtype(ops.to_dtype(g.load(0, i), F32), d), dtype)
         fn = compile_sched(g.schedule([out_f, out_h]))
         f, h = fn(x)
         torch.testing.assert_close(f, x.float(), equal_nan=True, rtol=0, atol=0)
@@ -134,7 +133,7 @@ def test_half_conversion_is_exact_for_every_bit_pattern():
     y = torch.randn(100000) * 1000
     for dtype in HALF:
         g = G(y)
-        out = g.pointwise([100000], lambda i: ops.to_dtype(g.load(0, i), dtype), dtype)
+        out = g.pointwise([100000], lambda i, g=g, d=dtype: ops.to_dtype(g.load(0, i), d), dtype)
         (h,) = compile_sched(g.schedule([out]))(y)
         assert torch.equal(h.view(torch.int16), y.to(dtype).view(torch.int16))
 
@@ -315,6 +314,26 @@ def test_full_reduction_to_scalar():
     check(g.schedule([out]), [x], [x.sum()], rtol=1e-5, atol=1e-4)
 
 
+def test_parallel_full_reductions_one_dim_dynamic():
+    """No outer loop: the threads split the reduction (per-thread partials, then a scalar
+    tail); dynamic size, a tail that is not a multiple of the lane count, NaN and ties."""
+    x = torch.randn(100003)
+    x[70000] = x[90000] = 50.0  # a tie across threads: the first index wins
+    g = G(x, dynamic=True)
+    n = g.size(100003)
+    outs = [g.reduction([], [n], rtype, lambda i, r: g.load(0, [r[0]]), I64 if rtype.startswith("arg") else F32, F32)
+            for rtype in ["sum", "max", "argmax", "argmin"]]
+    fn = check(g.schedule(outs), [x], [x.sum(), x.max(), x.argmax(), x.argmin()], rtol=1e-4, atol=1e-3)
+    assert "threads split the reduction" in fn.module.kernels[0].meta["body"]
+    y = torch.randn(50001)
+    y[7] = float("nan")
+    y[40000] = float("nan")
+    s, m, am, an = fn(y)
+    assert torch.isnan(s) and torch.isnan(m) and am.item() == 7 and an.item() == 7
+    z = torch.randn(5)  # below the parallel threshold at run time
+    torch.testing.assert_close(fn(z)[2], z.argmax())
+
+
 @pytest.mark.parametrize("dtype", [I32, I64, BOOL])
 def test_integer_and_bool_reductions_are_exact(dtype):
     x = torch.randint(-5, 6, (7, 100)).to(dtype)
@@ -417,9 +436,9 @@ def test_indirect_indexing_gather_and_atomic_scatter_add():
     g = G(src, idx)
     zeros = g.pointwise([10, 16], lambda i: ops.constant(0.0, F32), F32)
 
-    def scatter_body(O, I):
-        j = ops.indirect_indexing(g.load(1, [O[0]]), 10)
-        ops.store(zeros.name, zeros.layout.index([j, O[1]]), g.load(0, O), mode="atomic_add")
+    def scatter_body(outer, inner):
+        j = ops.indirect_indexing(g.load(1, [outer[0]]), 10)
+        ops.store(zeros.name, zeros.layout.index([j, outer[1]]), g.load(0, outer), mode="atomic_add")
 
     from kiln_loopir.ir import FusedGroup, SchedNode
 

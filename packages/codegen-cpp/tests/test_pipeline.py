@@ -7,17 +7,16 @@ import math
 import os
 import warnings
 
+import kiln_codegen_cpp
 import kiln_loopir
 import kiln_runtime
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
-
-import kiln_codegen_cpp
 from kiln_codegen_cpp import compile_fx
 from kiln_codegen_cpp.compiler import vectorized_loops
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 
 def symbolic(*tensors):
@@ -37,10 +36,10 @@ def run(fn, *inputs, dynamic=False, **tol):
     expected = fn(*inputs)
     expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, **tol)
     ref = kiln_loopir.interpret(compiled.module.meta["schedule"])(*inputs)
-    for g, r in zip(got, ref):
+    for g, r in zip(got, ref, strict=True):
         torch.testing.assert_close(g, r, **tol)
     return compiled
 
@@ -219,3 +218,27 @@ def test_math_constants_and_inf():
         return torch.clamp(x, min=-math.inf, max=1.5) + torch.full_like(x, float("inf")).minimum(x)
 
     run(f, torch.randn(3, 9))
+
+
+class _Block(torch.nn.Module):
+    """A transformer-ish block: layernorms, attention softmax, MLP with gelu, residuals."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.q = torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + torch.softmax(self.q(h) @ h.transpose(-1, -2) / 8.0, -1) @ h
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def test_module_with_parameters_and_memory_reuse():
+    torch.manual_seed(0)
+    block = _Block().eval()
+    with torch.no_grad():
+        c = run(block, torch.randn(2, 16, 64), rtol=1e-4, atol=1e-4)
+    assert len(kernels(c)) >= 4
+    assert "# reuse" in c.module.wrapper_source or "reinterpret_tensor" in c.module.wrapper_source

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import kiln_loopir as K
 import torch
+import torch.utils._pytree
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -36,11 +37,33 @@ class _Wrap(torch.nn.Module):
         return self.fn(*args)
 
 
+def _codegen_runner(sched):
+    """KILN_LOOPIR_TEST_CODEGEN=cpp runs these tests through kiln_codegen_cpp instead of the
+    interpreter (a cross-check of the codegen against the same expectations)."""
+    import os
+
+    which = os.environ.get("KILN_LOOPIR_TEST_CODEGEN")
+    if not which:
+        return None
+    if which == "cpp":
+        import warnings
+
+        from kiln_codegen_cpp.pipeline import KilnFallbackWarning, compile_schedule
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KilnFallbackWarning)
+            return compile_schedule(sched)
+    raise ValueError(f"unknown KILN_LOOPIR_TEST_CODEGEN={which}")
+
+
 def check(fn, *args, mode="real", via="make_fx", atol=None, rtol=None, equal_nan=True):
     run, sched, graph = compile_loopir(fn, *args, mode=mode, via=via)
+    compiled = _codegen_runner(sched)
+    if compiled is not None:
+        run = compiled
     out = run(*args)
     ref = fn(*args)
-    ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+    ref = torch.utils._pytree.tree_leaves(ref)
     assert len(out) == len(ref)
     for a, b in zip(out, ref, strict=False):
         kw = {}

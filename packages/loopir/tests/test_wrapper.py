@@ -8,7 +8,6 @@ import sys
 import pytest
 import sympy
 import torch
-
 from kiln_loopir.analysis import body_deps
 from kiln_loopir.codegen_protocol import GeneratedModule, KernelDef
 from kiln_loopir.ir import (
@@ -24,8 +23,8 @@ from kiln_loopir.ir import (
     Pointwise,
     Reduction,
     ReinterpretView,
-    Schedule,
     SchedNode,
+    Schedule,
 )
 from kiln_loopir.ops_spec import OPS
 from kiln_loopir.sizevars import SizeVarSource, index_symbol, reduction_symbol, size_symbol
@@ -84,14 +83,14 @@ def _run_group(group, bufs, env):
     outer = [index_symbol(k) for k in range(len(group.outer))]
     ranges = [int(sympy.sympify(r).xreplace(env)) for r in group.outer]
     for point in _points(ranges):
-        env_o = env | dict(zip(outer, point))
+        env_o = env | dict(zip(outer, point, strict=True))
         for node in group.nodes:
             inner = [reduction_symbol(k) for k in range(len(node.inner))]
             iranges = [int(sympy.sympify(r).xreplace(env)) for r in node.inner]
             h = _ScalarOps(bufs, env_o)
             with set_ops_handler(h):
                 for ipoint in _points(iranges):
-                    h.env = env_o | dict(zip(inner, ipoint))
+                    h.env = env_o | dict(zip(inner, ipoint, strict=True))
                     node.body(outer, inner)
             if node.kind == "reduction":
                 name, i = h.target
@@ -138,8 +137,8 @@ class PyCodegen:
             def run(*args, k=k):
                 nbuf = len(k.arg_names) - len(k.group.size_symbols())
                 bufs = {n: torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,))
-                        for n, t in zip(k.arg_names[:nbuf], args[:nbuf])}
-                env = {size_symbol(int(n[1:])): v for n, v in zip(k.arg_names[nbuf:], args[nbuf:])}
+                        for n, t in zip(k.arg_names[:nbuf], args[:nbuf], strict=True)}
+                env = {size_symbol(int(n[1:])): v for n, v in zip(k.arg_names[nbuf:], args[nbuf:], strict=True)}
                 # internal buffers that the wrapper did not allocate live here
                 for n in k.group.internal_buffers:
                     lay = next(nd.buffer.layout for nd in k.group.nodes if nd.buffer.name == n)
@@ -185,9 +184,9 @@ def _pw(g, ranges, fn, dtype=F32, layout=None):
 def _node(buf, n_outer=None):
     body = buf.store_body()
     if buf.is_reduction():
-        return SchedNode(buf, "reduction", list(buf.data.reduction_ranges), lambda O, I: body(O, I))
+        return SchedNode(buf, "reduction", list(buf.data.reduction_ranges), lambda outer, inner: body(outer, inner))
     n_outer = len(buf.data.ranges) if n_outer is None else n_outer
-    return SchedNode(buf, "pointwise", list(buf.data.ranges[n_outer:]), lambda O, I: body(list(O) + list(I)))
+    return SchedNode(buf, "pointwise", list(buf.data.ranges[n_outer:]), lambda outer, inner: body(list(outer) + list(inner)))
 
 
 def _group(name, buf, allocs, frees=(), internal=()):
@@ -345,3 +344,26 @@ def test_output_code_runs_standalone(tmp_path):
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "ms per call" in proc.stdout
+
+
+def test_reuse_of_a_buffer_the_kernel_kept_in_registers_allocates():
+    """The plan says buf2 reuses internal buf0, but the codegen never allocated buf0."""
+    lay_in = Layout.contiguous("cpu", F32, (3, 6))
+    g = _graph(lay_in)
+    x = g.inputs[0].make_loader()
+    lay_r = Layout.contiguous("cpu", F32, (3,))
+    mx = g.register_buffer(ComputedBuffer(g.new_name(), lay_r, Reduction("cpu", F32, F32, [3], [6], "max",
+                                                                         lambda i, r: x([i[0], r[0]]))))
+    out = _pw(g, [3, 6], lambda i: ops.sub(x(i), mx.make_loader()([i[0]])))
+    sm = _pw(g, [3], lambda i: ops.add(out.make_loader()([i[0], 0]), ops.constant(1.0, F32)))
+    g.outputs = [ReinterpretView(sm, sm.layout)]
+    grp = FusedGroup("g0", [sympy.Integer(3)], [_node(mx), _node(out, 1)],
+                     allocations=[Allocation("buf0", lay_r, internal=True), Allocation("buf1", out.layout)],
+                     internal_buffers={"buf0"}, frees=["buf0"])
+    grp2 = _group("g1", sm, [Allocation("buf2", lay_r, reuses="buf0")], frees=["buf1"])
+    module = generate_wrapper(Schedule(g, [grp, grp2]), PyCodegen())
+    src = module.wrapper_source
+    assert "buf2 = empty_strided_cpu((3,), (1,), torch.float32)" in src
+    assert "buf0" not in src
+    a = torch.randn(3, 6)
+    torch.testing.assert_close(load(module)(a)[0], a[:, 0] - a.amax(1) + 1)

@@ -1,12 +1,12 @@
 import json
-import multiprocessing as mp
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 import kiln_runtime
+import pytest
 from kiln_runtime import DiskCache, cache_dir, counters, disk_cache, hash_key
 
 
@@ -124,24 +124,23 @@ def test_concurrent_threads_same_key():
     assert [p.name for p in disk_cache.entry_dir("art", key).parent.iterdir()] == [key]
 
 
-def _proc_worker(root, key, n):
-    cache = DiskCache(root)
-    for _ in range(n):
-        p = cache.put("art", key, {"payload.bin": b"z" * 200_000})
-        assert (p / "payload.bin").read_bytes() == b"z" * 200_000
+_WORKER = """
+import sys
+from kiln_runtime import DiskCache
+cache = DiskCache(sys.argv[1])
+for _ in range(5):
+    p = cache.put("art", sys.argv[2], {"payload.bin": b"z" * 200_000})
+    assert (p / "payload.bin").read_bytes() == b"z" * 200_000
+"""
 
 
 def test_concurrent_processes_same_key(tmp_path):
     root = tmp_path / "shared"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_proc_worker, args=(str(root), "k" * 8, 5)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert all(p.exitcode == 0 for p in procs)
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(root), "k" * 8]) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     cache = DiskCache(root)
     assert cache.get("art", "k" * 8) is not None
+    assert [p.name for p in (root / "art" / "kk").iterdir()] == ["k" * 8]  # no leftovers
 
 
 def test_bad_keys_rejected():

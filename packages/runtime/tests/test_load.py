@@ -3,7 +3,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from kiln_runtime import counters, load, reinterpret_tensor
 from kiln_runtime.launch import assert_size_stride, empty_strided_cpu
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kiln_runtime import cache_dir, counters, disk_cache, hash_key
 
+
 def compiler() -> str:
     """The C++ compiler: ``$KILN_CXX``, else ``$CXX``, else ``g++``."""
     return os.environ.get("KILN_CXX") or os.environ.get("CXX") or "g++"

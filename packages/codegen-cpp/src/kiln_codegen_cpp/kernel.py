@@ -179,7 +179,7 @@ class CppKernel:
     def generate(self) -> str:
         g = self.group
         outer_syms, self.loop_ranges, self.outer_index = self._plan_outer_loops()
-        self.var_ranges.update(zip(outer_syms, self.loop_ranges))
+        self.var_ranges.update(zip(outer_syms, self.loop_ranges, strict=True))
         self._analyse()
         for r in self.loop_ranges:
             self._note_sizes(r)
@@ -232,7 +232,7 @@ class CppKernel:
         out = []
         for node in self.group.nodes:
             inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
-            vr = loop_ranges | dict(zip(inner_syms, node.inner))
+            vr = loop_ranges | dict(zip(inner_syms, node.inner, strict=True))
             out.append(body_deps(node.body, outer_index, inner_syms, var_ranges=vr))
         return out
 
@@ -247,7 +247,7 @@ class CppKernel:
         def build(groups):
             syms = [index_symbol(k) for k in range(len(groups))]
             ranges, index = [], [None] * n
-            for sym, dims in zip(syms, groups):
+            for sym, dims in zip(syms, groups, strict=True):
                 total = sympy.Mul(*[outer[d] for d in dims])
                 ranges.append(total)
                 inner = sympy.Integer(1)
@@ -257,7 +257,7 @@ class CppKernel:
                     else:
                         index[d] = ModularIndexing(sym, inner, outer[d])
                     inner = inner * outer[d]
-            vr = dict(zip(syms, ranges))
+            vr = dict(zip(syms, ranges, strict=True))
             return syms, ranges, [simplify_index(e, vr) for e in index], vr
 
         def clean(groups) -> bool:
@@ -348,7 +348,7 @@ class CppKernel:
         decode = []
         stride = sympy.Integer(1)
         parts = []
-        for s, r in reversed(list(zip(syms, ranges))):
+        for s, r in reversed(list(zip(syms, ranges, strict=True))):
             parts.append((s, r, stride))
             stride = stride * r
         for s, r, st in reversed(parts):
@@ -438,7 +438,7 @@ class CppKernel:
             return False
         last = outer_syms[-1]
         score = 0
-        for node, deps in zip(nodes, self._node_deps):
+        for node, deps in zip(nodes, self._node_deps, strict=True):
             if node.kind != "reduction":
                 continue
             r_last = reduction_symbol(len(node.inner) - 1)
@@ -527,7 +527,7 @@ class CppKernel:
         value = self._as_compute(red.value, val_dtype)
         if arg:
             lin = sympy.Integer(0)
-            for s, r in zip(inner_syms, node.inner):
+            for s, r in zip(inner_syms, node.inner, strict=True):
                 lin = lin * r + s
             update = [f"const bool take = kiln_{rtype}_take({value}, {acc}[l]);",
                       f"{acc}[l] = take ? {value} : {acc}[l];",
@@ -636,7 +636,7 @@ class CppKernel:
 
         # the linear reduction index (argmax/argmin)
         lin = sympy.Integer(0)
-        for s, r in zip(inner_syms, node.inner):
+        for s, r in zip(inner_syms, node.inner, strict=True):
             lin = lin * r + s
         lin_c = self._c(lin)
 
@@ -686,10 +686,13 @@ class CppKernel:
                     *_indent(body_lines + update(a, ai)), "}"]
         vend_decl = [] if small else [f"const int64_t {acc}_vend = {r_c} - ({r_c} % {LANES});"]
         omp_for = ["#pragma omp for schedule(static)"] if parallel else []
+        shared: list[str] = []  # declared before the parallel region
         if last == 0:
             # one reduction dim: in parallel, the threads share the chunks; the tail runs after
-            loops = vend_decl + (omp_for + chunks if parallel else chunks + tail)
-            after = tail if parallel else []
+            if parallel:
+                shared, loops, after = vend_decl, omp_for + chunks, tail
+            else:
+                loops, after = vend_decl + chunks + tail, []
         else:
             code = vend_decl + chunks + tail
             for j in reversed(range(last)):
@@ -731,7 +734,7 @@ class CppKernel:
                           f"{self._combine(rtype, acc, f'{acc}_parts[t]', val_dtype)}; }}"]
             # the tail after the region updates `a` = acc_t: alias it to the final accumulator
             after = [ln.replace(f"{a}_idx", f"{acc}_idx").replace(a, acc) for ln in after]
-            lines = head + acc_decls(acc) + parts + region + gather + after
+            lines = head + acc_decls(acc) + shared + parts + region + gather + after
         else:
             lines = head + acc_decls(acc) + lanes + loops + combine
         result, result_dtype = (f"{acc}_idx", torch.int64) if arg else (acc, acc_dtype)

@@ -36,6 +36,9 @@ _LAZY = {
     "Unsupported": ("exc", "Unsupported"),
     "BackendCompilerFailed": ("exc", "BackendCompilerFailed"),
     "explain": ("explain", "explain"),
+    "ExplainOutput": ("explain", "ExplainOutput"),
+    "mark_dynamic": ("shapes", "mark_dynamic"),
+    "mark_static": ("shapes", "mark_static"),
 }
 
 __all__ = ["config", *_LAZY]

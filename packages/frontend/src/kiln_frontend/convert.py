@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import time
 import types
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ import torch.fx
 
 from .bytecode import BytecodeError, assemble
 from .exc import KilnError, Unsupported
-from .guards import Guard, build_check_fn
+from .guards import Guard, GuardKind, build_check_fn
 from .symbolic import InstructionTranslator, RestartAnalysis
 from .symbolic.translator import num_argument_slots
 
@@ -51,18 +52,56 @@ class CompiledFrame:
         return list(self.check_fn.guards)  # type: ignore[attr-defined]
 
 
+#: callables told about every frame ``convert_frame`` looks at:
+#: ``observer(frame_info, compiled, reason, seconds)``: ``compiled`` is the CompiledFrame or
+#: None, ``reason`` (an ``Unsupported``, a string or None) says why a frame was not
+#: captured, ``seconds`` how long converting took; ``explain()`` uses this
+observers: list[Callable[[Any, CompiledFrame | None, Any, float], None]] = []
+
+
+def _notify(frame_info: Any, compiled: CompiledFrame | None, reason: Any,
+            seconds: float) -> None:
+    for observer in list(observers):
+        observer(frame_info, compiled, reason, seconds)
+
+
 def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
-                  frame_state: dict | None = None) -> CompiledFrame | None:
+                  frame_state: dict | None = None,
+                  dynamic: bool | None = None) -> CompiledFrame | None:
     """Capture ``frame_info`` (``.code``, ``.func``, ``.globals``, ``.builtins``, ``.args``,
     ``.closure``).  Returns None when there is nothing worth compiling (or, without
     ``nopython``, when the frame cannot be captured at all); raises ``exc.Unsupported`` with
     ``nopython`` when a graph break would be needed, and ``exc.BackendCompilerFailed`` when
-    the backend fails."""
+    the backend fails.  ``dynamic``: True (symbolic sizes everywhere), False (static
+    sizes), None (automatic: sizes that changed since the last compile are symbolic; it
+    reads and updates ``frame_state``).  See shapes.py."""
+    reasons: list[Any] = []
+    start = time.perf_counter()
+    try:
+        compiled = _convert_frame(frame_info, compiler_fn, nopython, frame_state, dynamic,
+                                  reasons)
+    except Exception as e:
+        if observers:
+            _notify(frame_info, None, e, time.perf_counter() - start)
+        raise
+    if observers:
+        _notify(frame_info, compiled, reasons[-1] if reasons else None,
+                time.perf_counter() - start)
+    return compiled
+
+
+def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
+                   frame_state: dict | None, dynamic: bool | None,
+                   reasons: list[Any]) -> CompiledFrame | None:
+    from .shapes import NeedsShapeEnv, shape_checks
+
     code: types.CodeType = frame_info.code
     if code.co_flags & _GEN_FLAGS:
         if nopython:
             raise Unsupported(f"{code.co_filename}:{code.co_firstlineno}: generators and "
                               f"coroutines are not captured ({code.co_name})")
+        reasons.append(f"{code.co_filename}:{code.co_firstlineno}: generators and "
+                       f"coroutines are not captured ({code.co_name})")
         return None
     if frame_state is not None:
         frame_state.setdefault("compiles", 0)
@@ -70,14 +109,22 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
 
     break_points: dict[int, Unsupported] = {}
     tracer: InstructionTranslator | None = None
+    use_shape_env = dynamic is True
     for _attempt in range(MAX_RESTARTS + 1):
         tracer = InstructionTranslator(frame_info, compiler_fn=compiler_fn, nopython=nopython,
-                                       break_points=break_points)
+                                       break_points=break_points, dynamic=dynamic,
+                                       frame_state=frame_state, use_shape_env=use_shape_env)
         try:
             tracer.run()
+        except NeedsShapeEnv:
+            if use_shape_env:  # pragma: no cover - cannot happen twice
+                raise
+            use_shape_env = True
+            continue
         except RestartAnalysis as restart:
             if restart.index in break_points:  # pragma: no cover - would loop
                 log.debug("not capturing %s: %s", code.co_name, restart.reason)
+                reasons.append(restart.reason)
                 return None
             log.debug("graph break in %s: %s", code.co_name, restart.reason)
             break_points[restart.index] = restart.reason
@@ -86,6 +133,7 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
             if nopython:
                 raise
             log.debug("not capturing %s: %s", code.co_name, e)
+            reasons.append(e)
             return None
         except KilnError:
             raise
@@ -95,10 +143,12 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
             log.warning("kiln: internal error while capturing %s (%s:%s); it runs as is",
                         code.co_qualname, code.co_filename, code.co_firstlineno,
                         exc_info=True)
+            reasons.append(f"internal error while capturing {code.co_qualname}")
             return None
         break
     else:
         log.debug("not capturing %s: too many graph breaks", code.co_name)
+        reasons.append(f"too many graph breaks in {code.co_qualname}")
         return None
 
     assert tracer is not None
@@ -114,11 +164,15 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
             raise
         log.warning("kiln: could not assemble the transformed code of %s; it runs as is",
                     code.co_qualname, exc_info=True)
+        reasons.append(f"could not assemble the transformed code of {code.co_qualname}")
         return None
     fn = types.FunctionType(new_code, frame_info.globals, code.co_name, None,
                             frame_info.closure)
     fn.__qualname__ = code.co_qualname
     fn.__kwdefaults__ = None
+    if tracer.output.shape_state is not None:
+        for check in shape_checks(tracer.output.shape_state):
+            tracer.output.guards.add(Guard(None, GuardKind.SHAPE_ENV, check))
     check_fn = build_check_fn(tracer.output.guards, tracer.arg_names, frame_info.globals,
                               name=f"check_{code.co_name}" if code.co_name.isidentifier()
                               else "check")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -114,6 +115,8 @@ class GuardKind(enum.Enum):
     LIST_LENGTH = "LIST_LENGTH"
     DICT_KEYS = "DICT_KEYS"
     GRAD_MODE = "GRAD_MODE"
+    #: a condition on symbolic sizes (dynamic shapes); ``expected`` is a shapes.ShapeCheck
+    SHAPE_ENV = "SHAPE_ENV"
 
     def __str__(self) -> str:
         return self.value
@@ -130,7 +133,11 @@ _KIND_ORDER = {
     GuardKind.LIST_LENGTH: 3,
     GuardKind.DICT_KEYS: 3,
     GuardKind.TENSOR_MATCH: 4,
+    GuardKind.SHAPE_ENV: 5,
 }
+
+#: shape guards read sizes of tensors whose TENSOR_MATCH must pass first
+_SHAPE_GUARD_DEPTH = 1 << 20
 
 
 class _Namespace:
@@ -168,11 +175,15 @@ class Guard:
 
     @property
     def key(self) -> tuple:
+        if self.kind is GuardKind.SHAPE_ENV:
+            return (None, self.kind, self.expected.code)
         return (self.source, self.kind)
 
     # -- printing ---------------------------------------------------------------------
 
     def __str__(self) -> str:
+        if self.kind is GuardKind.SHAPE_ENV:
+            return f" - shape {self.expected.text} {self.kind}"
         if self.source is None:
             return f" - global state {self.kind}"
         return f" - {self.source.scope} {self.source.short_name()!r} {self.kind}"
@@ -188,6 +199,8 @@ class Guard:
         if k is GuardKind.GRAD_MODE:
             fn = ns.add("grad_enabled", torch.is_grad_enabled)
             return f"{fn}() is {self.expected!r}"
+        if k is GuardKind.SHAPE_ENV:
+            return self.expected.code
         assert self.source is not None
         x = self.source.guard_expr()
         if k is GuardKind.TENSOR_MATCH:
@@ -223,6 +236,11 @@ class Guard:
         k = self.kind
         if k is GuardKind.GRAD_MODE:
             return f"grad mode changed: expected {'enabled' if self.expected else 'disabled'}"
+        if k is GuardKind.SHAPE_ENV:
+            actual = ", ".join(f"{name} = {v!r}" for name, v in (value or {}).items())
+            where = f", assumed at {self.expected.where}" if self.expected.where else ""
+            return (f"shape guard {self.expected.text} failed"
+                    f"{f' ({actual})' if actual else ''}{where}")
         assert self.source is not None
         name = self.source.name()
         if k is GuardKind.TENSOR_MATCH:
@@ -282,8 +300,10 @@ class GuardSet:
     def sorted(self) -> list[Guard]:
         """Check order: shallow sources before the attributes/items reached through them."""
         guards = list(self._guards.values())
-        return sorted(guards, key=lambda g: (g.source.depth() if g.source else -1,
-                                             _KIND_ORDER[g.kind]))
+        return sorted(guards, key=lambda g: (
+            g.source.depth() if g.source else
+            (_SHAPE_GUARD_DEPTH if g.kind is GuardKind.SHAPE_ENV else -1),
+            _KIND_ORDER[g.kind]))
 
 
 # --------------------------------------------------------------------------------------
@@ -312,6 +332,8 @@ def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
            f"        return False\n")
     scope: dict[str, Any] = dict(ns.values)
     scope["G"] = f_globals
+    scope["math"] = math  # shape guards may print math.floor(...) / torch.sym_float(...)
+    scope["torch"] = torch
     filename = f"<kiln guards {next(_check_counter)}>"
     exec(compile(src, filename, "exec"), scope)
     check = scope[name]
@@ -324,6 +346,9 @@ def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
         if g.source is not None:
             val_fn = eval(compile(f"lambda {params}: ({g.source.guard_expr()})", filename,
                                   "eval"), scope)
+        elif g.kind is GuardKind.SHAPE_ENV:  # the sizes it reads, by name
+            pairs = ", ".join(f"{text!r}: {code}" for text, code in g.expected.symbols)
+            val_fn = eval(compile(f"lambda {params}: {{{pairs}}}", filename, "eval"), scope)
         per_guard.append((g, ok_fn, val_fn))
 
     def failure_reason(*args: Any) -> str | None:

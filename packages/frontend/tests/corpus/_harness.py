@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -115,6 +116,11 @@ def assert_same(actual: Any, expected: Any, what: str = "result") -> None:
         for k in expected:
             assert_same(actual[k], expected[k], f"{what}[{k!r}]")
         return
+    if isinstance(expected, (types.FunctionType, types.MethodType)):
+        # a function made by the frame: a new object each call; same code is what matters
+        assert type(actual) is type(expected) and \
+            actual.__code__ is expected.__code__, f"{what}: {actual!r} != {expected!r}"
+        return
     if isinstance(expected, float) and expected != expected:
         assert isinstance(actual, float) and actual != actual, f"{what}: {actual!r} != nan"
         return
@@ -141,6 +147,10 @@ def check_case(fn: Callable[..., Any], args: tuple | list, expected_graphs: int 
     snapshot = mutate_check if mutate_check is not None else state_of
     kiln_frontend.reset()
     backend = CountingBackend()
+    eager_fn = fn
+    if isinstance(fn, torch.nn.Module):
+        # each side gets its own copy of the module (its state may change)
+        eager_fn, fn = copy.deepcopy(fn), copy.deepcopy(fn)
     compiled = kiln_frontend.optimize(backend, nopython=fullgraph)(fn)
 
     eager_args = _copy_args(args)
@@ -153,10 +163,12 @@ def check_case(fn: Callable[..., Any], args: tuple | list, expected_graphs: int 
     for call in (1, 2):
         converts_before = eval_frame.counters["converts"]
         graphs_before = len(backend.graphs)
-        expected = fn(*eager_args, **eager_kwargs)
+        expected = eager_fn(*eager_args, **eager_kwargs)
         actual = compiled(*comp_args, **comp_kwargs)
         assert_same(actual, expected, f"call {call} result")
         assert_same(snapshot(comp_args), snapshot(eager_args), f"call {call} input state")
+        if isinstance(fn, torch.nn.Module):
+            assert_same(state_of(fn), state_of(eager_fn), f"call {call} module state")
         if call == 1:
             first_result, eager_first = actual, expected
             if expected_graphs is not None:
@@ -172,4 +184,33 @@ def check_case(fn: Callable[..., Any], args: tuple | list, expected_graphs: int 
     return CaseResult(backend=backend, result=first_result, eager_result=eager_first)
 
 
-__all__ = ["CaseResult", "CountingBackend", "assert_same", "check_case", "state_of"]
+__all__ = ["Case", "CaseResult", "CountingBackend", "assert_same", "case_params", "check_case",
+           "state_of"]
+
+
+@dataclasses.dataclass
+class Case:
+    """One corpus entry: ``fn(*args)`` should give ``graphs`` graphs."""
+
+    fn: Callable[..., Any]
+    args: tuple
+    graphs: int | None
+    fullgraph: bool = False
+    kwargs: dict[str, Any] | None = None
+    mutate_check: Callable[[tuple], Any] | None = None
+    name: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.name or getattr(self.fn, "__name__", type(self.fn).__name__)
+
+    def check(self) -> CaseResult:
+        return check_case(self.fn, self.args, self.graphs, fullgraph=self.fullgraph,
+                          mutate_check=self.mutate_check, kwargs=self.kwargs)
+
+
+def case_params(cases: list[Case]):
+    """``pytest.mark.parametrize`` arguments for a list of cases (ids: function names)."""
+    import pytest
+
+    return pytest.mark.parametrize("case", cases, ids=[c.id for c in cases])

@@ -384,6 +384,11 @@ class Interpreter:
         args = self._arg(k.inputs)
         kwargs = self._arg(k.kwargs)
         res = k.op(*args, **kwargs)
+        raw = {k.name: res} if k.layout is not None else {mo.name: res[mo.index] for mo in k.outputs}
+        for s, src in self.graph.sizevars.items():
+            if src.buffer is not None and src.buffer in raw:
+                t = raw[src.buffer]
+                self.sym_env[s] = int(t.stride(src.dim) if src.stride else t.size(src.dim))
         if k.layout is not None:
             self.env[k.name] = self._fix_layout(res, k.layout)
         else:

@@ -1031,6 +1031,51 @@ class Schedule:
     def device(self) -> torch.device:
         return self.graph.device
 
+    def lint(self) -> None:
+        """Check the schedule: every buffer is written before it is read (or earlier in the
+        same group), allocations happen once and reuse only freed buffers, nothing is used
+        after it is freed, inputs/constants/outputs are never freed."""
+        g = self.graph
+        keep = {b.name for b in g.inputs} | set(g.constants) | set(g.output_names())
+        ready = {b.name for b in g.inputs} | set(g.constants)
+        freed: set[str] = set()
+        allocated: set[str] = set()
+        for step in self.steps:
+            for a in step.allocations:
+                if a.name in allocated:
+                    raise AssertionError(f"{a.name} allocated twice")
+                if a.reuses is not None and a.reuses not in freed:
+                    raise AssertionError(f"{a.name} reuses {a.reuses}, which is not free")
+                if a.reuses is not None:
+                    freed.discard(a.reuses)
+                allocated.add(a.name)
+            if isinstance(step, FusedGroup):
+                written: set[str] = set()
+                for n in step.nodes:
+                    for d in n.reads:
+                        if d.name not in ready and d.name not in written:
+                            raise AssertionError(f"{step.name}: {n.name} reads {d.name} before it is written")
+                        if d.name in freed:
+                            raise AssertionError(f"{step.name}: {n.name} reads freed {d.name}")
+                    for d in n.writes:
+                        if d.name in freed:
+                            raise AssertionError(f"{step.name}: {n.name} writes freed {d.name}")
+                        if d.name not in allocated and d.name not in ready:
+                            raise AssertionError(f"{step.name}: {d.name} is written but never allocated")
+                        written.add(d.name)
+                ready |= written
+            else:
+                for nm in step.reads:
+                    if nm not in ready:
+                        raise AssertionError(f"{step.name} reads {nm} before it is written")
+                    if nm in freed:
+                        raise AssertionError(f"{step.name} reads freed {nm}")
+                ready |= set(step.writes)
+            for nm in step.frees:
+                if nm in keep:
+                    raise AssertionError(f"{nm} is an input, constant or output but is freed")
+                freed.add(nm)
+
     def memory_plan(self) -> list[tuple[str, list[Allocation], list[str]]]:
         """Per step: (step name, allocations before it, buffers freed after it)."""
         return [(s.name, list(s.allocations), list(s.frees)) for s in self.steps]

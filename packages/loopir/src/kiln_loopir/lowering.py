@@ -611,9 +611,10 @@ class GraphLowering:
         return None
 
     def _output(self, n):
-        outs = n.args[0]
-        if not isinstance(outs, (list, tuple)):
-            outs = [outs]
+        """Outputs, flattened (pytree order) into ``graph.outputs``."""
+        import torch.utils._pytree as pytree
+
+        outs = pytree.tree_leaves(n.args[0])
         res = []
         for o in outs:
             v = self.env[o] if isinstance(o, torch.fx.Node) else o
@@ -672,6 +673,7 @@ def make_extern(op, args, kwargs, meta, fallback=False):
     if isinstance(meta, torch.Tensor):
         k = ExternKernel(g.graph.new_name(), g.layout_of(meta), op, cargs, ckwargs, fallback)
         g.graph.register_buffer(k)
+        _bind_data_dependent_sizes(g, k)
         counters["externs"] += 1
         return k
     k = ExternKernel(g.graph.new_name(), None, op, cargs, ckwargs, fallback)
@@ -683,6 +685,7 @@ def make_extern(op, args, kwargs, meta, fallback=False):
             if isinstance(m, torch.Tensor):
                 mo = MultiOutput(g.graph.new_name(), g.layout_of(m), k, i)
                 g.graph.register_buffer(mo)
+                _bind_data_dependent_sizes(g, mo)
                 k.outputs.append(mo)
                 outs.append(mo)
             elif isinstance(m, (torch.SymInt, int)) and not isinstance(m, bool):
@@ -707,6 +710,13 @@ def _supported_dtypes(n: torch.fx.Node, meta) -> bool:
         v = a.meta.get("val", a.meta.get("example_value"))
         vals += _tensors_in(v)
     return all(t.dtype in SUPPORTED_DTYPES for t in vals)
+
+
+def _bind_data_dependent_sizes(g: GraphLowering, buf: Buffer) -> None:
+    """A size only known once an extern ran (nonzero, unique, ...): read it from its result."""
+    for d, sz in enumerate(buf.layout.size):
+        if isinstance(sz, sympy.Symbol) and sz not in g.sizevars.sources:
+            g.sizevars.sources[sz] = SizeVarSource(buffer=buf.name, dim=d)
 
 
 def _is_dense(size, stride) -> bool:

@@ -534,6 +534,7 @@ def schedule(graph: LoopGraph) -> Schedule:
     sched = Schedule(graph, out_steps)
     _internal_buffers(sched)
     _plan_memory(sched)
+    sched.lint()
     return sched
 
 

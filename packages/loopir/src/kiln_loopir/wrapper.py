@@ -39,7 +39,6 @@ from .ir import (
     Buffer,
     ExternNode,
     FusedGroup,
-    InputBuffer,
     Layout,
     ReinterpretView,
     Schedule,
@@ -225,7 +224,8 @@ class _WrapperWriter:
             self.live.difference_update(dead)
 
     def emit_allocation(self, a) -> None:
-        if a.reuses:
+        # a buffer the codegen kept in registers never had storage: nothing to take over
+        if a.reuses and a.reuses in self.live:
             old = self.graph.get_buffer(a.reuses).layout if a.reuses in self.graph.name_to_buffer else None
             if old is not None and (old.size, old.stride) == (a.layout.size, a.layout.stride):
                 self.emit(f"{a.name} = {a.reuses}; del {a.reuses}  # reuse")

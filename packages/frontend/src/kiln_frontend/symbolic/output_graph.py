@@ -66,13 +66,25 @@ def _op_name(kind: str, target: Any) -> str:
 
 class OutputGraph:
     def __init__(self, *, f_globals: dict[str, Any], compiler_fn: Callable,
-                 code_name: str = "<frame>"):
+                 code_name: str = "<frame>", dynamic: bool | None = None,
+                 frame_state: dict | None = None, use_shape_env: bool = False):
         self.f_globals = f_globals
         self.compiler_fn = compiler_fn
         self.code_name = code_name
         self.graph = torch.fx.Graph()
         self.tracer = GraphAppendingTracer(self.graph)
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        #: dynamic shapes (see shapes.py): the frame's ``dynamic`` setting, the code's
+        #: frame_state (automatic dynamic), and the ShapeEnv's bookkeeping when there is one
+        self.dynamic = dynamic
+        self.frame_state = frame_state
+        self.shape_state = None
+        shape_env = None
+        if use_shape_env:
+            from ..shapes import KilnShapeEnv, ShapeState
+
+            shape_env = KilnShapeEnv()
+            self.shape_state = ShapeState(shape_env)
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
         self.guards = GuardSet()
         self.guards.add(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
         #: (placeholder node, source, real tensor), in placeholder order
@@ -108,15 +120,25 @@ class OutputGraph:
     def add_graph_input(self, source: Source, value: torch.Tensor) -> VariableTracker:
         from .variables.tensor import TensorVariable
 
+        from .. import shapes
+
         if source is None:
             raise Unsupported("a tensor without a source cannot be a graph input")
-        self.guards.add(Guard(source, GuardKind.TENSOR_MATCH, TensorGuard(value)))
+        dims = shapes.dynamic_dims_for(self, source, value)
+        if dims and self.shape_state is None:
+            raise shapes.NeedsShapeEnv(source.name())
+        if dims:
+            fake, dims = shapes.make_dynamic_input(self, source, value, dims)
+        else:
+            fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        self.guards.add(Guard(source, GuardKind.TENSOR_MATCH,
+                              TensorGuard(value, dims, check_strides=not dims) if dims
+                              else TensorGuard(value)))
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         ctx = (self.graph.inserting_after(placeholders[-1]) if placeholders
                else self.graph.inserting_before(None))
         with ctx:
             proxy = self.tracer.create_proxy("placeholder", self._placeholder_name(source), (), {})
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
         proxy.node.meta["example_value"] = fake
         proxy.node.meta["source"] = source
         self.graph_inputs.append((proxy.node, source, value))
@@ -178,7 +200,7 @@ class OutputGraph:
                 elif kind == "call_method":
                     ex = getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
                 elif kind == "call_module":
-                    ex = self.nn_modules[target](*ex_args, **ex_kwargs)
+                    ex = self.fake_module_call(self.nn_modules[target], ex_args, ex_kwargs)
                 else:  # pragma: no cover
                     raise AssertionError(kind)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
@@ -195,6 +217,12 @@ class OutputGraph:
             proxy.node.meta["example_value"] = ex
             return ConstantVariable(None)
         if not _contains_tensor(ex):
+            from ..shapes import is_symbolic, wrap_symbolic
+
+            if is_symbolic(ex):  # a size computed from symbolic sizes (x.numel(), ...)
+                return wrap_symbolic(self, lambda: self.tracer.create_proxy(
+                    kind, target, tuple(a.as_proxy() for a in args),
+                    {k: v.as_proxy() for k, v in kwargs.items()}), ex)
             if allow_constant_result:
                 return wrap_constant_result(ex, what=what)
             if ex is None and kind == "call_module":
@@ -204,6 +232,16 @@ class OutputGraph:
         px_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
         proxy = self.tracer.create_proxy(kind, target, px_args, px_kwargs)
         return self.wrap_result(proxy, ex)
+
+    def fake_module_call(self, module: torch.nn.Module, args: list, kwargs: dict) -> Any:
+        """Run a leaf module on fake tensors with FAKE parameters and buffers, so that
+        in-place updates (BatchNorm's running stats) do not touch the real ones."""
+        from torch.func import functional_call
+
+        state = {name: self.fake_mode.from_tensor(t, static_shapes=True)
+                 for name, t in [*module.named_parameters(remove_duplicate=False),
+                                 *module.named_buffers(remove_duplicate=False)]}
+        return functional_call(module, state, tuple(args), kwargs, tie_weights=False)
 
     def wrap_result(self, proxy: torch.fx.Proxy, ex: Any) -> VariableTracker:
         from .variables.constant import ConstantVariable, is_constant_value
@@ -220,6 +258,10 @@ class OutputGraph:
                     items.append(self.wrap_result(proxy[i], e))
                 elif is_constant_value(e):
                     items.append(ConstantVariable.create(e))
+                elif isinstance(e, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                    from ..shapes import wrap_symbolic
+
+                    items.append(wrap_symbolic(self, lambda i=i: proxy[i], e))
                 else:
                     raise Unsupported(f"graph op returned a {type(e).__name__} item")
             if isinstance(ex, list):
@@ -239,6 +281,10 @@ class OutputGraph:
         from ..debug_print import debug_enabled, print_graph
 
         self.graph.output(tuple(v.proxy.node for v in outputs))  # type: ignore[attr-defined]
+        if self.shape_state is not None:
+            from ..shapes import prune_unused_size_nodes
+
+            prune_unused_size_nodes(self.graph)
         kept = []
         for node, source, real in self.graph_inputs:
             if node.users:

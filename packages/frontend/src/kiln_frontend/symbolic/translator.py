@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import linecache
 import types
@@ -54,7 +55,7 @@ _resume_counter = itertools.count(1)
 #: entries accumulate on one code object
 _resume_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-#: how deep user functions may be inlined
+#: how deep user functions may be inlined when ``config.inline_depth_limit`` is not set
 MAX_INLINE_DEPTH = 24
 #: how many instructions one frame may interpret (unrolled loops included)
 MAX_STEPS = 200_000
@@ -256,8 +257,12 @@ class InstructionTranslatorBase:
                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .variables.functions import bind_args
 
-        if self.depth >= MAX_INLINE_DEPTH:
-            raise Unsupported(f"inlining deeper than {MAX_INLINE_DEPTH} calls")
+        from .. import config
+
+        limit = getattr(config, "inline_depth_limit", MAX_INLINE_DEPTH)
+        if self.depth >= limit:
+            raise Unsupported(f"inlining deeper than {limit} calls "
+                              "(config.inline_depth_limit)")
         code = fn_var.get_code()
         defaults, kwdefaults = fn_var.get_defaults(self)
         bound = bind_args(code, fn_var.get_name(), args, kwargs, defaults, kwdefaults)
@@ -268,7 +273,13 @@ class InstructionTranslatorBase:
         tx = InliningInstructionTranslator(
             code=code, f_globals=f_globals, f_builtins=f_builtins, symbolic_locals=bound,
             closure_cells=fn_var.get_closure_cells(self), output=self.output, parent=self)
+        if code.co_flags & inspect.CO_GENERATOR:
+            # a generator (a generator expression, a user generator function) runs to
+            # its end now; the caller iterates over what it yielded
+            tx.yielded = []
         tx.run()
+        if tx.yielded is not None:
+            return ListIteratorVariable(tx.yielded)
         return tx.return_value
 
     # -- variables in cells -----------------------------------------------------------
@@ -310,6 +321,8 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.return_value: VariableTracker | None = None
+        #: values yielded so far when inlining a generator (None: not a generator)
+        self.yielded: list[VariableTracker] | None = None
 
     def do_return(self, value: VariableTracker) -> None:
         self.return_value = value
@@ -347,13 +360,16 @@ class InstructionTranslator(InstructionTranslatorBase):
     """Translates the frame itself; produces the transformed code."""
 
     def __init__(self, frame_info: Any, *, compiler_fn, nopython: bool,
-                 break_points: dict[int, Unsupported] | None = None):
+                 break_points: dict[int, Unsupported] | None = None,
+                 dynamic: bool | None = None, frame_state: dict | None = None,
+                 use_shape_env: bool = False):
         code = frame_info.code
         f_builtins = frame_info.builtins
         if isinstance(f_builtins, types.ModuleType):
             f_builtins = f_builtins.__dict__
         output = OutputGraph(f_globals=frame_info.globals, compiler_fn=compiler_fn,
-                             code_name=code.co_name)
+                             code_name=code.co_name, dynamic=dynamic,
+                             frame_state=frame_state, use_shape_env=use_shape_env)
         nslots = num_argument_slots(code)
         arg_names = code.co_varnames[:nslots]
         args = tuple(frame_info.args)
@@ -474,8 +490,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         return them.  Registers their temporaries in ``cg``."""
         outputs: list[TensorVariable] = []
         seen: set = set()
+        from ..shapes import SymNodeVariable
+
         for v in walk_trackers(values):
-            if isinstance(v, TensorVariable) and v.source is None and v.node not in seen:
+            if isinstance(v, (TensorVariable, SymNodeVariable)) and v.source is None \
+                    and v.node not in seen:
                 seen.add(v.node)
                 cg.graph_outputs[v.node] = f"___kiln_graph_out_{len(outputs)}"
                 outputs.append(v)
@@ -509,17 +528,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         def count(v):
             if isinstance(v, LazyVariable) and v.realized is not None:
                 v = v.realized
-            if isinstance(v, (ListVariable, ConstDictVariable, ListIteratorVariable)):
+            if v.mutable:
                 counts[id(v)] = counts.get(id(v), 0) + 1
                 objs[id(v)] = v
                 if counts[id(v)] > 1:
                     return
-            items = getattr(v, "items", None)
-            if isinstance(items, dict):
-                items = list(items.values())
-            if isinstance(items, list):
-                for it in items:
-                    count(it)
+            for it in v.children():
+                count(it)
 
         for v in values:
             count(v)
@@ -587,6 +602,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.output_instructions = None
             self.done = True
             return
+        self.store_aliases(cg, [value])
         cg(value)
         cg.return_value()
         self.finish(self.graph_call(outputs) + cg.insts)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import Pointwise, compute_dtype
+from ..ir import Pointwise
 from ..lowering import (
     LoweringError,
     broadcast_loader,

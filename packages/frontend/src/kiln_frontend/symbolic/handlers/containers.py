@@ -204,3 +204,33 @@ def FORMAT_VALUE(tx, inst):
     elif conv == 3:
         v = ascii(v)
     tx.push(ConstantVariable(format(v, spec)))
+
+
+@handler("BUILD_SET")
+def BUILD_SET(tx, inst):
+    from ..variables.containers import SetVariable
+
+    tx.push(SetVariable([tx.realize(v) for v in tx.popn(inst.arg)]))
+
+
+@handler("SET_ADD")
+def SET_ADD(tx, inst):
+    from ..variables.containers import SetVariable
+
+    value = tx.realize(tx.pop())
+    target = tx.peek(inst.arg)
+    if not isinstance(target, SetVariable):
+        raise Unsupported("SET_ADD on a non-set")
+    target.add(tx, value)
+
+
+@handler("SET_UPDATE")
+def SET_UPDATE(tx, inst):
+    from ..variables.containers import SetVariable
+
+    seq = tx.pop()
+    target = tx.peek(inst.arg)
+    if not isinstance(target, SetVariable):
+        raise Unsupported("SET_UPDATE on a non-set")
+    for item in tx.unpack_sequence(seq):
+        target.add(tx, tx.realize(item))

@@ -125,7 +125,34 @@ def LOAD_METHOD(tx, inst):
     tx.push(value)
 
 
-@handler("STORE_ATTR", "DELETE_ATTR")
+@handler("STORE_ATTR")
 def STORE_ATTR(tx, inst):
-    raise Unsupported(f"assignment to attribute {inst.argval!r} "
-                      "(side effects are not tracked yet)")
+    obj = tx.realize(tx.pop())
+    value = tx.realize(tx.pop())
+    store = getattr(obj, "store_attr", None)
+    if store is None:
+        raise Unsupported(f"assignment to attribute {inst.argval!r} of {obj.describe()} "
+                          "(side effects on objects from outside the frame are not tracked)")
+    store(tx, inst.argval, value)
+
+
+@handler("DELETE_ATTR")
+def DELETE_ATTR(tx, inst):
+    raise Unsupported(f"deleting attribute {inst.argval!r} (side effects are not tracked)")
+
+
+@handler("LOAD_SUPER_ATTR", versions=(3, 12))
+def LOAD_SUPER_ATTR(tx, inst):
+    from ..variables.functions import SuperVariable
+
+    obj = tx.realize(tx.pop())
+    cls = tx.realize(tx.pop())
+    tx.pop()  # the global ``super``
+    try:
+        klass = cls.as_python_constant()
+    except Exception:  # noqa: BLE001
+        raise Unsupported("super() with a non-constant class") from None
+    value = tx.getattr(SuperVariable(klass, obj), inst.argval)
+    if (inst.arg or 0) & 1:
+        tx.push(NullVariable())
+    tx.push(value)

@@ -14,3 +14,22 @@ def RETURN_VALUE(tx, inst):
 @handler("RETURN_CONST", versions=(3, 12))
 def RETURN_CONST(tx, inst):
     tx.do_return(ConstantVariable.create(inst.argval))
+
+
+@handler("RETURN_GENERATOR")
+def RETURN_GENERATOR(tx, inst):
+    if getattr(tx, "yielded", None) is None:
+        from ...exc import Unsupported
+
+        raise Unsupported("generator code outside an inlined generator")
+    tx.push(ConstantVariable(None))  # the value "sent" first, popped by the next POP_TOP
+
+
+@handler("YIELD_VALUE")
+def YIELD_VALUE(tx, inst):
+    if getattr(tx, "yielded", None) is None:
+        from ...exc import Unsupported
+
+        raise Unsupported("yield outside an inlined generator")
+    tx.yielded.append(tx.pop())
+    tx.push(ConstantVariable(None))  # what ``yield`` evaluates to: nothing is sent

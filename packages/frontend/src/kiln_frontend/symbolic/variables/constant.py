@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CONSTANT_TYPES: tuple[type, ...] = (
     int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
     torch.dtype, torch.device, torch.layout, torch.memory_format, slice, range, torch.Size,
+    frozenset,
 )
 
 #: methods of constants that are pure (safe to call at trace time)
@@ -27,11 +28,11 @@ _PURE_METHOD_TYPES = (int, float, bool, str, bytes, complex, tuple, torch.Size, 
 
 
 def is_constant_value(value: Any) -> bool:
-    if isinstance(value, CONSTANT_TYPES):
+    if isinstance(value, CONSTANT_TYPES) and not isinstance(value, frozenset):
         if isinstance(value, slice):
             return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
         return True
-    if type(value) is tuple:
+    if type(value) in (tuple, frozenset):
         return all(is_constant_value(v) for v in value)
     return False
 
@@ -76,7 +77,7 @@ class ConstantVariable(VariableTracker):
         return bool(self.value)
 
     def has_unpack_var_sequence(self, tx) -> bool:
-        return isinstance(self.value, (tuple, range, str, bytes, torch.Size))
+        return isinstance(self.value, (tuple, range, str, bytes, torch.Size, frozenset))
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
         if not self.has_unpack_var_sequence(tx):
@@ -133,6 +134,10 @@ class ConstantMethodVariable(VariableTracker):
 
 
 def wrap_constant_result(result: Any, *, what: str) -> VariableTracker:
+    if type(result) is set and all(is_constant_value(v) for v in result):
+        from .containers import SetVariable
+
+        return SetVariable([ConstantVariable.create(v) for v in result])
     if is_constant_value(result) or type(result) in (list, tuple):
         if type(result) in (list, tuple) and not all(is_constant_value(v) for v in result):
             raise Unsupported(f"{what} returned a non-constant")

@@ -76,7 +76,9 @@ class BaseSequenceVariable(VariableTracker):
     @classmethod
     def wrap_items(cls, builder, value) -> list[VariableTracker]:
         builder.install_guard(GuardKind.LIST_LENGTH, (type(value), len(value)))
-        return [builder.child(GetItemSource(builder.source, i))(v) for i, v in enumerate(value)]
+        src = builder.source
+        return [builder.child(GetItemSource(src, i) if src is not None else None)(v)
+                for i, v in enumerate(value)]
 
 
 @tracker_for(tuple)
@@ -104,6 +106,27 @@ class TupleVariable(BaseSequenceVariable):
             return self.items[fields.index(name)]
         if name in ("index", "count"):
             return SequenceMethodVariable(self, name)
+        if _is_namedtuple(self.tuple_cls):
+            if name == "_fields":
+                return ConstantVariable.create(tuple(self.tuple_cls._fields))
+            if name in ("_replace", "_asdict"):
+                return NamedTupleMethodVariable(self, name)
+            import inspect
+            import types
+
+            try:
+                static = inspect.getattr_static(self.tuple_cls, name)
+            except AttributeError:
+                raise Unsupported(f"{self.tuple_cls.__qualname__} has no attribute "
+                                  f"{name!r}") from None
+            if isinstance(static, types.FunctionType):
+                from .functions import UserMethodVariable
+
+                return UserMethodVariable(static, self)
+            if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
+                from .functions import UserFunctionVariable
+
+                return UserFunctionVariable(static.fget).call_function(tx, [self], {})
         raise Unsupported(f"attribute {name!r} of a tuple")
 
     def reconstruct(self, codegen):
@@ -245,7 +268,9 @@ class ConstDictVariable(VariableTracker):
         if not all(is_constant_value(k) for k in value):
             raise Unsupported("dict with non-constant keys")
         builder.install_guard(GuardKind.DICT_KEYS, (type(value), tuple(value.keys())))
-        items = {k: builder.child(GetItemSource(builder.source, k))(v) for k, v in value.items()}
+        src = builder.source
+        items = {k: builder.child(GetItemSource(src, k) if src is not None else None)(v)
+                 for k, v in value.items()}
         return cls(items, source=builder.source, dict_cls=type(value))
 
     def python_type(self) -> type:
@@ -419,3 +444,152 @@ class SliceVariable(VariableTracker):
         for p in self.parts:
             codegen(p)
         codegen.build_slice(len(self.parts))
+
+
+class NamedTupleMethodVariable(VariableTracker):
+    """``nt._replace(**changes)`` and ``nt._asdict()`` on a namedtuple tracker."""
+
+    def __init__(self, obj: TupleVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def children(self):
+        return [self.obj]
+
+    def call_function(self, tx, args, kwargs):
+        fields = list(self.obj.tuple_cls._fields)
+        if self.name == "_replace" and not args:
+            items = list(self.obj.items)
+            for k, v in kwargs.items():
+                if k not in fields:
+                    raise Unsupported(f"_replace() got an unexpected field name {k!r}")
+                items[fields.index(k)] = v
+            return TupleVariable(items, tuple_cls=self.obj.tuple_cls)
+        if self.name == "_asdict" and not args and not kwargs:
+            return ConstDictVariable(dict(zip(fields, self.obj.items, strict=True)))
+        raise Unsupported(f"namedtuple.{self.name} with these arguments")
+
+
+def _set_key(tx, item: VariableTracker) -> Any:
+    try:
+        key = item.as_python_constant()
+        hash(key)
+    except (NotConstant, TypeError):
+        raise Unsupported(f"set item {item.describe()} is not a hashable constant") from None
+    return key
+
+
+@tracker_for(set)
+class SetVariable(VariableTracker):
+    """A set of constants (hashable values known at trace time)."""
+
+    mutable = True
+
+    def __init__(self, items: list[VariableTracker], *, source=None):
+        super().__init__(source=source)
+        self.items: dict[Any, VariableTracker] = {}
+        for it in items:
+            self.items.setdefault(_set_key(None, it), it)
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from .constant import is_constant_value
+
+        if type(value) is not set or not all(is_constant_value(v) for v in value):
+            raise Unsupported("set of non-constants")
+        builder.install_guard(GuardKind.CONSTANT_MATCH, frozenset(value))
+        return cls([ConstantVariable.create(v) for v in value], source=builder.source)
+
+    def python_type(self) -> type:
+        return set
+
+    def as_python_constant(self) -> Any:
+        return set(self.items)
+
+    def truth_value(self, tx) -> bool:
+        return bool(self.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx):
+        return list(self.items.values())
+
+    def children(self):
+        return list(self.items.values())
+
+    def check_mutable(self, what: str) -> None:
+        if self.source is not None:
+            raise Unsupported(f"{what} on a set that came from the frame "
+                              f"({self.source.name()}): side effects are not tracked yet")
+
+    def add(self, tx, item: VariableTracker) -> None:
+        self.check_mutable("set.add")
+        self.items.setdefault(_set_key(tx, item), item)
+
+    def var_getattr(self, tx, name):
+        if name in ("add", "update", "discard", "remove", "clear", "copy", "union",
+                    "intersection", "difference", "issubset", "issuperset", "isdisjoint",
+                    "symmetric_difference", "pop"):
+            return SetMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of a set")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        for item in self.items.values():
+            codegen(item)
+        from ...bytecode import create_instruction
+
+        codegen.append(create_instruction("BUILD_SET", arg=len(self.items)))
+
+    def describe(self) -> str:
+        return f"SetVariable({sorted(map(repr, self.items))})"
+
+
+class SetMethodVariable(VariableTracker):
+    def __init__(self, obj: SetVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def children(self):
+        return [self.obj]
+
+    def call_function(self, tx, args, kwargs):
+        obj, name = self.obj, self.name
+        if kwargs:
+            raise Unsupported(f"set.{name} with keyword arguments")
+        none = ConstantVariable(None)
+        if name == "add" and len(args) == 1:
+            obj.add(tx, args[0])
+            return none
+        if name == "update":
+            for a in args:
+                for it in tx.unpack_sequence(a):
+                    obj.add(tx, it)
+            return none
+        if name in ("discard", "remove") and len(args) == 1:
+            obj.check_mutable(f"set.{name}")
+            key = _set_key(tx, args[0])
+            if key not in obj.items and name == "remove":
+                raise Unsupported(f"KeyError: {key!r}")
+            obj.items.pop(key, None)
+            return none
+        if name == "clear" and not args:
+            obj.check_mutable("set.clear")
+            obj.items.clear()
+            return none
+        if name == "copy" and not args:
+            return SetVariable(list(obj.items.values()))
+        if name == "pop":
+            raise Unsupported("set.pop (order depends on hashing)")
+        try:
+            cargs = [set(_set_key(tx, it) for it in tx.unpack_sequence(a)) for a in args]
+        except Unsupported:
+            raise
+        from .constant import wrap_constant_result
+
+        return wrap_constant_result(getattr(obj.as_python_constant(), name)(*cargs),
+                                    what=f"set.{name}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import operator
@@ -10,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ...bytecode import versions
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...sources import GlobalSource
@@ -21,7 +23,8 @@ from .constant import (
     wrap_constant_result,
 )
 
-_GEN_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+#: code flags of functions that are not inlined (plain generators are: run to the end)
+_GEN_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 def is_torch_internal_file(filename: str) -> bool:
@@ -31,11 +34,20 @@ def is_torch_internal_file(filename: str) -> bool:
     return filename.startswith(torch_dir)
 
 
+def _torch_nn_modules_dir() -> str:
+    import os
+
+    return os.path.join(os.path.dirname(torch.__file__), "nn", "modules") + os.sep
+
+
 def check_inlinable(fn: types.FunctionType) -> None:
     """Python code inside torch (context managers, hooks, utilities) is not inlined: a call
     to it is a graph break in the user's frame.  torch functions that belong in graphs are
-    TorchFunctionVariable, and torch's own modules become call_module nodes."""
-    if is_torch_internal_file(fn.__code__.co_filename):
+    TorchFunctionVariable, and torch's own modules become call_module nodes.  The methods of
+    ``torch.nn.modules`` are the exception: they are plain tensor code, reached through
+    ``super().forward(x)`` in a subclass or helpers like ``self.conv._conv_forward``."""
+    filename = fn.__code__.co_filename
+    if is_torch_internal_file(filename) and not filename.startswith(_torch_nn_modules_dir()):
         raise Unsupported(f"call to {fn.__module__}.{fn.__qualname__} (torch internals are "
                           "not inlined)")
 
@@ -100,7 +112,7 @@ class UserFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if self.fn.__code__.co_flags & _GEN_FLAGS:
-            raise Unsupported(f"calling generator/coroutine function {self.fn.__qualname__}")
+            raise Unsupported(f"calling coroutine function {self.fn.__qualname__}")
         check_inlinable(self.fn)
         return tx.inline_call(self, args, kwargs)
 
@@ -125,7 +137,7 @@ class UserMethodVariable(UserFunctionVariable):
 
     def call_function(self, tx, args, kwargs):
         if self.fn.__code__.co_flags & _GEN_FLAGS:
-            raise Unsupported(f"calling generator/coroutine method {self.fn.__qualname__}")
+            raise Unsupported(f"calling coroutine method {self.fn.__qualname__}")
         check_inlinable(self.fn)
         return tx.inline_call(self, [self.obj, *args], kwargs)
 
@@ -185,7 +197,7 @@ class NestedUserFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if self.code.co_flags & _GEN_FLAGS:
-            raise Unsupported(f"calling generator/coroutine function {self.qualname}")
+            raise Unsupported(f"calling coroutine function {self.qualname}")
         return tx.inline_call(self, args, kwargs)
 
     def reconstruct(self, codegen):
@@ -214,58 +226,186 @@ class NestedUserFunctionVariable(VariableTracker):
         return f"NestedUserFunctionVariable({self.qualname})"
 
 
+class SuperVariable(VariableTracker):
+    """``super()`` / ``super(cls, obj)``: attribute lookups start after ``cls`` in the MRO of
+    ``obj``'s type (or of ``obj`` itself when it is a class, in a classmethod)."""
+
+    def __init__(self, cls: type, obj: VariableTracker):
+        super().__init__()
+        self.cls = cls
+        self.obj = obj
+
+    def children(self):
+        return [self.obj]
+
+    def describe(self) -> str:
+        return f"SuperVariable({self.cls.__qualname__}, {self.obj.describe()})"
+
+    def _owner_type(self) -> tuple[type, bool]:
+        from .misc import UserDefinedClassVariable
+
+        if isinstance(self.obj, UserDefinedClassVariable):
+            return self.obj.cls, True
+        return self.obj.python_type(), False
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .misc import wrap_class
+
+        owner, is_class = self._owner_type()
+        mro = owner.__mro__
+        if self.cls not in mro:
+            raise Unsupported(f"super({self.cls.__qualname__}, obj): obj is not an instance")
+        for klass in mro[mro.index(self.cls) + 1:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                break
+        else:
+            raise Unsupported(f"super() has no attribute {name!r}")
+        if attr is object.__init__:
+            return NoOpVariable("object.__init__")
+        if isinstance(attr, types.FunctionType):
+            if is_class:
+                return UserFunctionVariable(attr)
+            return UserMethodVariable(attr, self.obj)
+        if isinstance(attr, staticmethod):
+            return tx.wrap_value(attr.__func__, None)
+        if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
+            cls_var = self.obj if is_class else wrap_class(owner)
+            return UserMethodVariable(attr.__func__, cls_var)
+        if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+            return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
+        from .constant import is_constant_value
+
+        if is_constant_value(attr):
+            return ConstantVariable.create(attr)
+        raise Unsupported(f"super().{name} ({type(attr).__name__})")
+
+
+class NoOpVariable(VariableTracker):
+    """A callable known to do nothing and return None (``object.__init__`` via super())."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        return ConstantVariable(None)
+
+    def describe(self) -> str:
+        return f"NoOpVariable({self.name})"
+
+
+@tracker_for(functools.partial)
+class PartialVariable(VariableTracker):
+    """``functools.partial(func, *args, **keywords)``: calling it calls ``func`` with the
+    stored arguments first (so a partial of a user function is inlined)."""
+
+    def __init__(self, func: VariableTracker, args: list[VariableTracker],
+                 keywords: dict[str, VariableTracker], *, source=None):
+        super().__init__(source=source)
+        self.func = func
+        self.args = list(args)
+        self.keywords = dict(keywords)
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from ...sources import AttrSource, GetItemSource
+
+        if type(value) is not functools.partial:
+            raise Unsupported(f"partial subclass {type(value).__qualname__}")
+        builder.install_guard(GuardKind.TYPE_MATCH, type(value))
+        src = builder.source
+
+        def child(attr, key=None):
+            if src is None:
+                return builder.child(None)
+            s = AttrSource(src, attr)
+            return builder.child(s if key is None else GetItemSource(s, key))
+
+        func = child("func")(value.func)
+        builder.child(AttrSource(src, "args") if src else None).install_guard(
+            GuardKind.LIST_LENGTH, (tuple, len(value.args)))
+        args = [child("args", i)(a) for i, a in enumerate(value.args)]
+        builder.child(AttrSource(src, "keywords") if src else None).install_guard(
+            GuardKind.DICT_KEYS, (dict, tuple(value.keywords)))
+        keywords = {k: child("keywords", k)(v) for k, v in value.keywords.items()}
+        return cls(func, args, keywords, source=src)
+
+    def children(self):
+        return [self.func, *self.args, *self.keywords.values()]
+
+    def python_type(self) -> type:
+        return functools.partial
+
+    def call_function(self, tx, args, kwargs):
+        return tx.call_function(self.func, [*self.args, *args], {**self.keywords, **kwargs})
+
+    def var_getattr(self, tx, name):
+        from .containers import ConstDictVariable, TupleVariable
+
+        if name == "func":
+            return self.func
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            return ConstDictVariable(dict(self.keywords))
+        raise Unsupported(f"attribute {name!r} of functools.partial")
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        # functools.partial(*(func, *args), **keywords)
+        codegen.push_null()
+        codegen.load_const_object(functools.partial)
+        codegen(self.func)
+        for a in self.args:
+            codegen(a)
+        codegen.build_tuple(len(self.args) + 1)
+        for k, v in self.keywords.items():
+            codegen.load_const(k)
+            codegen(v)
+        codegen.build_map(len(self.keywords))
+        codegen.extend(versions.call_function_ex(True))
+
+    def describe(self) -> str:
+        return f"PartialVariable({self.func.describe()})"
+
+
 def bind_args(code: types.CodeType, name: str, args: list[VariableTracker],
               kwargs: dict[str, VariableTracker], defaults: list[VariableTracker],
               kwdefaults: dict[str, VariableTracker]) -> dict[str, VariableTracker]:
-    """Python's argument binding, on trackers: returns local name -> tracker."""
+    """Python's argument binding, on trackers: returns local name -> tracker.
+
+    ``inspect.Signature.bind`` does the work on a stand-in function built from ``code``
+    whose defaults ARE the default trackers, so every rule (positional-only, keyword-only,
+    ``*args``, ``**kwargs``, defaults) is Python's own; a binding error is ``Unsupported``
+    (the call then runs in Python and raises the real ``TypeError``)."""
     from .containers import ConstDictVariable, TupleVariable
 
-    nargs = code.co_argcount
-    nposonly = code.co_posonlyargcount
-    nkwonly = code.co_kwonlyargcount
-    varnames = code.co_varnames
-    has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
-    has_varkw = bool(code.co_flags & inspect.CO_VARKEYWORDS)
-    pos_names = varnames[:nargs]
-    kwonly_names = varnames[nargs:nargs + nkwonly]
-    bound: dict[str, VariableTracker] = {}
-
-    if len(args) > nargs and not has_varargs:
-        raise Unsupported(f"{name}() takes {nargs} positional arguments but {len(args)} given")
-    for pname, a in zip(pos_names, args, strict=False):
-        bound[pname] = a
-    extra = list(args[nargs:])
-    kw_rest: dict[str, VariableTracker] = {}
-    for k, v in kwargs.items():
-        if k in pos_names[nposonly:] or k in kwonly_names:
-            if k in bound:
-                raise Unsupported(f"{name}() got multiple values for argument {k!r}")
-            bound[k] = v
-        elif has_varkw:
-            kw_rest[k] = v
-        else:
-            raise Unsupported(f"{name}() got an unexpected keyword argument {k!r}")
-    # defaults for the last len(defaults) positional parameters
-    first_default = nargs - len(defaults)
-    for i, pname in enumerate(pos_names):
-        if pname not in bound:
-            if i >= first_default:
-                bound[pname] = defaults[i - first_default]
-            else:
-                raise Unsupported(f"{name}() missing argument {pname!r}")
-    for k in kwonly_names:
-        if k not in bound:
-            if k in kwdefaults:
-                bound[k] = kwdefaults[k]
-            else:
-                raise Unsupported(f"{name}() missing keyword-only argument {k!r}")
-    idx = nargs + nkwonly
-    if has_varargs:
-        bound[varnames[idx]] = TupleVariable(extra)
-        idx += 1
-    if has_varkw:
-        bound[varnames[idx]] = ConstDictVariable(kw_rest)
-    return bound
+    nslots = code.co_argcount + code.co_kwonlyargcount
+    if not all(n.isidentifier() for n in code.co_varnames[:nslots]):
+        # a 3.11 comprehension takes one positional argument named ``.0``
+        if kwargs or len(args) != code.co_argcount or code.co_kwonlyargcount or \
+                code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+            raise Unsupported(f"{name}(): unexpected arguments")
+        return dict(zip(code.co_varnames, args, strict=False))
+    closure = tuple(types.CellType() for _ in code.co_freevars) or None
+    stand_in = types.FunctionType(code, {}, code.co_name, tuple(defaults) or None, closure)
+    stand_in.__kwdefaults__ = dict(kwdefaults) or None
+    try:
+        bound = inspect.signature(stand_in).bind(*args, **kwargs)
+    except TypeError as e:
+        raise Unsupported(f"{name}(): {e}") from None
+    bound.apply_defaults()
+    out: dict[str, VariableTracker] = {}
+    for pname, param in bound.signature.parameters.items():
+        value = bound.arguments[pname]
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            value = TupleVariable(list(value))
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            value = ConstDictVariable(dict(value))
+        out[pname] = value
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -338,6 +478,25 @@ class BuiltinVariable(VariableTracker):
             return self.source.reconstruct(codegen)
         codegen.load_const_object(self.fn)
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .misc import ObjectSetattrVariable
+
+        if self.fn is object and name == "__setattr__":
+            return ObjectSetattrVariable()
+        if self.fn is object and name == "__init__":
+            return NoOpVariable("object.__init__")
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError:
+            raise Unsupported(f"builtin {self.name} has no attribute {name!r}") from None
+        from .constant import is_constant_value
+
+        if is_constant_value(value):
+            return ConstantVariable.create(value)
+        if isinstance(value, types.BuiltinFunctionType) and is_builtin_callable(value):
+            return BuiltinVariable(value)
+        raise Unsupported(f"attribute {name!r} of builtin {self.name}")
+
     def call_function(self, tx, args, kwargs):
         fn = self.fn
         handler = _BUILTIN_HANDLERS.get(fn)
@@ -385,6 +544,10 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
         if fn not in _TENSOR_OPERATORS:
             raise Unsupported(f"operator.{name} on a tensor")
         return tx.output.create_graph_op("call_function", fn, list(args), {})
+    from ...shapes import SYM_OPERATORS, has_symnode, sym_operator
+
+    if has_symnode(args) and fn in SYM_OPERATORS:  # arithmetic on symbolic sizes
+        return sym_operator(tx, fn, list(args))
     # sequences
     if len(args) == 2:
         a, b = args
@@ -425,7 +588,7 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
 
 def _identity(v: VariableTracker) -> Any:
     """The real object behind a tracker when it is known (modules, functions, constants)."""
-    for attr in ("module", "value", "fn"):
+    for attr in ("module", "value", "fn", "cls"):
         obj = getattr(v, attr, None)
         if obj is not None:
             return obj
@@ -448,6 +611,9 @@ def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> Variab
             raise Unsupported("`is` between two input tensors")
         return result(False)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return result(False)
+    if (a.mutable and a.source is None) or (b.mutable and b.source is None):
+        # an object made while tracing is only ever the same tracker
         return result(False)
     if a.is_python_constant() and b.is_python_constant():
         return result(a.as_python_constant() is b.as_python_constant())
@@ -645,6 +811,9 @@ def _b_getattr(tx, args, kwargs):
     except NotConstant:
         raise Unsupported("getattr() with a non-constant name") from None
     if len(args) == 3:
+        has = _b_hasattr(tx, args[:2], {})
+        if has is not None and not has.as_python_constant():
+            return args[2]
         try:
             return tx.getattr(args[0], name)
         except Unsupported as e:
@@ -668,15 +837,16 @@ def _b_hasattr(tx, args, kwargs):
 
     if isinstance(args[0], TensorVariable):
         return ConstantVariable(hasattr(args[0].example_value, name))
+    has = getattr(args[0], "has_attr", None)
+    if has is not None:
+        return ConstantVariable(has(tx, name))
     return None
 
 
 def _b_sum(tx, args, kwargs):
     if kwargs or not args or len(args) > 2:
         return None
-    items = tx.unpack_sequence(args[0])
-    if not _has_tensor(items):
-        return None
+    items = [tx.realize(it) for it in tx.unpack_sequence(args[0])]
     acc = args[1] if len(args) == 2 else ConstantVariable(0)
     for it in items:
         acc = call_operator(tx, operator.add, [acc, it], {})
@@ -688,9 +858,18 @@ def _b_minmax(fn):
         if kwargs:
             return None
         items = tx.unpack_sequence(args[0]) if len(args) == 1 else list(args)
+        items = [tx.realize(it) for it in items]
         if _has_tensor(items):
             raise Unsupported(f"{fn.__name__}() over tensors (data-dependent)")
-        return None
+        try:
+            values = [it.as_python_constant() for it in items]
+        except NotConstant:
+            raise Unsupported(f"{fn.__name__}() over non-constants") from None
+        try:
+            result = fn(values)
+        except (ValueError, TypeError) as e:
+            raise Unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}") from None
+        return wrap_constant_result(result, what=fn.__name__)
 
     return handler
 
@@ -719,7 +898,120 @@ def _b_callable(tx, args, kwargs):
     return None
 
 
+def _b_super(tx, args, kwargs):
+    if kwargs:
+        return None
+    if len(args) == 2:
+        try:
+            cls = args[0].as_python_constant()
+        except NotConstant:
+            raise Unsupported("super() with a non-constant class") from None
+        return SuperVariable(cls, args[1])
+    if args:
+        return None
+    code = tx.code
+    if "__class__" not in code.co_freevars or code.co_argcount == 0:
+        raise Unsupported("super() outside a method")
+    cls = tx.realize(tx.load_deref("__class__"))
+    first = code.co_varnames[0]
+    if first not in tx.symbolic_locals:
+        raise Unsupported("super(): the first argument was deleted")
+    obj = tx.realize(tx.symbolic_locals[first])
+    tx.symbolic_locals[first] = obj
+    return SuperVariable(cls.as_python_constant(), obj)
+
+
+def _b_setattr(tx, args, kwargs):
+    if kwargs or len(args) != 3:
+        return None
+    try:
+        name = args[1].as_python_constant()
+    except NotConstant:
+        raise Unsupported("setattr() with a non-constant name") from None
+    store = getattr(args[0], "store_attr", None)
+    if store is None:
+        raise Unsupported(f"setattr() on {args[0].describe()} (side effects on objects from "
+                          "outside the frame are not tracked yet)")
+    store(tx, name, args[2])
+    return ConstantVariable(None)
+
+
+def _b_sorted(tx, args, kwargs):
+    if len(args) != 1:
+        return None
+    items = tx.unpack_sequence(args[0])
+    key = kwargs.get("key")
+    reverse = kwargs.get("reverse", ConstantVariable(False))
+    if set(kwargs) - {"key", "reverse"}:
+        return None
+    try:
+        rev = reverse.as_python_constant()
+        if key is None or (key.is_python_constant() and key.as_python_constant() is None):
+            values = [it.as_python_constant() for it in items]
+            return ConstantVariable.create(sorted(values, reverse=rev))
+    except NotConstant:
+        pass
+    if key is None:
+        raise Unsupported("sorted() of non-constant items")
+    # sort trackers by a key computed while tracing (must give constants)
+    keyed = []
+    for it in items:
+        k = tx.call_function(key, [it], {})
+        try:
+            keyed.append((k.as_python_constant(), it))
+        except NotConstant:
+            raise Unsupported("sorted() with a key that is not a constant") from None
+    from .containers import ListVariable
+
+    order = sorted(range(len(keyed)), key=lambda i: keyed[i][0], reverse=rev)
+    return ListVariable([keyed[i][1] for i in order])
+
+
+def _b_map(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if kwargs or len(args) < 2:
+        return None
+    seqs = [tx.unpack_sequence(a) for a in args[1:]]
+    return ListIteratorVariable([tx.call_function(args[0], list(group), {})
+                                 for group in zip(*seqs, strict=False)])
+
+
+def _b_filter(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if kwargs or len(args) != 2:
+        return None
+    out = []
+    for item in tx.unpack_sequence(args[1]):
+        keep = item if _is_none_var(args[0]) else tx.call_function(args[0], [item], {})
+        if tx.realize(keep).truth_value(tx):
+            out.append(item)
+    return ListIteratorVariable(out)
+
+
+def _is_none_var(v) -> bool:
+    return v.is_python_constant() and v.as_python_constant() is None
+
+
+def _b_any_all(fn):
+    def handler(tx, args, kwargs):
+        if kwargs or len(args) != 1:
+            return None
+        values = [tx.realize(v).truth_value(tx) for v in tx.unpack_sequence(args[0])]
+        return ConstantVariable(fn(values))
+
+    return handler
+
+
 _BUILTIN_HANDLERS: dict[Any, Any] = {
+    super: _b_super,
+    setattr: _b_setattr,
+    map: _b_map,
+    filter: _b_filter,
+    any: _b_any_all(any),
+    all: _b_any_all(all),
+    sorted: _b_sorted,
     len: _b_len,
     isinstance: _b_isinstance,
     issubclass: _b_issubclass,
@@ -747,7 +1039,7 @@ _BUILTIN_HANDLERS: dict[Any, Any] = {
 #: builtins that are classes (tuple, list, range...) are wrapped as BuiltinVariable too
 BUILTIN_CLASSES = frozenset({
     int, float, bool, str, tuple, list, dict, set, frozenset, slice, range, enumerate, zip,
-    reversed, type, bytes, complex, object,
+    reversed, type, bytes, complex, object, super, map, filter,
 })
 
 

@@ -12,7 +12,7 @@ from ...exc import Unsupported
 from ...guards import GuardKind
 from ...sources import AttrSource
 from .base import NotConstant, VariableTracker, tracker_for
-from .constant import is_constant_value, wrap_constant_result
+from .constant import ConstantVariable, is_constant_value, wrap_constant_result
 
 
 class NullVariable(VariableTracker):
@@ -147,6 +147,14 @@ class UserDefinedClassVariable(VariableTracker):
         return tx.wrap_value(getattr(self.cls, name), src)
 
     def call_function(self, tx, args, kwargs):
+        import functools
+
+        if self.cls is functools.partial:
+            from .functions import PartialVariable
+
+            if not args:
+                raise Unsupported("functools.partial() without a function")
+            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if issubclass(self.cls, _FOLDABLE_CLASSES):
             try:
                 cargs = [a.as_python_constant() for a in args]
@@ -159,15 +167,23 @@ class UserDefinedClassVariable(VariableTracker):
         if issubclass(self.cls, tuple) and hasattr(self.cls, "_fields"):
             from .containers import TupleVariable
 
-            if kwargs:
-                names = list(self.cls._fields)
-                values = list(args) + [None] * (len(names) - len(args))
-                for k, v in kwargs.items():
-                    values[names.index(k)] = v
-                if any(v is None for v in values):
-                    raise Unsupported(f"{self.cls.__qualname__}() with defaults")
-                return TupleVariable(values, tuple_cls=self.cls)
-            return TupleVariable(list(args), tuple_cls=self.cls)
+            names = list(self.cls._fields)
+            values = list(args) + [None] * (len(names) - len(args))
+            if len(values) != len(names):
+                raise Unsupported(f"{self.cls.__qualname__}() with too many arguments")
+            for k, v in kwargs.items():
+                if k not in names:
+                    raise Unsupported(f"{self.cls.__qualname__}() got an unexpected {k!r}")
+                values[names.index(k)] = v
+            defaults = getattr(self.cls, "_field_defaults", {})
+            for i, (n, v) in enumerate(zip(names, values, strict=True)):
+                if v is None and n in defaults:
+                    values[i] = tx.wrap_value(defaults[n], None)
+            if any(v is None for v in values):
+                raise Unsupported(f"{self.cls.__qualname__}() missing arguments")
+            return TupleVariable(values, tuple_cls=self.cls)
+        if is_plain_python_class(self.cls):
+            return construct_object(tx, self.cls, args, kwargs)
         raise Unsupported(f"creating an instance of {self.cls.__qualname__}")
 
     def reconstruct(self, codegen):
@@ -210,6 +226,8 @@ class UserDefinedObjectVariable(VariableTracker):
                 hasattr(type(obj), "__getattr__"):
             raise Unsupported(f"attribute {name!r} of {type(obj).__qualname__} "
                               "(custom __getattribute__/__getattr__)")
+        if name == "__class__":
+            return wrap_class(type(obj))
         inst_dict = getattr(obj, "__dict__", {})
         if name in inst_dict:
             return tx.wrap_value(inst_dict[name], src)
@@ -217,10 +235,21 @@ class UserDefinedObjectVariable(VariableTracker):
             return UserMethodVariable(static, self, source=src)
         if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
             return tx.wrap_value(static.__func__, src)
-        if is_constant_value(static):
+        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
+            return UserMethodVariable(static.__func__, wrap_class(type(obj)))
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(static.fget).call_function(tx, [self], {})
+        if is_constant_value(static) or isinstance(static, types.MemberDescriptorType) or \
+                type(static) in (dict, list, tuple):
+            # constants, __slots__ members, class-level data (``__dataclass_fields__``)
             return tx.wrap_value(getattr(obj, name), src)
         raise Unsupported(f"attribute {name!r} of {type(obj).__qualname__} "
                           f"({type(static).__name__})")
+
+    def has_attr(self, tx, name: str) -> bool:
+        return hasattr(self.value, name)
 
     def describe(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__qualname__})"
@@ -258,3 +287,134 @@ class GetAttrVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"GetAttrVariable({self.obj.describe()}.{self.name})"
+
+
+def is_plain_python_class(cls: type) -> bool:
+    """A class whose instances can be built while tracing: defined in Python, default
+    metaclass, ``object.__new__``, no ``__slots__``, only Python classes in its MRO (no
+    builtin or torch bases: tensors, modules, exceptions, dicts...)."""
+    if type(cls) is not type or cls.__new__ is not object.__new__:
+        return False
+    for klass in cls.__mro__[:-1]:
+        if "__slots__" in klass.__dict__ or klass.__module__ == "builtins":
+            return False
+        if klass.__module__.split(".")[0] == "torch":
+            return False
+    return cls.__setattr__ is object.__setattr__ or _is_frozen_dataclass(cls)
+
+
+def _is_frozen_dataclass(cls: type) -> bool:
+    params = getattr(cls, "__dataclass_params__", None)
+    return params is not None and getattr(params, "frozen", False)
+
+
+def construct_object(tx, cls: type, args, kwargs) -> VariableTracker:
+    """``cls(*args, **kwargs)`` for a plain Python class: a new FrameObjectVariable whose
+    ``__init__`` is inlined."""
+    from .functions import UserMethodVariable
+
+    obj = FrameObjectVariable(cls)
+    init = inspect.getattr_static(cls, "__init__")
+    if init is object.__init__:
+        if args or kwargs:
+            raise Unsupported(f"{cls.__qualname__}() takes no arguments")
+    elif isinstance(init, types.FunctionType):
+        result = tx.call_function(UserMethodVariable(init, obj), list(args), dict(kwargs))
+        if not (result.is_python_constant() and result.as_python_constant() is None):
+            raise Unsupported(f"{cls.__qualname__}.__init__ returned a value")
+    else:
+        raise Unsupported(f"{cls.__qualname__}.__init__ is not a Python function")
+    return obj
+
+
+def new_object(cls: type, attrs: dict) -> Any:
+    """What generated code calls to rebuild an object made while tracing."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
+class FrameObjectVariable(VariableTracker):
+    """An instance of a plain Python class created while tracing (a dataclass, a small
+    record class): its attributes are trackers; generated code rebuilds it with
+    ``new_object(cls, attrs)`` (no ``__init__`` re-run)."""
+
+    mutable = True
+
+    def __init__(self, cls: type, attrs: dict[str, VariableTracker] | None = None):
+        super().__init__()
+        self.cls = cls
+        self.attrs: dict[str, VariableTracker] = dict(attrs or {})
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def children(self):
+        return list(self.attrs.values())
+
+    def describe(self) -> str:
+        return f"FrameObjectVariable({self.cls.__qualname__})"
+
+    def has_attr(self, tx, name: str) -> bool:
+        return name in self.attrs or hasattr(self.cls, name)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .functions import UserFunctionVariable, UserMethodVariable
+
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__class__":
+            return wrap_class(self.cls)
+        if name == "__dict__":
+            from .containers import ConstDictVariable
+
+            return ConstDictVariable(dict(self.attrs))
+        try:
+            static = inspect.getattr_static(self.cls, name)
+        except AttributeError:
+            raise Unsupported(f"{self.cls.__qualname__} object has no attribute {name!r}") \
+                from None
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
+            return tx.wrap_value(static.__func__, None)
+        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
+            return UserMethodVariable(static.__func__, wrap_class(self.cls))
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
+            return UserFunctionVariable(static.fget).call_function(tx, [self], {})
+        return tx.wrap_value(getattr(self.cls, name), None)
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if type(self.cls).__setattr__ is not type.__setattr__ or \
+                self.cls.__setattr__ is not object.__setattr__:
+            raise Unsupported(f"setting {name!r} on a {self.cls.__qualname__} "
+                              "(custom __setattr__ or frozen)")
+        self.attrs[name] = value
+
+    def force_store_attr(self, name: str, value: VariableTracker) -> None:
+        """``object.__setattr__(obj, name, value)`` (frozen dataclasses' __init__)."""
+        self.attrs[name] = value
+
+    def reconstruct(self, codegen):
+        codegen.push_null()
+        codegen.load_const_object(new_object)
+        codegen.load_const_object(self.cls)
+        for k, v in self.attrs.items():
+            codegen.load_const(k)
+            codegen(v)
+        codegen.build_map(len(self.attrs))
+        codegen.call_function(2)
+
+
+class ObjectSetattrVariable(VariableTracker):
+    """``object.__setattr__`` (what a frozen dataclass's ``__init__`` calls)."""
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or len(args) != 3 or not isinstance(args[0], FrameObjectVariable):
+            raise Unsupported("object.__setattr__ on an object from outside the frame")
+        try:
+            name = args[1].as_python_constant()
+        except NotConstant:
+            raise Unsupported("object.__setattr__ with a non-constant name") from None
+        args[0].force_store_attr(name, args[2])
+        return ConstantVariable(None)

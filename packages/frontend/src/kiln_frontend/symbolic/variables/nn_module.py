@@ -1,9 +1,16 @@
 """``torch.nn.Module`` instances.
 
 Leaf modules that torch defines (Linear, ReLU, Dropout, Conv2d, ...) become ``call_module``
-nodes on the GraphModule root, which holds the very same module objects.  Containers
-(Sequential, ModuleList, ModuleDict) are unrolled; a user-defined module's ``forward`` is
-inlined.  Every module reached is guarded by NN_MODULE (identity + ``training``)."""
+nodes on the GraphModule root, which holds the very same module objects (at run time the
+node calls the module, so hooks added later still run).  Containers (Sequential, ModuleList,
+ModuleDict, ParameterList, ParameterDict) are unrolled; a user-defined module's ``forward``
+is inlined, its parameters and buffers are ``get_attr`` nodes.  Every module reached is
+guarded by NN_MODULE (identity + ``training``).
+
+Forward hooks and pre-hooks of a module are inlined around its forward (a leaf module with
+hooks is then inlined too, so they do not run twice); a module whose forward is inlined gets
+DICT_KEYS guards on its hook dicts, so adding or removing a hook later recompiles.  Backward
+hooks and global module hooks are graph breaks (the call runs in Python)."""
 
 from __future__ import annotations
 
@@ -15,12 +22,26 @@ from torch import nn
 
 from ...exc import Unsupported
 from ...guards import GuardKind
-from ...sources import AttrSource, GetItemSource
+from ...sources import AttrSource, GetItemSource, Source
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList,
                nn.ParameterDict)
+
+#: per-module hook dicts guarded (by their keys) when a module's forward is inlined
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
+               "_backward_pre_hooks")
+
+#: methods of nn.Module / containers evaluated on the real module (their results are
+#: submodules, parameters, buffers or names, all reachable through attribute sources)
+_NAMED_METHODS = {
+    "children": "named_children", "named_children": "named_children",
+    "modules": "named_modules", "named_modules": "named_modules",
+    "parameters": "named_parameters", "named_parameters": "named_parameters",
+    "buffers": "named_buffers", "named_buffers": "named_buffers",
+}
+_DICT_METHODS = ("keys", "values", "items")
 
 
 def is_leaf_module(module: nn.Module) -> bool:
@@ -33,14 +54,38 @@ def is_leaf_module(module: nn.Module) -> bool:
     return mod.startswith("torch.nn.")
 
 
-def _has_hooks(module: nn.Module) -> bool:
+def _global_hooks() -> bool:
     from torch.nn.modules import module as module_mod
 
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or getattr(module, "_backward_pre_hooks", None)
-                or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks
+    return bool(module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks
                 or module_mod._global_backward_hooks
                 or getattr(module_mod, "_global_backward_pre_hooks", None))
+
+
+def _has_forward_hooks(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _has_backward_hooks(module: nn.Module) -> bool:
+    return bool(module._backward_hooks or getattr(module, "_backward_pre_hooks", None))
+
+
+def path_source(base: Source, dotted: str) -> Source:
+    """``base.a.b.0`` as a chain of AttrSources (``getattr(m, '0')`` works on modules)."""
+    src = base
+    if dotted:
+        for part in dotted.split("."):
+            src = AttrSource(src, part)
+    return src
+
+
+def wrap_module_member(tx, source: Source, value: Any) -> VariableTracker:
+    """A submodule, parameter or buffer reached at ``source``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return tx.output.register_attr_tensor(source, value)
+    return tx.wrap_value(value, source)
 
 
 @tracker_for(nn.Module)
@@ -67,6 +112,7 @@ class NNModuleVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .functions import UserFunctionVariable, UserMethodVariable
+        from .misc import wrap_class
 
         m = self.module
         src = AttrSource(self.source, name)
@@ -92,35 +138,111 @@ class NNModuleVariable(VariableTracker):
             static = inspect.getattr_static(type(m), name)
         except AttributeError:
             raise Unsupported(f"{type(m).__qualname__} has no attribute {name!r}") from None
+        if name in _NAMED_METHODS and static is getattr(nn.Module, name, None):
+            return ModuleMethodVariable(self, name)
+        if name in _DICT_METHODS and isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
+            base = nn.ModuleDict if isinstance(m, nn.ModuleDict) else nn.ParameterDict
+            if static is getattr(base, name):
+                return ModuleMethodVariable(self, name)
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self, source=src)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             return UserFunctionVariable(static.fget).call_function(tx, [self], {})
         if isinstance(static, staticmethod):
             return tx.wrap_value(static.__func__, None)
-        if isinstance(static, classmethod):
-            raise Unsupported(f"classmethod {type(m).__qualname__}.{name}")
+        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
+            return UserMethodVariable(static.__func__, wrap_class(type(m)))
         return tx.wrap_value(getattr(m, name), src)
 
     # -- calling ----------------------------------------------------------------------
 
     def call_function(self, tx, args, kwargs):
+        m = self.module
+        if _global_hooks():
+            raise Unsupported("global nn.Module hooks are registered")
+        if _has_backward_hooks(m):
+            raise Unsupported(f"calling {type(m).__qualname__} with backward hooks registered")
+        instance_forward = "forward" in m.__dict__
+        if is_leaf_module(m) and not instance_forward and not _has_forward_hooks(m):
+            # call_module: at run time the node goes through Module.__call__ (hooks
+            # registered later run there)
+            target = tx.output.register_module(self.source, m)
+            return tx.output.create_graph_op("call_module", target, list(args), dict(kwargs))
+        self.install_hook_guards(tx)
+        args, kwargs = self.run_pre_hooks(tx, list(args), dict(kwargs))
+        out = self.call_forward(tx, args, kwargs, instance_forward)
+        return self.run_post_hooks(tx, args, kwargs, out)
+
+    def install_hook_guards(self, tx) -> None:
+        """DICT_KEYS on the hook dicts: the inlined code assumed exactly these hooks."""
+        from .builder import VariableBuilder
+
+        for dname in _HOOK_DICTS:
+            hooks = self.module.__dict__.get(dname)
+            if hooks is None:
+                continue
+            VariableBuilder(tx, AttrSource(self.source, dname)).install_guard(
+                GuardKind.DICT_KEYS, (type(hooks), tuple(hooks.keys())))
+
+    def _hook(self, tx, dname: str, key: Any) -> VariableTracker:
+        hook = getattr(self.module, dname)[key]
+        return tx.wrap_value(hook, GetItemSource(AttrSource(self.source, dname), key))
+
+    def run_pre_hooks(self, tx, args, kwargs):
+        from .containers import BaseSequenceVariable, ConstDictVariable, TupleVariable
+
+        m = self.module
+        with_kwargs = getattr(m, "_forward_pre_hooks_with_kwargs", {})
+        for key in list(m._forward_pre_hooks):
+            hook = self._hook(tx, "_forward_pre_hooks", key)
+            if key in with_kwargs:
+                res = tx.call_function(hook, [self, TupleVariable(list(args)),
+                                              ConstDictVariable(dict(kwargs))], {})
+                if _is_none(res):
+                    continue
+                parts = tx.unpack_sequence(res)
+                if len(parts) != 2 or not isinstance(tx.realize(parts[1]), ConstDictVariable):
+                    raise Unsupported("forward pre-hook with kwargs must return (args, kwargs)")
+                args = tx.unpack_sequence(parts[0])
+                kwargs = dict(tx.realize(parts[1]).items)
+            else:
+                res = tx.call_function(hook, [self, TupleVariable(list(args))], {})
+                if _is_none(res):
+                    continue
+                res = tx.realize(res)
+                args = list(res.items) if isinstance(res, BaseSequenceVariable) and \
+                    res.python_type() is tuple else [res]
+        return args, kwargs
+
+    def run_post_hooks(self, tx, args, kwargs, out):
+        from .containers import ConstDictVariable, TupleVariable
+
+        m = self.module
+        with_kwargs = getattr(m, "_forward_hooks_with_kwargs", {})
+        for key in list(m._forward_hooks):
+            hook = self._hook(tx, "_forward_hooks", key)
+            if key in with_kwargs:
+                res = tx.call_function(hook, [self, TupleVariable(list(args)),
+                                              ConstDictVariable(dict(kwargs)), out], {})
+            else:
+                res = tx.call_function(hook, [self, TupleVariable(list(args)), out], {})
+            if not _is_none(res):
+                out = res
+        return out
+
+    def call_forward(self, tx, args, kwargs, instance_forward: bool):
         from .functions import UserMethodVariable
 
         m = self.module
-        if _has_hooks(m):
-            raise Unsupported(f"calling {type(m).__qualname__} with hooks registered")
-        if "forward" in m.__dict__:
-            raise Unsupported(f"{type(m).__qualname__} with an instance-level forward")
-        if is_leaf_module(m):
-            target = tx.output.register_module(self.source, m)
-            return tx.output.create_graph_op("call_module", target, list(args), dict(kwargs))
+        if instance_forward:
+            fn = tx.wrap_value(m.__dict__["forward"], AttrSource(self.source, "forward"))
+            return tx.call_function(fn, args, kwargs)
         if isinstance(m, nn.Sequential) and type(m).forward is nn.Sequential.forward:
             if len(args) != 1 or kwargs:
                 raise Unsupported("nn.Sequential called with more than one argument")
             x = args[0]
             for child in self.children(tx):
-                x = child.call_function(tx, [x], {})
+                x = tx.call_function(child, [x], {})
             return x
         forward = inspect.getattr_static(type(m), "forward")
         if not isinstance(forward, types.FunctionType):
@@ -135,12 +257,15 @@ class NNModuleVariable(VariableTracker):
         if isinstance(m, (nn.Sequential, nn.ModuleList)):
             return [tx.wrap_value(child, GetItemSource(self.source, i))
                     for i, child in enumerate(m)]
-        if isinstance(m, nn.ModuleDict):
+        if isinstance(m, nn.ParameterList):
+            return [tx.output.register_attr_tensor(AttrSource(self.source, str(i)), p)
+                    for i, p in enumerate(m)]
+        if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
             return [ConstantVariable(k) for k in m.keys()]
         raise Unsupported(f"iterating over {type(m).__qualname__}")
 
     def has_unpack_var_sequence(self, tx) -> bool:
-        return isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ModuleDict))
+        return isinstance(self.module, _CONTAINERS)
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
         return self.children(tx)
@@ -151,15 +276,147 @@ class NNModuleVariable(VariableTracker):
             idx = index.as_python_constant()
         except NotConstant:
             raise Unsupported("indexing a module container with a non-constant") from None
-        if isinstance(m, (nn.Sequential, nn.ModuleList)) and isinstance(idx, int):
-            n = len(m)
-            if not -n <= idx < n:
-                raise Unsupported(f"index {idx} out of range for {type(m).__qualname__}")
-            return tx.wrap_value(m[idx], GetItemSource(self.source, idx % n))
-        if isinstance(m, nn.ModuleDict) and isinstance(idx, str):
+        if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
+            items = self.children(tx)
+            if isinstance(idx, slice):
+                return ModuleSliceVariable(self, idx, items[idx])
+            if isinstance(idx, int):
+                n = len(items)
+                if not -n <= idx < n:
+                    raise Unsupported(f"index {idx} out of range for {type(m).__qualname__}")
+                return items[idx]
+        if isinstance(m, nn.ModuleDict) and isinstance(idx, str) and idx in m:
             return tx.wrap_value(m[idx], GetItemSource(self.source, idx))
+        if isinstance(m, nn.ParameterDict) and isinstance(idx, str) and idx in m:
+            return tx.output.register_attr_tensor(AttrSource(self.source, idx), m[idx])
         raise Unsupported(f"{type(m).__qualname__}[{idx!r}]")
 
     def as_python_constant(self) -> Any:
         raise NotConstant("module")
 
+
+def _is_none(v: VariableTracker) -> bool:
+    return v.is_python_constant() and v.as_python_constant() is None
+
+
+class ModuleMethodVariable(VariableTracker):
+    """``module.children`` / ``named_parameters`` / ``ModuleDict.items`` ...: evaluated on
+    the real module at trace time (its structure is fixed by the NN_MODULE guards), each
+    result reached through an attribute source."""
+
+    def __init__(self, module_var: NNModuleVariable, name: str):
+        super().__init__()
+        self.module_var = module_var
+        self.name = name
+
+    def children(self):
+        return [self.module_var]
+
+    def describe(self) -> str:
+        return f"ModuleMethodVariable({self.name})"
+
+    def call_function(self, tx, args, kwargs):
+        from .containers import ListIteratorVariable, TupleVariable
+
+        mv = self.module_var
+        m = mv.module
+        try:
+            cargs = [a.as_python_constant() for a in args]
+            ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        except NotConstant:
+            raise Unsupported(f"module.{self.name}() with non-constant arguments") from None
+        if self.name in _DICT_METHODS:
+            if cargs or ckwargs:
+                raise Unsupported(f"{type(m).__qualname__}.{self.name} with arguments")
+            keys = list(m.keys())
+            if isinstance(m, nn.ModuleDict):
+                values = [tx.wrap_value(m[k], GetItemSource(mv.source, k)) for k in keys]
+            else:
+                values = [tx.output.register_attr_tensor(AttrSource(mv.source, k), m[k])
+                          for k in keys]
+            if self.name == "keys":
+                return ListIteratorVariable([ConstantVariable(k) for k in keys])
+            if self.name == "values":
+                return ListIteratorVariable(values)
+            return ListIteratorVariable([TupleVariable([ConstantVariable(k), v])
+                                         for k, v in zip(keys, values, strict=True)])
+        named = getattr(m, _NAMED_METHODS[self.name])(*cargs, **ckwargs)
+        prefix = ckwargs.get("prefix", "")
+        items = []
+        for path, obj in named:
+            rel = path[len(prefix) + 1:] if prefix and path.startswith(prefix + ".") else (
+                "" if prefix and path == prefix else path)
+            value = wrap_module_member(tx, path_source(mv.source, rel), obj) if rel else mv
+            if self.name.startswith("named_"):
+                items.append(TupleVariable([ConstantVariable(path), value]))
+            else:
+                items.append(value)
+        return ListIteratorVariable(items)
+
+
+class ModuleSliceVariable(VariableTracker):
+    """``seq[a:b]`` of a Sequential/ModuleList/ParameterList: a new container at run time;
+    here the list of the selected members (calling a Sequential slice chains them)."""
+
+    def __init__(self, container: NNModuleVariable, index: slice,
+                 items: list[VariableTracker]):
+        super().__init__()
+        self.container = container
+        self.index = index
+        self.items = list(items)
+        self.module = container.module[index]
+
+    def children(self):
+        return [self.container]
+
+    def python_type(self) -> type:
+        return type(self.module)
+
+    def describe(self) -> str:
+        return f"ModuleSliceVariable({self.container.describe()}[{self.index}])"
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        return list(self.items)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        try:
+            idx = index.as_python_constant()
+        except NotConstant:
+            raise Unsupported("indexing a module container with a non-constant") from None
+        if isinstance(idx, slice):
+            return ModuleSliceVariable(self.container, _compose(self.index, idx,
+                                                                len(self.container.module)),
+                                       self.items[idx])
+        try:
+            return self.items[idx]
+        except (IndexError, TypeError) as e:
+            raise Unsupported(f"{type(e).__name__} indexing a module slice") from e
+
+    def call_function(self, tx, args, kwargs):
+        if not isinstance(self.module, nn.Sequential) or \
+                type(self.module).forward is not nn.Sequential.forward:
+            raise Unsupported(f"calling a slice of {type(self.module).__qualname__}")
+        if len(args) != 1 or kwargs:
+            raise Unsupported("nn.Sequential called with more than one argument")
+        x = args[0]
+        for child in self.items:
+            x = tx.call_function(child, [x], {})
+        return x
+
+    def reconstruct(self, codegen):
+        codegen(self.container)
+        codegen.load_const(self.index)
+        codegen.binary_subscr()
+
+
+def _compose(outer: slice, inner: slice, n: int) -> slice:
+    """The slice equal to ``[outer][inner]`` on a sequence of length ``n``."""
+    idx = list(range(n))[outer][inner]
+    if not idx:
+        return slice(0, 0)
+    step = idx[1] - idx[0] if len(idx) > 1 else 1
+    stop = idx[-1] + step
+    return slice(idx[0], stop if stop >= 0 else None, step)

@@ -92,7 +92,15 @@ class TensorVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in CONSTANT_ATTRS:
-            return ConstantVariable.create(getattr(self.example_value, name))
+            value = getattr(self.example_value, name)
+            from ... import shapes
+
+            if shapes.is_symbolic(value):  # dynamic shapes: sizes are SymInts
+                if name == "shape":
+                    return shapes.tensor_size(tx, self)
+                return shapes.wrap_symbolic(tx.output, lambda: tx.output.tracer.create_proxy(
+                    "call_function", getattr, (self.proxy, name), {}), value)
+            return ConstantVariable.create(value)
         if name in TENSOR_ATTRS:
             return tx.output.create_graph_op("call_function", getattr,
                                              [self, ConstantVariable(name)], {})
@@ -139,7 +147,15 @@ class TensorMethodVariable(VariableTracker):
                 ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
             except Exception:  # noqa: BLE001
                 raise Unsupported(f"Tensor.{name} with non-constant arguments") from None
-            return ConstantVariable.create(getattr(fake, name)(*cargs, **ckwargs))
+            value = getattr(fake, name)(*cargs, **ckwargs)
+            from ... import shapes
+
+            if shapes.is_symbolic(value):  # dynamic shapes: sizes are SymInts
+                if name == "size" and not ckwargs and len(cargs) <= 1:
+                    return shapes.tensor_size(tx, self.tensor, cargs[0] if cargs else None)
+                return shapes.wrap_symbolic(tx.output, lambda: tx.output.tracer.create_proxy(
+                    "call_method", name, (self.tensor.proxy, *cargs), ckwargs), value)
+            return ConstantVariable.create(value)
         return tx.output.create_graph_op("call_method", name, [self.tensor, *args], kwargs)
 
     def reconstruct(self, codegen):
