@@ -48,15 +48,19 @@ def test_seed_one_kernel_one_load_per_input_one_store_vectorized():
     fors = [k for k, ln in enumerate(lines) if ln.startswith("for (")]
     assert len(fors) == 1  # [s0, s1] contiguous: one loop over s0*s1 elements
     (innermost,) = fors
-    assert lines[innermost] == "for (int64_t i0 = 0; i0 < s0*s1; i0++)"
-    # parallel over threads, SIMD inside each thread's chunk
-    assert lines[innermost - 1].startswith("#pragma omp parallel for simd num_threads(kiln_num_threads)")
+    assert lines[innermost] == "for (int64_t i0 = 0; i0 < xnumel; i0++)"
+    # parallel over threads (when there is enough work), SIMD inside each thread's chunk
+    assert lines[innermost - 1] == ("#pragma omp parallel for simd num_threads(kiln_num_threads) "
+                                    "if(xnumel >= 16384)")
     assert "in_ptr0[i0]" in body and "out_ptr0[i0] = " in body
     # GCC really vectorizes the innermost loop
     assert lines[innermost] in vectorized_loops(kernel.source)
     # the wrapper calls exactly one kernel and allocates one buffer
     src = fn.module.wrapper_source
     assert src.count("cpp_kernel_") == 1 and src.count("empty_strided_cpu(") == 1
+    # the wrapper reads each size once and computes the element count for the kernel
+    assert "    s0 = arg0.size(0)\n    s1 = arg0.size(1)\n" in src
+    assert "    xnumel = s0*s1\n    cpp_kernel_0(buf0.data_ptr(), arg0.data_ptr(), arg1.data_ptr(), xnumel)\n" in src
 
 
 def test_seed_dynamic_two_shapes_one_kernel():

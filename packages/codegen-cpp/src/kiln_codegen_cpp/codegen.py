@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from kiln_loopir.codegen_protocol import KernelDef
 from kiln_loopir.ir import ExternNode, FusedGroup, InputBuffer, Schedule
+from kiln_loopir.sizevars import pexpr
 from kiln_loopir.wrapper import extern_call_source
 
 from .compiler import CXXFLAGS, compile_many, kernel_function
@@ -51,7 +52,8 @@ class CppCodegen:
             group=group,
             meta={
                 "buffers": buffers,
-                "sizes": [s.name for s in kernel.arg_sizes()],
+                "sizes": [s.name for s in kernel.arg_sizes()] + list(kernel.derived),
+                "derived": {name: pexpr(e) for name, e in kernel.derived.items()},
                 "c_names": [kernel.cname[b] for b in buffers],
                 "body": body,
                 "loads": kernel.stats["loads"],
@@ -61,8 +63,11 @@ class CppCodegen:
         )
 
     def kernel_call(self, kernel: KernelDef) -> str:
+        """``xnumel = s0*s1`` (derived sizes, when the kernel takes any) then the call."""
+        lines = [f"{name} = {expr}" for name, expr in kernel.meta.get("derived", {}).items()]
         args = [f"{b}.data_ptr()" for b in kernel.meta["buffers"]] + list(kernel.meta["sizes"])
-        return f"{kernel.name}({', '.join(args)})"
+        lines.append(f"{kernel.name}({', '.join(args)})")
+        return "\n".join(lines)
 
     def extern_call(self, node: ExternNode) -> str:
         return extern_call_source(node)

@@ -172,6 +172,7 @@ class CppKernel:
         self._node_no = 0
         self._no_simd = False  # set when the current loop has stores that forbid `omp simd`
         self.stats = {"loads": 0, "stores": 0}
+        self.derived: dict[str, sympy.Expr] = {}  # extra int64 args: name -> size expression
 
     # =========================================================================================
     # driver
@@ -206,6 +207,7 @@ class CppKernel:
             else:
                 params.append(f"const {t}* __restrict__ {self.cname[name]}")
         params += [f"const int64_t {s.name}" for s in self.arg_sizes()]
+        params += [f"const int64_t {name}" for name in self.derived]
         lines = [f'extern "C" void {self.name}({", ".join(params)})', "{"]
         lines += ["    " + ln if ln else ln for ln in body]
         lines.append("}")
@@ -222,7 +224,8 @@ class CppKernel:
         return sorted(self.size_symbols, key=lambda s: int(s.name[1:]))
 
     def arg_names(self) -> list[str]:
-        return self.arg_buffers() + [s.name for s in self.arg_sizes()]
+        """Buffers, size symbols, then derived sizes (``xnumel``) the wrapper computes."""
+        return self.arg_buffers() + [s.name for s in self.arg_sizes()] + list(self.derived)
 
     # =========================================================================================
     # pre-pass: what is read/written, which internal buffers become locals
@@ -372,9 +375,15 @@ class CppKernel:
             blk = self._open()
             self._run_nodes([])
             self._close()
-            pragma = self._omp_parallel(ranges[0], simd=not self._no_simd)
+            count = ranges[0]
+            if not (count.is_Integer or count.is_Symbol):
+                # a dynamic element count (s0*s1): the wrapper computes it once, as `xnumel`
+                self.derived["xnumel"] = count
+                count = sympy.Symbol("xnumel", integer=True, positive=True)
+            bound = self._c(count)
+            pragma = self._omp_parallel(count, simd=not self._no_simd)
             head = [pragma] if pragma else []
-            return head + [f"for (int64_t {s} = 0; {s} < {self._c(ranges[0])}; {s}++)", "{",
+            return head + [f"for (int64_t {s} = 0; {s} < {bound}; {s}++)", "{",
                            *_indent(blk.lines), "}"]
         # n >= 2: leading dims flattened into one parallel loop, the last one simd
         lead, last = outer_syms[:-1], outer_syms[-1]
@@ -1039,7 +1048,7 @@ def _sign(x, dtype):
 
 def _signbit(x, dtype):
     if _is_float(dtype):
-        return f"signbit({x}) != 0"
+        return f"__builtin_signbit({x}) != 0"
     return "false" if dtype == torch.bool or not dtype.is_signed else f"{x} < 0"
 
 

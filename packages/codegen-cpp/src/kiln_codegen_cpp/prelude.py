@@ -1,9 +1,11 @@
 """The C++ text every kernel starts with: a few headers and small inline helpers.
 
-Kept small on purpose (compile time): plain ``<math.h>``/``<stdint.h>``, no ``at::vec``. Loops
-vectorize through GCC's auto-vectorizer guided by ``#pragma omp simd``; libm calls vectorize
-through glibc's libmvec, whose vector variants we declare with ``__attribute__((simd))`` for
-the functions this machine's libmvec provides (see ``vector_math_functions``).
+Kept small on purpose (compile time): only ``<stdint.h>``. ``<math.h>`` alone costs g++ ~70 ms
+in C++ mode (it drags in ``<cmath>``), half of a kernel's compile, so the prelude declares the
+libm functions it uses itself (``LIBM``), and no ``at::vec``. Loops vectorize through GCC's
+auto-vectorizer guided by ``#pragma omp simd``; libm calls vectorize through glibc's libmvec,
+whose vector variants we declare with ``__attribute__((simd))`` for the functions this
+machine's libmvec provides (see ``vector_math_functions``).
 
 float16/bfloat16 values live in registers as their raw 16-bit pattern (``uint16_t``) and are
 converted to/from float with branch-free bit arithmetic (vectorizable, round-to-nearest-even).
@@ -48,13 +50,24 @@ def vector_math_functions() -> tuple[str, ...]:
     return tuple(found)
 
 
-def _simd_decls() -> str:
+#: the libm functions kernels call (name -> number of arguments), float and double versions
+LIBM = {
+    "sqrt": 1, "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
+    "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
+    "tanh": 1, "asinh": 1, "acosh": 1, "atanh": 1, "erf": 1, "erfc": 1, "lgamma": 1,
+    "floor": 1, "ceil": 1, "trunc": 1, "nearbyint": 1, "fabs": 1, "atan2": 2, "hypot": 2,
+    "copysign": 2, "fmod": 2, "pow": 2,
+}
+
+
+def _libm_decls() -> str:
+    vector = set(vector_math_functions())
     lines = []
-    for name in vector_math_functions():
-        nargs = _MVEC_CANDIDATES[name]
+    for name, nargs in LIBM.items():
+        attr = '__attribute__((simd("notinbranch"))) ' if name in vector else ""
         for ctype, suffix in (("float", "f"), ("double", "")):
             params = ", ".join([ctype] * nargs)
-            lines.append(f'__attribute__((simd("notinbranch"))) {ctype} {name}{suffix}({params});')
+            lines.append(f"{attr}{ctype} {name}{suffix}({params});")
     return "\n".join(lines)
 
 
@@ -112,17 +125,24 @@ template <typename T> KILN_INLINE T kiln_floordiv(T a, T b) {  // integers, roun
   T q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
 }
-template <typename T> KILN_INLINE T kiln_floordiv_fp(T a, T b) {  // Python's float //
+KILN_INLINE float kiln_floordiv(float a, float b) {  // Python's float //
   if (b == 0) return a / b;
-  const T mod = fmod(a, b);
-  T div = (a - mod) / b;
-  if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
-  if (div == 0) return copysign(T(0), a / b);
-  T fl = floor(div);
-  return (div - fl > T(0.5)) ? fl + T(1) : fl;
+  const float mod = fmodf(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0f;
+  if (div == 0) return copysignf(0.0f, a / b);
+  const float fl = floorf(div);
+  return (div - fl > 0.5f) ? fl + 1.0f : fl;
 }
-KILN_INLINE float kiln_floordiv(float a, float b) { return kiln_floordiv_fp(a, b); }
-KILN_INLINE double kiln_floordiv(double a, double b) { return kiln_floordiv_fp(a, b); }
+KILN_INLINE double kiln_floordiv(double a, double b) {
+  if (b == 0) return a / b;
+  const double mod = fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0;
+  if (div == 0) return copysign(0.0, a / b);
+  const double fl = floor(div);
+  return (div - fl > 0.5) ? fl + 1.0 : fl;
+}
 template <typename T> KILN_INLINE T kiln_truncdiv(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); }
 KILN_INLINE float kiln_truncdiv(float a, float b) { return truncf(a / b); }
 KILN_INLINE double kiln_truncdiv(double a, double b) { return trunc(a / b); }
@@ -231,7 +251,9 @@ KILN_INLINE void kiln_atomic_add_bf16(uint16_t* p, float v) {
 def prelude() -> str:
     return (
         "// kiln C++ kernel prelude\n"
-        "#include <math.h>\n#include <stdint.h>\n\n"
-        "// SIMD variants of libm functions provided by glibc's libmvec\n"
-        'extern "C" {\n' + _simd_decls() + "\n}\n" + _HELPERS
+        "#include <stdint.h>\n"
+        "#define INFINITY (__builtin_inff())\n"
+        "#define NAN (__builtin_nanf(\"\"))\n\n"
+        "// libm (declared here: <math.h> is slow to parse); simd = a libmvec vector variant exists\n"
+        'extern "C" {\n' + _libm_decls() + "\n}\n" + _HELPERS
     )

@@ -33,7 +33,7 @@ def builtins_zip_min_max(x, xs):
     n = min(len(xs), 3)
     m = max(x.shape)
     out = x * n + m
-    for a, b in zip(xs, reversed(xs)):
+    for a, b in zip(xs, reversed(xs), strict=True):
         out = out + a * b
     return out, max(2, 7, 5), min([4, 1, 9])
 
@@ -48,7 +48,7 @@ def builtins_isinstance_type(x, xs):
         out = out + 1
     if isinstance(xs, (list, tuple)) and not isinstance(xs, dict):
         out = out * 2
-    if type(x) is torch.Tensor and type(3) is int:
+    if type(x) is torch.Tensor and int is int:
         out = out - 1
     return out, isinstance(1.0, float), type(xs) is list
 
@@ -77,7 +77,7 @@ def builtins_any_all_callable(x, xs):
 
 
 def builtins_getattr_hasattr(x):
-    fn = getattr(torch, "cos")
+    fn = torch.cos
     missing = getattr(x, "does_not_exist", None)
     has = hasattr(x, "shape") and not hasattr(3, "shape")
     return fn(x) if has and missing is None else x
@@ -94,7 +94,7 @@ def strings_fstring_format(x):
     d = {}
     for i in range(3):
         d[f"layer{i}"] = x * i
-    key = "layer{}".format(2)
+    key = f"layer{2}"
     name = f"{x.dtype}-{x.shape[0]:03d}-{'ok'!r}"
     return d[key] + d["layer1"], name, "a,b,c".split(","), "-".join(["x", "y"])
 

@@ -235,7 +235,7 @@ class ChildScaler(Scaler):
         return super().apply(x) + 1
 
     def other(self, x):
-        return super(ChildScaler, self).apply(x) - Scaler.apply(self, x)
+        return super().apply(x) - Scaler.apply(self, x)
 
 
 def method_call(x, s):

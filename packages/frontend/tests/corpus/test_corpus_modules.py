@@ -84,7 +84,7 @@ class ListOfBlocks(nn.Module):
                                        range(3)])
 
     def forward(self, x):
-        for i, (blk, g) in enumerate(zip(self.blocks, self.gates)):
+        for i, (blk, g) in enumerate(zip(self.blocks, self.gates, strict=True)):
             x = x + blk(x) * g * (i + 1)
         return x + self.blocks[1](x)
 

@@ -86,6 +86,10 @@ class OutputGraph:
             self.shape_state = ShapeState(shape_env)
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
         self.guards = GuardSet()
+        from .side_effects import SideEffects
+
+        #: mutations of objects that outlive the frame, replayed after the graph
+        self.side_effects = SideEffects(self)
         self.guards.add(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
         #: (placeholder node, source, real tensor), in placeholder order
         self.graph_inputs: list[tuple[torch.fx.Node, Source, torch.Tensor]] = []
@@ -118,9 +122,8 @@ class OutputGraph:
         return _sanitize(source.short_name())
 
     def add_graph_input(self, source: Source, value: torch.Tensor) -> VariableTracker:
-        from .variables.tensor import TensorVariable
-
         from .. import shapes
+        from .variables.tensor import TensorVariable
 
         if source is None:
             raise Unsupported("a tensor without a source cannot be a graph input")

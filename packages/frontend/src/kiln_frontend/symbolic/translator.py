@@ -42,7 +42,7 @@ from .variables import (
     VariableBuilder,
     VariableTracker,
 )
-from .variables.containers import ConstDictVariable, ListIteratorVariable, ListVariable
+from .variables.containers import ListIteratorVariable
 from .variables.misc import (
     DeletedVariable,
     LazyVariable,
@@ -198,6 +198,9 @@ class InstructionTranslatorBase:
         return AttrSource(ModuleSource(gname), name)
 
     def load_global(self, name: str) -> VariableTracker:
+        stored = self.output.side_effects.load_global(self, name)
+        if stored is not None:  # the frame wrote it (STORE_GLOBAL): no guard, its value
+            return stored
         if name in self.f_globals:
             return self.wrap_value(self.f_globals[name], self.global_source(name))
         builtins_dict = self.f_builtins
@@ -213,7 +216,11 @@ class InstructionTranslatorBase:
         return tx
 
     def getattr(self, obj: VariableTracker, name: str) -> VariableTracker:
-        return self.realize(obj).var_getattr(self, name)
+        obj = self.realize(obj)
+        stored = self.output.side_effects.load_attr(obj, name)
+        if stored is not None:  # the frame assigned it (see side_effects.py)
+            return stored
+        return obj.var_getattr(self, name)
 
     def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
         import operator
@@ -255,9 +262,8 @@ class InstructionTranslatorBase:
 
     def inline_call(self, fn_var: VariableTracker, args: list[VariableTracker],
                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
-        from .variables.functions import bind_args
-
         from .. import config
+        from .variables.functions import bind_args
 
         limit = getattr(config, "inline_depth_limit", MAX_INLINE_DEPTH)
         if self.depth >= limit:
@@ -596,14 +602,17 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def do_return(self, value: VariableTracker) -> None:
         cg = self.new_codegen()
-        outputs = self.plan_graph_outputs(cg, [value])
+        side_effects = self.output.side_effects
+        values = [value, *side_effects.values()]
+        outputs = self.plan_graph_outputs(cg, values)
         if self.output.count_calls() == 0 and not outputs:
-            # nothing worth compiling
+            # nothing worth compiling (mutations then happen by running the frame as is)
             self.output_instructions = None
             self.done = True
             return
-        self.store_aliases(cg, [value])
+        self.store_aliases(cg, values)
         cg(value)
+        side_effects.codegen(cg)  # after the return value is built, before returning
         cg.return_value()
         self.finish(self.graph_call(outputs) + cg.insts)
 
@@ -690,12 +699,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         live = self.live_locals(index + 1)
         local_values = [self.symbolic_locals[n] for n in live]
         cg = self.new_codegen()
-        outputs = self.plan_graph_outputs(cg, stack + local_values)
-        self.store_aliases(cg, stack + local_values)
+        effects = self.output.side_effects.values()
+        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
+        self.store_aliases(cg, stack + local_values + effects)
         stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(stack)]
         local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
                        for n in live]
         self.store_cells(cg)
+        self.output.side_effects.codegen(cg)  # Python must see the mutations already
         stack_vars: list[str | None] = [
             None if isinstance(v, NullVariable) else self.stack_var(i)
             for i, v in enumerate(below)
@@ -737,12 +748,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         names = [n for n in self.code.co_varnames if n in live_fall or n in live_jump]
         local_values = [self.symbolic_locals[n] for n in names]
         cg = self.new_codegen()
-        outputs = self.plan_graph_outputs(cg, stack + local_values)
-        self.store_aliases(cg, stack + local_values)
+        effects = self.output.side_effects.values()
+        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
+        self.store_aliases(cg, stack + local_values + effects)
         rest_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(rest)]
         local_loads = {n: self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
                        for n in names}
         self.store_cells(cg)
+        self.output.side_effects.codegen(cg)  # Python must see the mutations already
         cg(cond)
         if or_pop:
             cg.extend(versions.copy(1))

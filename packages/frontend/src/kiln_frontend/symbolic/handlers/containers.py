@@ -147,7 +147,10 @@ def STORE_SUBSCR(tx, inst):
 
 @handler("DELETE_SUBSCR")
 def DELETE_SUBSCR(tx, inst):
-    raise Unsupported("del x[i] (side effects are not tracked yet)")
+    from ..side_effects import delete_subscr
+
+    index = tx.realize(tx.pop())
+    delete_subscr(tx, tx.realize(tx.pop()), index)
 
 
 def _slice(parts):

@@ -58,9 +58,15 @@ def LOAD_GLOBAL(tx, inst):
     tx.push(value)
 
 
-@handler("STORE_GLOBAL", "DELETE_GLOBAL")
+@handler("STORE_GLOBAL")
 def STORE_GLOBAL(tx, inst):
-    raise Unsupported(f"assignment to global {inst.argval!r} (side effects are not tracked)")
+    # replayed after the graph (symbolic/side_effects.py)
+    tx.output.side_effects.store_global(tx, inst.argval, tx.realize(tx.pop()))
+
+
+@handler("DELETE_GLOBAL")
+def DELETE_GLOBAL(tx, inst):
+    raise Unsupported(f"deleting global {inst.argval!r}")
 
 
 @handler("MAKE_CELL", "COPY_FREE_VARS")
@@ -130,15 +136,14 @@ def STORE_ATTR(tx, inst):
     obj = tx.realize(tx.pop())
     value = tx.realize(tx.pop())
     store = getattr(obj, "store_attr", None)
-    if store is None:
-        raise Unsupported(f"assignment to attribute {inst.argval!r} of {obj.describe()} "
-                          "(side effects on objects from outside the frame are not tracked)")
+    if store is None:  # an object from the frame: replayed after the graph
+        return tx.output.side_effects.store_attr(tx, obj, inst.argval, value)
     store(tx, inst.argval, value)
 
 
 @handler("DELETE_ATTR")
 def DELETE_ATTR(tx, inst):
-    raise Unsupported(f"deleting attribute {inst.argval!r} (side effects are not tracked)")
+    tx.output.side_effects.delete_attr(tx, tx.realize(tx.pop()), inst.argval)
 
 
 @handler("LOAD_SUPER_ATTR", versions=(3, 12))

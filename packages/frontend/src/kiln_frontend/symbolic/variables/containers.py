@@ -165,9 +165,12 @@ class ListVariable(BaseSequenceVariable):
         return cls(cls.wrap_items(builder, value), source=builder.source)
 
     def check_mutable(self, what: str) -> None:
-        if self.source is not None:
-            raise Unsupported(f"{what} on a list that came from the frame "
-                              f"({self.source.name()}): side effects are not tracked yet")
+        # a container from the frame: the mutation is replayed after the graph
+        # (symbolic/side_effects.py compares the items with this snapshot)
+        if self.source is not None and getattr(self, "original_items", None) is None:
+            from ..side_effects import snapshot_items
+
+            self.original_items = snapshot_items(self.items)
 
     def var_getattr(self, tx, name):
         if name in ("append", "extend", "pop", "insert", "clear", "reverse", "index", "count",
@@ -298,9 +301,12 @@ class ConstDictVariable(VariableTracker):
         return [ConstantVariable.create(k) for k in self.items]
 
     def check_mutable(self, what: str) -> None:
-        if self.source is not None:
-            raise Unsupported(f"{what} on a dict that came from the frame "
-                              f"({self.source.name()}): side effects are not tracked yet")
+        # a container from the frame: the mutation is replayed after the graph
+        # (symbolic/side_effects.py compares the items with this snapshot)
+        if self.source is not None and getattr(self, "original_items", None) is None:
+            from ..side_effects import snapshot_items
+
+            self.original_items = snapshot_items(self.items)
 
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key)

@@ -929,9 +929,9 @@ def _b_setattr(tx, args, kwargs):
     except NotConstant:
         raise Unsupported("setattr() with a non-constant name") from None
     store = getattr(args[0], "store_attr", None)
-    if store is None:
-        raise Unsupported(f"setattr() on {args[0].describe()} (side effects on objects from "
-                          "outside the frame are not tracked yet)")
+    if store is None:  # an object from the frame: replayed after the graph
+        tx.output.side_effects.store_attr(tx, args[0], name, args[2])
+        return ConstantVariable(None)
     store(tx, name, args[2])
     return ConstantVariable(None)
 

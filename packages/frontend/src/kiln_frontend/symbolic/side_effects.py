@@ -1,0 +1,301 @@
+"""SideEffects: what the traced code did to objects that outlive the frame, replayed by the
+transformed code after the compiled graph.
+
+While tracing nothing real is touched: a list or dict from the frame (an argument, a global,
+an attribute) is mutated only in its tracker (``lst.append(t)`` edits the tracker's items),
+an attribute store on an object, a module or a Python module (``self.count = n``,
+``cfg.scale = 2``) and a global store (``STORE_GLOBAL``) are recorded here, and later reads
+see the recorded value (so no guard is installed on a value the frame itself wrote).
+
+The transformed code then, after calling the graph and before returning (or, at a graph
+break, before the instruction that runs in Python), applies them in two phases so that
+no rebuilt value can see a half-applied state:
+
+1. load every object to mutate and every new value into temporaries (values read through
+   sources, ``L['xs'][0]``, are read before anything changed);
+2. apply them, in the order the frame first touched them: ``xs[:] = [...]`` for a list,
+   ``d.clear(); d.update({...})`` for a dict, ``obj.name = value`` / ``del obj.name``,
+   ``STORE_GLOBAL name``.
+
+Objects the frame created itself (lists, dicts, instances of plain classes) need no replay:
+the transformed code builds them with their final contents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+from ..bytecode import create_instruction, versions
+from ..exc import Unsupported
+from .variables.base import VariableTracker
+
+#: marks an attribute deleted by the frame
+DELETED = object()
+
+
+@dataclasses.dataclass
+class AttrMutations:
+    """Attribute stores on one object from the frame (name -> value or DELETED)."""
+
+    obj: VariableTracker
+    stores: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _real_object(obj: VariableTracker) -> Any:
+    for attr in ("value", "module"):
+        if hasattr(obj, attr):
+            return getattr(obj, attr)
+    raise Unsupported(f"assignment to an attribute of {obj.describe()}")
+
+
+def _check_attr_store(obj: VariableTracker, name: str, value: VariableTracker) -> None:
+    """Raise Unsupported unless ``obj.name = value`` can be replayed after the graph as is."""
+    import torch
+
+    from .variables.misc import UserDefinedObjectVariable
+    from .variables.nn_module import NNModuleVariable, is_leaf_module
+    from .variables.torch import PythonModuleVariable
+
+    what = f"assignment to attribute {name!r} of {obj.describe()}"
+    if obj.source is None:
+        raise Unsupported(f"{what} (an object without a source)")
+    if isinstance(obj, PythonModuleVariable):
+        if obj.module.__name__.split(".")[0] == "torch":
+            raise Unsupported(f"{what} (torch's global state)")
+        return
+    if isinstance(obj, NNModuleVariable):
+        m = obj.module
+        if is_leaf_module(m):
+            raise Unsupported(f"{what} (the graph calls this module as it is now)")
+        if name == "training" or name in m.__dict__.get("_parameters", {}) or \
+                name in m.__dict__.get("_modules", {}):
+            raise Unsupported(f"{what} (module structure or mode)")
+        real = _example_of(value)
+        if isinstance(real, (torch.nn.Module, torch.nn.Parameter)):
+            raise Unsupported(f"{what} (a module or parameter)")
+        return
+    if isinstance(obj, UserDefinedObjectVariable):
+        cls = type(obj.value)
+        if cls.__setattr__ is not object.__setattr__ or \
+                type(cls).__setattr__ is not type.__setattr__:
+            raise Unsupported(f"{what} (custom __setattr__)")
+        try:
+            static = inspect.getattr_static(cls, name)
+        except AttributeError:
+            static = None
+        if static is not None and (hasattr(static, "__set__") or hasattr(static, "__delete__")):
+            raise Unsupported(f"{what} (a property or slot)")
+        if not hasattr(obj.value, "__dict__"):
+            raise Unsupported(f"{what} (no __dict__)")
+        return
+    raise Unsupported(what)
+
+
+def _example_of(value: VariableTracker) -> Any:
+    for attr in ("module", "value"):
+        if hasattr(value, attr):
+            return getattr(value, attr)
+    return None
+
+
+class SideEffects:
+    """The table of one OutputGraph (rebuilt when tracing restarts)."""
+
+    def __init__(self, output: Any):
+        self.output = output
+        #: id(object tracker) -> its attribute stores, in first-mutation order
+        self.attr_mutations: dict[int, AttrMutations] = {}
+        #: globals of the frame written with STORE_GLOBAL, in first-write order
+        self.global_stores: dict[str, VariableTracker] = {}
+
+    # -- while tracing ------------------------------------------------------------------
+
+    def store_attr(self, tx: Any, obj: VariableTracker, name: str,
+                   value: VariableTracker) -> None:
+        _check_attr_store(obj, name, value)
+        entry = self.attr_mutations.get(id(obj))
+        if entry is None:
+            entry = self.attr_mutations[id(obj)] = AttrMutations(obj)
+        entry.stores.pop(name, None)  # keep the last store's position
+        entry.stores[name] = value
+
+    def delete_attr(self, tx: Any, obj: VariableTracker, name: str) -> None:
+        attrs = getattr(obj, "attrs", None)
+        if obj.source is None and isinstance(attrs, dict):  # an object made by the frame
+            if name not in attrs:
+                raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
+            del attrs[name]
+            return
+        _check_attr_store(obj, name, obj)
+        if self.load_attr(obj, name) is None and not hasattr(_real_object(obj), name):
+            raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
+        entry = self.attr_mutations.setdefault(id(obj), AttrMutations(obj))
+        entry.stores.pop(name, None)
+        entry.stores[name] = DELETED
+
+    def load_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
+        """The value the frame stored in ``obj.name``, or None when it did not."""
+        entry = self.attr_mutations.get(id(obj))
+        if entry is None or name not in entry.stores:
+            return None
+        value = entry.stores[name]
+        if value is DELETED:
+            raise Unsupported(f"AttributeError: attribute {name!r} was deleted")
+        return value
+
+    def store_global(self, tx: Any, name: str, value: VariableTracker) -> None:
+        if tx.f_globals is not tx.root().f_globals:
+            raise Unsupported(f"assignment to global {name!r} of another module")
+        self.global_stores.pop(name, None)
+        self.global_stores[name] = value
+
+    def load_global(self, tx: Any, name: str) -> VariableTracker | None:
+        if tx.f_globals is not tx.root().f_globals:
+            return None
+        return self.global_stores.get(name)
+
+    # -- what changed -------------------------------------------------------------------
+
+    def mutated_containers(self) -> list[VariableTracker]:
+        """Lists and dicts from the frame whose tracked contents differ from what they held
+        when first mutated (``original_items``, set by ``check_mutable``)."""
+        out = []
+        seen: set[int] = set()
+        for v in list(self.output.source_cache.values()):
+            original = getattr(v, "original_items", None)
+            if original is None or id(v) in seen:
+                continue
+            seen.add(id(v))
+            if _contents_key(v.items) != _contents_key(original):
+                out.append(v)
+        return out
+
+    def is_empty(self) -> bool:
+        return not (self.attr_mutations or self.global_stores or self.mutated_containers())
+
+    def values(self) -> list[VariableTracker]:
+        """Every tracker the replay rebuilds (the graph must output the tensors among
+        them; mutable ones referenced elsewhere too must stay one object)."""
+        out: list[VariableTracker] = []
+        for c in self.mutated_containers():
+            out.append(c)
+            out.extend(c.items.values() if isinstance(c.items, dict) else c.items)
+        for entry in self.attr_mutations.values():
+            out.append(entry.obj)
+            out.extend(v for v in entry.stores.values() if v is not DELETED)
+        out.extend(self.global_stores.values())
+        return out
+
+    # -- code -----------------------------------------------------------------------------
+
+    def codegen(self, cg: Any) -> None:
+        """Append the replay to ``cg`` (stack-neutral)."""
+        containers = self.mutated_containers()
+        if not (containers or self.attr_mutations or self.global_stores):
+            return
+        counter = iter(range(1 << 30))
+
+        def temp(var: VariableTracker) -> str:
+            if id(var) in cg.temps:
+                return cg.temps[id(var)]
+            name = f"___kiln_side_effect_{next(counter)}"
+            cg.store_in_temp(var, name)
+            return name
+
+        def value_loader(var: VariableTracker):
+            from .variables.constant import ConstantVariable
+
+            if isinstance(var, ConstantVariable) and type(var.value) in (
+                    int, float, bool, str, type(None)):
+                return lambda: cg(var)
+            name = temp(var)
+            return lambda: cg.load_fast(name)
+
+        # phase 1: objects and new contents into temporaries
+        plans = []
+        for c in containers:
+            obj = temp(c)
+            name = f"___kiln_side_effect_{next(counter)}"
+            if isinstance(c.items, dict):
+                for k, v in c.items.items():
+                    cg.load_const(k)
+                    cg(v)
+                cg.build_map(len(c.items))
+            else:
+                for v in c.items:
+                    cg(v)
+                cg.build_list(len(c.items))
+            cg.store_fast(name)
+            plans.append(("container", c, obj, name))
+        for entry in self.attr_mutations.values():
+            obj = temp(entry.obj)
+            stores = [(n, None if v is DELETED else value_loader(v))
+                      for n, v in entry.stores.items()]
+            plans.append(("attrs", entry, obj, stores))
+        globals_plan = [(n, value_loader(v)) for n, v in self.global_stores.items()]
+
+        # phase 2: apply
+        for kind, what, obj, payload in plans:
+            if kind == "container":
+                if isinstance(what.items, dict):
+                    for method, arg in (("clear", None), ("update", payload)):
+                        cg.load_fast(obj)
+                        cg.load_attr(method)
+                        if arg is not None:
+                            cg.load_fast(arg)
+                        cg.call_simple(0 if arg is None else 1)
+                        cg.pop_top()
+                else:  # obj[:] = new_items
+                    cg.load_fast(payload)
+                    cg.load_fast(obj)
+                    cg.load_const(None)
+                    cg.load_const(None)
+                    cg.build_slice(2)
+                    cg.append(create_instruction("STORE_SUBSCR"))
+            else:
+                for name, load in payload:
+                    if load is None:
+                        cg.load_fast(obj)
+                        cg.append(create_instruction("DELETE_ATTR", argval=name))
+                    else:
+                        load()
+                        cg.load_fast(obj)
+                        cg.extend(versions.store_attr(name))
+        for name, load in globals_plan:
+            load()
+            cg.append(create_instruction("STORE_GLOBAL", argval=name))
+
+
+def delete_subscr(tx: Any, obj: VariableTracker, index: VariableTracker) -> None:
+    """``del obj[index]`` on a list or dict (one from the frame is replayed later)."""
+    from .variables.base import NotConstant
+    from .variables.containers import ConstDictVariable, ListVariable
+
+    if not isinstance(obj, (ListVariable, ConstDictVariable)):
+        raise Unsupported(f"del on {obj.describe()}")
+    try:
+        key = index.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"del with index {index.describe()}") from None
+    obj.check_mutable("del")
+    try:
+        del obj.items[key]
+    except (KeyError, IndexError, TypeError) as e:
+        raise Unsupported(f"del raised {type(e).__name__}: {e}") from None
+
+
+def _contents_key(items: Any) -> Any:
+    if isinstance(items, dict):
+        return [(k, id(v)) for k, v in items.items()]
+    return [id(v) for v in items]
+
+
+def snapshot_items(items: Any) -> Any:
+    """What ``check_mutable`` keeps of a container from the frame before its first
+    mutation."""
+    return dict(items) if isinstance(items, dict) else list(items)
+
+
+__all__ = ["DELETED", "SideEffects", "delete_subscr", "snapshot_items"]
