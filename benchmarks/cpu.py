@@ -111,11 +111,17 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def _resnet18(quick):
+def _torchvision_importable():
+    """timm and transformers import torchvision, which needs the test shim beside the CPU
+    build of torch (docs/testing.md)."""
     sys.path.insert(0, str(ROOT / "tests-integration"))
-    import _torchvision_shim  # timm imports torchvision: docs/testing.md
+    import _torchvision_shim
 
     _torchvision_shim.install()
+
+
+def _resnet18(quick):
+    _torchvision_importable()
     import timm
 
     model = timm.create_model("resnet18", pretrained=False)
@@ -124,6 +130,7 @@ def _resnet18(quick):
 
 
 def _bert_small(quick):
+    _torchvision_importable()
     from transformers import BertConfig, BertModel
 
     config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import kiln
@@ -87,22 +89,34 @@ def cos_plus_sin() -> None:
 
 
 def dynamic_shapes() -> None:
-    banner("3. dynamic=True: one graph over s0, s1")
+    banner("3. dynamic=True through kiln: one graph over s0, s1, one kernel with two stores")
     counter = GraphCounter()
 
-    @kiln_frontend.compile(backend=counter, dynamic=True)
     def f(x):
         y = x.sin()
         z = y.cos()
         return y, z
 
-    for shape in [(4, 8), (16, 3), (7, 33)]:
-        x = torch.randn(shape)
-        for got, want in zip(f(x), (x.sin(), x.sin().cos()), strict=True):
-            torch.testing.assert_close(got, want)
-    print(f"3 shapes -> {len(counter.graphs)} graph(s)")
-    if counter.graphs:
-        print(counter.graphs[0].code.strip())
+    captured = kiln_frontend.compile(f, backend=counter, dynamic=True)
+    debug_dir = tempfile.mkdtemp(prefix="kiln_demo_")
+    compiled = kiln.compile(f, dynamic=True, options={"debug": True, "debug_dir": debug_dir})
+    with torch.no_grad():
+        for shape in [(4, 8), (16, 3), (7, 33)]:
+            x = torch.randn(shape)
+            for fn in (captured, compiled):
+                for got, want in zip(fn(x), f(x), strict=True):
+                    torch.testing.assert_close(got, want)
+    gm = counter.graphs[0]
+    sizes = [tuple(n.meta["example_value"].shape) for n in gm.graph.nodes if n.op == "placeholder"]
+    print(f"3 shapes -> {len(counter.graphs)} graph(s); placeholder sizes {sizes}")
+    for name in ("ir_post_fusion.txt", "output_code.py"):
+        for path in sorted(glob.glob(os.path.join(debug_dir, "**", name), recursive=True))[:1]:
+            text = open(path).read()
+            if name == "output_code.py":  # show the wrapper's call(), not the kernel boilerplate
+                text = text[text.find("def call("):] if "def call(" in text else text
+            print(f"--- {os.path.relpath(path, debug_dir)} (first lines) ---")
+            lines = text.strip().split("\n\n\n")[0].splitlines()  # up to the first blank gap
+            print("\n".join(lines[:24]))
 
 
 class EncoderBlock(torch.nn.Module):

@@ -558,3 +558,26 @@ def test_real_inputs_with_symbolic_example_values_trace_symbolically():
     assert aten_gm.meta["kiln"].symbolic
     x = torch.randn(5, 2)
     torch.testing.assert_close(aten_gm(x), f(x))
+
+
+def test_dynamic_3d_linear_with_bias_stays_symbolic():
+    # F.linear's C++ path for 3-D inputs reads concrete sizes under functionalize; kiln's
+    # function rule keeps batch and sequence dims symbolic (no ShapeEnv replacement)
+    m = nn.Linear(8, 4).eval()
+    gm = torch.fx.symbolic_trace(m)
+    env = SequentialShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    ctx = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.DYNAMIC, DimDynamic.STATIC]
+    )
+    x = mode.from_tensor(torch.randn(2, 10, 8), symbolic_context=ctx)
+    aten_gm = trace_inference(gm, [x])
+    assert_aten_graph(aten_gm)
+    assert not env.replacements, env.replacements
+    out = [n for n in aten_gm.graph.nodes if n.op == "output"][0]
+    assert [str(s) for s in out.meta["val"][0].shape] == ["s0", "s1", "4"]
+    assert aten.addmm.default in {n.target for n in aten_gm.graph.nodes}
+    for shape in [(2, 10, 8), (3, 7, 8), (1, 1, 8)]:
+        x = torch.randn(shape)
+        with torch.no_grad():
+            torch.testing.assert_close(aten_gm(x)[0], m(x))

@@ -509,3 +509,33 @@ def test_import_needs_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_each_backend_gets_its_own_compiled_code():
+    """A cache entry compiled for one backend is never run by a call that asked for another
+    (BACKEND_MATCH); the same backend and options share entries."""
+    torch = pytest.importorskip("torch")
+    seen = {"a": 0, "b": 0}
+
+    def make_backend(name):
+        def backend(gm, example_inputs):
+            seen[name] += 1
+            return gm.forward
+
+        return backend
+
+    backend_a, backend_b = make_backend("a"), make_backend("b")
+
+    def f(x):
+        return x.sin() + 1
+
+    x = torch.randn(3)
+    kiln_frontend.reset()
+    torch.testing.assert_close(kiln_frontend.optimize(backend_a)(f)(x), f(x))
+    torch.testing.assert_close(kiln_frontend.optimize(backend_b)(f)(x), f(x))
+    assert seen == {"a": 1, "b": 1}
+    kiln_frontend.optimize(backend_a)(f)(x)  # a second wrapper with the same backend: cache hit
+    kiln_frontend.compile(f, backend=backend_b)(x)
+    assert seen == {"a": 1, "b": 1}
+    kiln_frontend.compile(f, backend=backend_b, fullgraph=True)(x)  # fullgraph compiles its own
+    assert seen == {"a": 1, "b": 2}

@@ -182,8 +182,9 @@ def test_callback_once_per_code_then_cache_hits():
     assert fn_calls == ["add"] * 5  # every call ran through the cached fn
     entries = C.cache_entries(add.__code__)
     assert len(entries) == 1
-    check_fn, fn = entries[0]
+    check_fn, fn, owner = entries[0]
     assert check_fn.expected == (int, int)
+    assert owner is cb  # the callback that compiled the entry owns it
     assert C.is_skipped(fn.__code__)
 
 
@@ -295,9 +296,9 @@ def test_clear_cache_and_reset():
 def test_reset_releases_entries():
     cb = Recorder(only={"add"})
     hooked(cb, add, 1, 2)
-    check_fn, fn = C.cache_entries(add.__code__)[0]
+    check_fn, fn, _owner = C.cache_entries(add.__code__)[0]
     refs = weakref.ref(check_fn), weakref.ref(fn)
-    del check_fn, fn
+    del check_fn, fn, _owner
     C.reset()
     gc.collect()
     assert refs[0]() is None and refs[1]() is None
@@ -308,7 +309,7 @@ def test_code_extra_freed_with_code_object():
     ns = {}
     exec(compile(src, "<temp>", "exec"), ns)
     assert hooked(plain_callback, ns["temp"], 4) == 8
-    check_fn, _ = C.cache_entries(ns["temp"].__code__)[0]
+    check_fn, *_ = C.cache_entries(ns["temp"].__code__)[0]
     ref = weakref.ref(check_fn)
     del check_fn, _
     ns.clear()

@@ -97,3 +97,29 @@ def test_conv_bn_relu_pool():
     sched = K.schedule(K.lower(gm))
     with torch.no_grad():
         torch.testing.assert_close(K.interpret(sched)(x)[0], m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_dynamic_3d_linear_stays_symbolic():
+    # batch and sequence dims dynamic, features static (the frontend's usual marking):
+    # F.linear's 3-D fast path must not specialize them (kiln_aotgrad.FUNCTION_RULES)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    m = torch.nn.Linear(8, 4).eval()
+    env = ShapeEnv()
+    ctx = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.DYNAMIC, DimDynamic.STATIC]
+    )
+    fake = FakeTensorMode(shape_env=env).from_tensor(torch.randn(2, 10, 8), symbolic_context=ctx)
+    graph = K.lower(_trace(m, [fake]))
+    assert len(graph.sizevars) == 2, str(graph)
+    assert not env.replacements
+    run = K.interpret(K.schedule(graph))
+    for shape in [(2, 10, 8), (3, 7, 8), (1, 1, 8)]:
+        x = torch.randn(shape)
+        with torch.no_grad():
+            torch.testing.assert_close(run(x)[0], m(x), atol=1e-5, rtol=1e-5)

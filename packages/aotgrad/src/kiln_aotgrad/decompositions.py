@@ -11,6 +11,11 @@ One rule table, built once:
 4. remove the ops kiln keeps whole as extern-call candidates (``KEEP``: matmul family,
    convolution, scaled-dot-product attention kernels).
 
+Beside the table, ``FUNCTION_RULES`` rewrites a few torch functions *before* they reach the
+dispatcher (``function_rules()``, a TorchFunctionMode active during the trace): composite
+ops whose C++ implementation reads concrete sizes under functionalization, which would
+specialize dynamic sizes (``F.linear`` on a 3-D input with a bias).
+
 The ops that can remain after this table are listed in ``kiln_aotgrad.core_ops.CORE_OPS``
 (docs/ops.md).
 """
@@ -25,7 +30,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
 
-__all__ = ["core_decompositions", "KEEP", "KILN_RULES"]
+__all__ = ["core_decompositions", "KEEP", "KILN_RULES", "FUNCTION_RULES", "function_rules"]
 
 
 def _ops(*names: str) -> list[torch._ops.OpOverload]:
@@ -152,6 +157,49 @@ def _std_correction(x, dim=None, *, correction=None, keepdim=False):
 def _lift_fresh_copy(x):
     # a tensor constant built inside the traced code (torch.tensor(...)): a plain copy
     return aten.clone.default(x)
+
+
+# ---------------------------------------------------------------- torch-function-level rules
+
+FUNCTION_RULES: dict[Callable, Callable] = {}
+
+
+def _function_rule(*fns: Callable):
+    def register(rule):
+        for fn in fns:
+            FUNCTION_RULES[fn] = rule
+        return rule
+
+    return register
+
+
+@_function_rule(torch.nn.functional.linear)
+def _linear(x, weight, bias=None):
+    """``F.linear`` with a bias on an input of 3 or more dims: flatten the leading dims, one
+    ``addmm``, unflatten. The C++ composite does the same for 3-D inputs, but under
+    ``torch.func.functionalize`` it asks the wrapper for concrete sizes (``aten.size``),
+    which turns a dynamic batch/sequence dim into a constant."""
+    if bias is None or x.dim() < 3:
+        return NotImplemented
+    lead = x.shape[:-1]
+    out = aten.addmm.default(bias, x.reshape(-1, x.shape[-1]), weight.t())
+    return out.view(*lead, weight.shape[0])
+
+
+class _FunctionRules(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rule = FUNCTION_RULES.get(func)
+        if rule is not None:
+            out = rule(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return func(*args, **kwargs)
+
+
+def function_rules() -> torch.overrides.TorchFunctionMode:
+    """A TorchFunctionMode applying ``FUNCTION_RULES`` (enter it inside the traced function)."""
+    return _FunctionRules()
 
 
 @functools.lru_cache(maxsize=1)

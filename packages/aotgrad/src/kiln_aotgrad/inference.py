@@ -31,7 +31,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_symbols
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .core_ops import CORE_OPS
-from .decompositions import core_decompositions
+from .decompositions import core_decompositions, function_rules
 
 log = logging.getLogger("kiln.aotgrad")
 
@@ -130,10 +130,11 @@ def trace_inference(
     def run(*args):
         params = dict(zip(lifted_names, args[:n_lifted], strict=True))
         user_args = args[n_lifted:]
-        if params and isinstance(gm, torch.nn.Module):
-            out = torch.func.functional_call(gm, params, tuple(user_args))
-        else:
-            out = gm(*user_args)
+        with function_rules():  # torch functions whose C++ composite would specialize sizes
+            if params and isinstance(gm, torch.nn.Module):
+                out = torch.func.functional_call(gm, params, tuple(user_args))
+            else:
+                out = gm(*user_args)
         leaves, spec = pytree.tree_flatten(out)
         out_box["spec"] = spec
         template, graph_outs = [], []

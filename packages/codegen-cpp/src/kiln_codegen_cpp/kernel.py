@@ -182,8 +182,6 @@ class CppKernel:
         outer_syms, self.loop_ranges, self.outer_index = self._plan_outer_loops()
         self.var_ranges.update(zip(outer_syms, self.loop_ranges, strict=True))
         self._analyse()
-        for r in self.loop_ranges:
-            self._note_sizes(r)
         pure_pointwise = all(not n.inner for n in g.nodes) and all(n.kind == "pointwise" for n in g.nodes)
 
         self.blocks = [_Block(0)]

@@ -322,16 +322,24 @@ code_nargs(PyCodeObject *co)
 }
 
 /* Run the guards of `entries` in order with the hook off. On the first truthy one, store a
- * new reference to its fn in *out_fn. Returns 0 (hit or miss) or -1 on error. */
+ * new reference to its fn in *out_fn. Returns 0 (hit or miss) or -1 on error.
+ * `owner` is the compiling callback (compile mode) or NULL (run-only mode): in compile mode
+ * only entries that this same callback made are eligible, so code compiled for one backend
+ * (or one set of options, or fullgraph) is never run by a call that asked for another. */
 static int
-cache_lookup(PyObject *entries, PyObject *const *args, Py_ssize_t nargs, PyObject **out_fn)
+cache_lookup(PyObject *entries, PyObject *const *args, Py_ssize_t nargs, PyObject *owner,
+             PyObject **out_fn)
 {
     int rc = 0;
     *out_fn = NULL;
     Py_INCREF(entries); /* a guard could clear the cache under us */
     tls_disabled++;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
-        PyObject *entry = Py_NewRef(PyList_GET_ITEM(entries, i));
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (owner != NULL && PyTuple_GET_SIZE(entry) > 2 && PyTuple_GET_ITEM(entry, 2) != owner) {
+            continue;
+        }
+        Py_INCREF(entry);
         PyObject *ok = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), args, nargs, NULL);
         int truth;
         if (ok == NULL) {
@@ -389,7 +397,8 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
 
     /* 1. Cache lookup (compile and run-only modes). */
     if (extra != NULL && extra->entries != NULL && PyList_GET_SIZE(extra->entries) > 0) {
-        if (cache_lookup(extra->entries, args, nargs, &fn) < 0) {
+        PyObject *owner = callback == Py_False ? NULL : callback;
+        if (cache_lookup(extra->entries, args, nargs, owner, &fn) < 0) {
             goto error;
         }
         if (fn != NULL) {
@@ -456,10 +465,14 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         Py_DECREF(ret);
         goto error;
     }
-    if (PyList_Append(extra->entries, ret) < 0) {
+    /* Stored as (check_fn, fn, owner): see cache_lookup(). */
+    PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(ret, 0), fn, callback);
+    if (entry == NULL || PyList_Append(extra->entries, entry) < 0) {
+        Py_XDECREF(entry);
         Py_DECREF(ret);
         goto error;
     }
+    Py_DECREF(entry);
     fn = Py_NewRef(fn);
     Py_DECREF(ret);
     result = PyObject_Vectorcall(fn, args, nargs, NULL);
@@ -1343,7 +1356,7 @@ static PyMethodDef module_methods[] = {
     {"unskip_code", unskip_code, METH_O, "Remove a code object's skip mark."},
     {"is_skipped", is_skipped, METH_O, "Whether a code object is marked skip."},
     {"cache_entries", cache_entries, METH_O,
-     "cache_entries(code) -> list of (check_fn, fn), in lookup order."},
+     "cache_entries(code) -> list of (check_fn, fn, owner_callback), in lookup order."},
     {"clear_cache", clear_cache, METH_O, "Drop a code object's cache entries."},
     {"reset", reset, METH_NOARGS, "Drop every cache entry and skip mark."},
     {"hook_installed", is_hook_installed, METH_NOARGS,

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import eval_frame
 from .backends import backend_name, lookup_backend
-from .eval_frame import CompileCallback, set_eval_frame
+from .eval_frame import CompileCallback, compile_callback, set_eval_frame
 
 _DISABLED = None  # callback value meaning "hook off"
 _RUN_ONLY = False  # callback value meaning "cached code only"
@@ -167,7 +167,7 @@ def optimize(
     if isinstance(backend, _HookContext):
         raise TypeError("optimize() takes a backend, not another optimize() context")
     compiler_fn = lookup_backend(backend)
-    callback = CompileCallback(
+    callback = compile_callback(
         compiler_fn, nopython=nopython, dynamic=dynamic, backend_name=backend_name(backend)
     )
     return _HookContext(callback, "optimize")
@@ -236,7 +236,7 @@ def compile(
         raise TypeError(f"options must be a dict, not {type(options).__name__}")
     name = backend_name(backend)
     compiler_fn = _with_options(lookup_backend(backend), name, mode, options)
-    callback = CompileCallback(compiler_fn, nopython=fullgraph, dynamic=dynamic, backend_name=name)
+    callback = compile_callback(compiler_fn, nopython=fullgraph, dynamic=dynamic, backend_name=name)
     return _HookContext(callback, "optimize")(model)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib.util
+import functools
 import inspect
 import os
 import sys
@@ -249,7 +250,7 @@ def _where(code: CodeType) -> str:
 
 def _failure_reasons(entries: list[tuple[Any, Any]], args: tuple[Any, ...]) -> list[str]:
     reasons = []
-    for i, (check_fn, _fn) in enumerate(entries):
+    for i, (check_fn, *_) in enumerate(entries):
         explain = getattr(check_fn, "failure_reason", None)
         reason = None
         if explain is not None:
@@ -275,6 +276,40 @@ def _convert_accepts(convert: Callable[..., Any], name: str) -> bool:
         except (TypeError, ValueError):
             _accepts_dynamic[key] = False
     return _accepts_dynamic[key]
+
+
+_interned_callbacks: dict[tuple, CompileCallback] = {}
+
+
+def compile_callback(
+    compiler_fn: Callable[..., Any],
+    *,
+    nopython: bool = False,
+    dynamic: bool | None = None,
+    backend_name: str | None = None,
+) -> CompileCallback:
+    """The one ``CompileCallback`` for (backend, options, nopython, dynamic).
+
+    The C cache runs an entry only for the callback that compiled it (its BACKEND_MATCH), so
+    two ``compile(f)`` calls with the same backend and options share compiled code, while a
+    different backend, options or ``fullgraph`` compiles its own instead of reusing another's.
+    """
+    if isinstance(compiler_fn, functools.partial):  # compile(options=...) wraps the backend
+        backend_key: tuple = (id(compiler_fn.func), compiler_fn.args,
+                              repr(sorted(compiler_fn.keywords.items())))
+    else:
+        backend_key = (id(compiler_fn),)
+    key = (backend_key, nopython, dynamic)
+    callback = _interned_callbacks.get(key)
+    if callback is None:  # the callback holds compiler_fn, so the ids in `key` stay valid
+        callback = CompileCallback(
+            compiler_fn, nopython=nopython, dynamic=dynamic, backend_name=backend_name
+        )
+        _interned_callbacks[key] = callback
+    return callback
+
+
+on_reset(_interned_callbacks.clear)
 
 
 class CompileCallback:

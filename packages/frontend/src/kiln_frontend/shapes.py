@@ -520,6 +520,8 @@ def shape_checks(state: ShapeState) -> list[ShapeCheck]:
                              if s in code_names), key=lambda t: t[0]))
         out.append(ShapeCheck(code, text_p.doprint(expr), syms, where))
 
+    for g in env.guards:  # first: they say where the user's code assumed them
+        add(env.simplify(g.expr), getattr(g.sloc, "maybe_user_loc", None))
     for sym, binds in state.bindings.items():
         first = binds[0]
         for other in binds[1:]:  # duck sizing: equal sizes share a symbol
@@ -535,9 +537,6 @@ def shape_checks(state: ShapeState) -> list[ShapeCheck]:
                 add(sympy.Ge(sym, vr.lower))
             if _is_bound(vr.upper):
                 add(sympy.Le(sym, vr.upper))
-    for g in env.guards:
-        expr = env.simplify(g.expr)
-        add(expr, getattr(g.sloc, "maybe_user_loc", None))
     for sc in state.stride_checks:
         if not any(isinstance(s, sympy.Expr) and not s.is_number for s in sc.strides):
             parts_code = [str(int(s)) for s in sc.strides]

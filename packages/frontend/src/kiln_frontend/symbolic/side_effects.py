@@ -115,11 +115,25 @@ class SideEffects:
     def store_attr(self, tx: Any, obj: VariableTracker, name: str,
                    value: VariableTracker) -> None:
         _check_attr_store(obj, name, value)
+        self._guard_replaced_buffer(obj, name)
         entry = self.attr_mutations.get(id(obj))
         if entry is None:
             entry = self.attr_mutations[id(obj)] = AttrMutations(obj)
         entry.stores.pop(name, None)  # keep the last store's position
         entry.stores[name] = value
+
+    def _guard_replaced_buffer(self, obj: VariableTracker, name: str) -> None:
+        """A graph reads a module's buffer as the very tensor it saw (``get_attr``): once
+        the frame replaces that buffer, the compiled code is only valid while the module
+        still holds the tensor seen at compile time (ID_MATCH on it)."""
+        from ..guards import Guard, GuardKind
+        from ..sources import AttrSource
+
+        module = getattr(obj, "module", None)
+        buffers = getattr(module, "_buffers", None)
+        if isinstance(buffers, dict) and buffers.get(name) is not None:
+            self.output.guards.add(Guard(AttrSource(obj.source, name), GuardKind.ID_MATCH,
+                                         id(buffers[name]), what="buffer"))
 
     def delete_attr(self, tx: Any, obj: VariableTracker, name: str) -> None:
         attrs = getattr(obj, "attrs", None)
@@ -183,7 +197,6 @@ class SideEffects:
             out.append(c)
             out.extend(c.items.values() if isinstance(c.items, dict) else c.items)
         for entry in self.attr_mutations.values():
-            out.append(entry.obj)
             out.extend(v for v in entry.stores.values() if v is not DELETED)
         out.extend(self.global_stores.values())
         return out

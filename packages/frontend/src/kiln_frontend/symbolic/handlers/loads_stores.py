@@ -161,3 +161,43 @@ def LOAD_SUPER_ATTR(tx, inst):
     if (inst.arg or 0) & 1:
         tx.push(NullVariable())
     tx.push(value)
+
+
+def _imported(name: str):
+    import sys
+
+    module = sys.modules.get(name)
+    if module is None:
+        raise Unsupported(f"import of {name!r}, which is not imported yet (it would run code)")
+    return module
+
+
+@handler("IMPORT_NAME")
+def IMPORT_NAME(tx, inst):
+    """``import a.b`` / ``from a import b`` of modules already in ``sys.modules``."""
+    import importlib.util
+
+    fromlist = tx.realize(tx.pop()).as_python_constant()
+    level = tx.realize(tx.pop()).as_python_constant()
+    name = inst.argval
+    if level:
+        package = tx.f_globals.get("__package__") or tx.f_globals.get("__name__", "")
+        name = importlib.util.resolve_name("." * level + name, package)
+    module = _imported(name)
+    if not fromlist and "." in name:
+        module = _imported(name.partition(".")[0])  # ``import a.b`` binds ``a``
+    tx.push(tx.wrap_value(module, None))
+
+
+@handler("IMPORT_FROM")
+def IMPORT_FROM(tx, inst):
+    import types
+
+    module_var = tx.realize(tx.peek())
+    module = module_var.as_python_constant()
+    if not isinstance(module, types.ModuleType):
+        raise Unsupported("IMPORT_FROM on a non-module")
+    if hasattr(module, inst.argval):
+        tx.push(tx.getattr(module_var, inst.argval))
+    else:
+        tx.push(tx.wrap_value(_imported(f"{module.__name__}.{inst.argval}"), None))

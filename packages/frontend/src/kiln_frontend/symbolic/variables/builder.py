@@ -44,7 +44,18 @@ class VariableBuilder:
 
         from .functions import UserMethodVariable
         from .misc import UserDefinedObjectVariable
-        from .torch import TorchFunctionVariable, is_torch_callable
+        from .torch import (
+            TORCH_SPECIAL_FUNCTIONS,
+            TorchFunctionVariable,
+            TorchSpecialFunctionVariable,
+            is_torch_callable,
+        )
+
+        def _is_special(v):
+            try:
+                return v in TORCH_SPECIAL_FUNCTIONS
+            except TypeError:
+                return False
 
         if isinstance(value, torch.Tensor) and self.source is None:
             # a tensor reachable from nowhere in the frame (a default argument, a closure
@@ -58,6 +69,8 @@ class VariableBuilder:
             self_src = AttrSource(self.source, "__self__") if self.source is not None else None
             obj = self.child(self_src)(value.__self__)
             return UserMethodVariable(value.__func__, obj, source=self.source)
+        if _is_special(value):
+            return TorchSpecialFunctionVariable(value, source=self.source)
         if is_torch_callable(value):
             return TorchFunctionVariable.wrap(self, value)
         tracker = lookup_tracker(value)

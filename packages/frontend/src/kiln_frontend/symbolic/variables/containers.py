@@ -319,6 +319,20 @@ class ConstDictVariable(VariableTracker):
         self.items[_const_index(tx, key)] = value
 
     def var_getattr(self, tx, name):
+        if self.dict_cls not in (dict, collections.OrderedDict):
+            # a dict subclass: its own Python methods win (inlined with self = this dict)
+            import inspect
+            import types
+
+            static = inspect.getattr_static(self.dict_cls, name, None)
+            if isinstance(static, types.FunctionType):
+                from .functions import UserMethodVariable
+
+                return UserMethodVariable(static, self)
+        return self.builtin_method(tx, name)
+
+    def builtin_method(self, tx, name):
+        """``dict.<name>`` bound to this dict (also what ``super().get`` reaches)."""
         if name in ("keys", "values", "items", "get", "update", "pop", "copy", "setdefault"):
             return DictMethodVariable(self, name)
         raise Unsupported(f"attribute {name!r} of a dict")

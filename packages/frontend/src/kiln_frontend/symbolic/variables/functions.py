@@ -75,6 +75,22 @@ class UserFunctionVariable(VariableTracker):
     def python_type(self) -> type:
         return types.FunctionType
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from ...sources import AttrSource
+
+        if name in ("__code__", "__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable.create(getattr(self.fn, name))
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError:
+            raise Unsupported(f"function {self.fn.__qualname__} has no attribute {name!r}") \
+                from None
+        src = AttrSource(self.source, name) if self.source is not None else None
+        return tx.wrap_value(value, src)
+
+    def has_attr(self, tx, name: str) -> bool:
+        return hasattr(self.fn, name)
+
     # inlining interface
     def get_code(self) -> types.CodeType:
         return self.fn.__code__
@@ -183,6 +199,18 @@ class NestedUserFunctionVariable(VariableTracker):
     def get_code(self):
         return self.code
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__code__":
+            return ConstantVariable(self.code)
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
+        if name == "__module__":
+            return ConstantVariable.create(self.f_globals.get("__name__"))
+        raise Unsupported(f"attribute {name!r} of nested function {self.qualname}")
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
     def get_globals(self):
         return self.f_globals
 
@@ -263,6 +291,10 @@ class SuperVariable(VariableTracker):
             raise Unsupported(f"super() has no attribute {name!r}")
         if attr is object.__init__:
             return NoOpVariable("object.__init__")
+        builtin_method = getattr(self.obj, "builtin_method", None)
+        if builtin_method is not None and klass.__module__ == "builtins" and \
+                isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            return builtin_method(tx, name)
         if isinstance(attr, types.FunctionType):
             if is_class:
                 return UserFunctionVariable(attr)
@@ -679,6 +711,8 @@ def _b_len(tx, args, kwargs):
         return ConstantVariable(len(x.items))
     if hasattr(x, "module") and hasattr(x.module, "__len__"):
         return ConstantVariable(len(x.module))
+    if hasattr(x, "len_value"):
+        return ConstantVariable(x.len_value(tx))
     return None
 
 

@@ -195,7 +195,60 @@ class UserDefinedClassVariable(VariableTracker):
         return f"UserDefinedClassVariable({self.cls.__qualname__})"
 
 
-class UserDefinedObjectVariable(VariableTracker):
+def python_dunder(cls: type, name: str) -> types.FunctionType | None:
+    """``cls.<name>`` when it is a Python function (so calling it can be inlined)."""
+    attr = inspect.getattr_static(cls, name, None)
+    return attr if isinstance(attr, types.FunctionType) else None
+
+
+class PythonProtocolMixin:
+    """``iter()``, ``len()`` and ``obj[i]`` on objects whose class defines ``__iter__``,
+    ``__len__``, ``__getitem__`` in Python: the method is inlined."""
+
+    def _call_dunder(self, tx, name: str, args: list) -> VariableTracker:
+        from .functions import UserMethodVariable
+
+        fn = python_dunder(self.python_type(), name)
+        if fn is None:
+            raise Unsupported(f"{self.python_type().__qualname__} has no Python {name}")
+        return tx.call_function(UserMethodVariable(fn, self), args, {})
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        cls = self.python_type()
+        return python_dunder(cls, "__iter__") is not None or (
+            python_dunder(cls, "__getitem__") is not None and
+            python_dunder(cls, "__len__") is not None)
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        from .containers import ListIteratorVariable
+
+        import collections.abc
+
+        cls = self.python_type()
+        iter_fn = python_dunder(cls, "__iter__")
+        if iter_fn is collections.abc.Sequence.__iter__ and \
+                python_dunder(cls, "__len__") is not None:
+            iter_fn = None  # self[0], ..., self[len - 1]: the same items, no IndexError
+        if iter_fn is not None:
+            it = tx.realize(self._call_dunder(tx, "__iter__", []))
+            if isinstance(it, ListIteratorVariable) or it.has_unpack_var_sequence(tx):
+                return it.unpack_var_sequence(tx)
+            raise Unsupported(f"{cls.__qualname__}.__iter__ returned {it.describe()}")
+        n = self.len_value(tx)
+        return [self._call_dunder(tx, "__getitem__", [ConstantVariable(i)]) for i in range(n)]
+
+    def len_value(self, tx) -> int:
+        n = tx.realize(self._call_dunder(tx, "__len__", []))
+        try:
+            return int(n.as_python_constant())
+        except NotConstant:
+            raise Unsupported("__len__ returned a non-constant") from None
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        return self._call_dunder(tx, "__getitem__", [index])
+
+
+class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
     """Any other object from the frame: guarded by TYPE_MATCH; plain instance attributes and
     methods defined in Python can be read; anything else is a graph break."""
 
@@ -217,15 +270,24 @@ class UserDefinedObjectVariable(VariableTracker):
 
         obj = self.value
         src = AttrSource(self.source, name) if self.source is not None else None
+        if type(obj).__getattribute__ is not object.__getattribute__ or \
+                hasattr(type(obj), "__getattr__"):
+            # custom attribute lookup (transformers' PretrainedConfig maps names): read the
+            # real attribute now; the guard re-reads it the same way
+            try:
+                value = getattr(obj, name)
+            except AttributeError:
+                raise Unsupported(f"{type(obj).__qualname__} object has no attribute "
+                                  f"{name!r}") from None
+            if isinstance(value, types.MethodType) and value.__self__ is obj and \
+                    isinstance(value.__func__, types.FunctionType):
+                return UserMethodVariable(value.__func__, self)
+            return tx.wrap_value(value, src)
         try:
             static = inspect.getattr_static(obj, name)
         except AttributeError:
             raise Unsupported(f"{type(obj).__qualname__} object has no attribute {name!r}") \
                 from None
-        if type(obj).__getattribute__ is not object.__getattribute__ or \
-                hasattr(type(obj), "__getattr__"):
-            raise Unsupported(f"attribute {name!r} of {type(obj).__qualname__} "
-                              "(custom __getattribute__/__getattr__)")
         if name == "__class__":
             return wrap_class(type(obj))
         inst_dict = getattr(obj, "__dict__", {})
@@ -293,10 +355,14 @@ def is_plain_python_class(cls: type) -> bool:
     """A class whose instances can be built while tracing: defined in Python, default
     metaclass, ``object.__new__``, no ``__slots__``, only Python classes in its MRO (no
     builtin or torch bases: tensors, modules, exceptions, dicts...)."""
-    if type(cls) is not type or cls.__new__ is not object.__new__:
+    import abc
+
+    if type(cls) not in (type, abc.ABCMeta) or cls.__new__ is not object.__new__:
+        return False
+    if getattr(cls, "__abstractmethods__", None):
         return False
     for klass in cls.__mro__[:-1]:
-        if "__slots__" in klass.__dict__ or klass.__module__ == "builtins":
+        if klass.__dict__.get("__slots__", ()) or klass.__module__ == "builtins":
             return False
         if klass.__module__.split(".")[0] == "torch":
             return False
@@ -334,7 +400,7 @@ def new_object(cls: type, attrs: dict) -> Any:
     return obj
 
 
-class FrameObjectVariable(VariableTracker):
+class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
     """An instance of a plain Python class created while tracing (a dataclass, a small
     record class): its attributes are trackers; generated code rebuilds it with
     ``new_object(cls, attrs)`` (no ``__init__`` re-run)."""
@@ -418,3 +484,4 @@ class ObjectSetattrVariable(VariableTracker):
             raise Unsupported("object.__setattr__ with a non-constant name") from None
         args[0].force_store_attr(name, args[2])
         return ConstantVariable(None)
+

@@ -157,3 +157,70 @@ class PythonModuleVariable(VariableTracker):
             return self.source.reconstruct(codegen)
         codegen.load_const_object(self.module)
 
+
+
+# -- torch's own Python helpers that models call: folded or handled, never inlined ---------
+
+
+def _fold_to(value: Any):
+    def handler(tx, args, kwargs):
+        return wrap_constant_result(value, what="torch helper")
+
+    return handler
+
+
+def _torch_assert(tx, args, kwargs):
+    from .tensor import TensorVariable
+
+    cond = args[0] if args else kwargs.get("condition")
+    if cond is None or isinstance(cond, TensorVariable):
+        raise Unsupported("torch._assert on a tensor (data-dependent)")
+    if cond.truth_value(tx):
+        return wrap_constant_result(None, what="torch._assert")
+    raise Unsupported("torch._assert fails while tracing")
+
+
+def _special_functions() -> dict[Any, Any]:
+    table: dict[Any, Any] = {torch._assert: _torch_assert}
+    for owner, name, value in [
+        (torch.jit, "is_scripting", False), (torch.jit, "is_tracing", False),
+        (torch._C, "_get_tracing_state", None), (torch.cuda, "is_available", None),
+        # libraries take their compiler-friendly path when these say True (transformers'
+        # CompileableContextVar, ...): we are such a compiler while tracing
+        (torch.compiler, "is_compiling", True), (torch.compiler, "is_dynamo_compiling", True),
+        (torch.compiler, "is_exporting", False),
+    ]:
+        fn = getattr(owner, name, None)
+        if fn is not None:
+            table[fn] = _fold_to(fn() if value is None else value)
+    return table
+
+
+#: python function of torch -> handler(tx, args, kwargs) -> tracker
+TORCH_SPECIAL_FUNCTIONS: dict[Any, Any] = _special_functions()
+
+
+class TorchSpecialFunctionVariable(VariableTracker):
+    """A torch helper written in Python with a fixed meaning while tracing
+    (``torch._assert``, ``torch.jit.is_scripting``...)."""
+
+    def __init__(self, fn: Any, *, source=None):
+        super().__init__(source=source)
+        self.fn = fn
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def call_function(self, tx, args, kwargs):
+        return TORCH_SPECIAL_FUNCTIONS[self.fn](tx, args, kwargs)
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.fn)
+
+    def describe(self) -> str:
+        return f"TorchSpecialFunctionVariable({getattr(self.fn, '__qualname__', self.fn)})"
