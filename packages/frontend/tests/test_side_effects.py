@@ -230,3 +230,23 @@ def test_module_global_written_by_inlined_helper_of_same_module():
     kiln_frontend.optimize(rec)(g)(x)
     torch.testing.assert_close(TOTAL, x * 3)
     assert eval_frame.counters["compiles"] >= 1
+
+
+class ReplacesBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running", torch.zeros(3))
+
+    def forward(self, x):
+        self.running = self.running + x
+        return self.running * 2
+
+
+def test_replaced_buffer_is_never_read_stale():
+    m, ref = ReplacesBuffer(), ReplacesBuffer()
+    om = kiln_frontend.optimize(Recorder())(m)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(om(x), ref(x))
+        torch.testing.assert_close(m.running, ref.running)
+    assert "running" in dict(m.named_buffers())

@@ -128,6 +128,67 @@ def test_aliased_mutated_inputs_run_eagerly(caplog):
     torch.testing.assert_close(out, torch.full((3,), 2.0))
 
 
+def test_graph_loopir_cannot_lower_runs_eagerly(caplog, needs_interpreter):
+    # a symbolic float among the outputs: loopir raises LoweringError, the graph runs eagerly
+    def f(x):
+        return x * 2, x.shape[0] / 2
+
+    gm = torch.fx.symbolic_trace(f)
+    (fake,) = _symbolic_fakes((3, 4))
+    before = kiln.stats()
+    with caplog.at_level(logging.INFO, logger="kiln"), torch.no_grad():
+        compiled = kiln_backend(gm, [fake])
+    (record,) = kiln_records(caplog)
+    assert "eagerly" in record.getMessage() and "loopir cannot lower" in record.getMessage()
+    assert "symbolic float" in record.getMessage()
+    after = kiln.stats()
+    assert after.eager_fallbacks == before.eager_fallbacks + 1
+    assert after.fallback_reasons["loopir cannot lower"] >= 1
+    assert after.graphs_compiled == before.graphs_compiled
+    x = torch.randn(5, 4)
+    out, half = compiled(x)
+    torch.testing.assert_close(out, x * 2)
+    assert half == 2.5
+
+
+def test_pipeline_failure_names_the_step(monkeypatch, needs_interpreter):
+    import kiln_loopir
+
+    def broken_schedule(graph):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(kiln_loopir, "schedule", broken_schedule)
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    for backend in (kiln_backend, loopir_interpret_backend):
+        with pytest.raises(kiln.backend.KilnCompileError, match=r"schedule.*RuntimeError: boom") as e:
+            backend(gm, [torch.randn(3)])
+        assert e.value.step.startswith("schedule")
+        assert isinstance(e.value.__cause__, RuntimeError)
+
+
+def test_pipeline_failure_under_the_frontend_keeps_the_result(monkeypatch, needs_interpreter):
+    # the frontend runs the frame eagerly with one warning naming kiln's failing step
+    frontend = pytest.importorskip("kiln_frontend")
+    import kiln_loopir
+
+    def broken_lower(aten_gm, example_inputs=None):
+        raise RuntimeError("lowering exploded")
+
+    monkeypatch.setattr(kiln_loopir, "lower", broken_lower)
+    monkeypatch.setattr(frontend.config, "suppress_errors", True)
+    frontend.reset()
+
+    def g(x):
+        return torch.tanh(x) * 3
+
+    compiled = kiln.compile(g)
+    x = torch.randn(6)
+    with pytest.warns(UserWarning, match=r"kiln's lower \(kiln_loopir.lower\) step failed"):
+        got = compiled(x)
+    torch.testing.assert_close(got, g(x))
+    frontend.reset()
+
+
 # ---------------------------------------------------------------- entry points
 
 

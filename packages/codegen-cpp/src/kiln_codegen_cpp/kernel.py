@@ -1128,8 +1128,8 @@ _MATH = {
     "log2": _fp("log2"),
     "log10": _fp("log10"),
     "log1p": _fp("log1p"),
-    "sin": _fp("sin"),
-    "cos": _fp("cos"),
+    "sin": _fp("kiln_sin"),  # not builtins: see prelude.NOT_BUILTIN
+    "cos": _fp("kiln_cos"),
     "tan": _fp("tan"),
     "asin": _fp("asin"),
     "acos": _fp("acos"),

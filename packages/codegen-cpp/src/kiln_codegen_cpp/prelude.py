@@ -60,6 +60,13 @@ LIBM = {
 }
 
 
+#: libm functions kernels call under a ``kiln_`` alias (``kiln_sinf``, bound to the symbol
+#: ``sinf`` with an asm label) so GCC does not treat them as builtins: GCC merges ``sinf(x)``
+#: and ``cosf(x)`` of one argument into a complex ``cexpi`` call that has no vector variant,
+#: which stops the whole loop from vectorizing (``sin(x) * 2 + cos(x)`` ran scalar).
+NOT_BUILTIN = ("sin", "cos")
+
+
 def _libm_decls() -> str:
     vector = set(vector_math_functions())
     lines = []
@@ -67,7 +74,11 @@ def _libm_decls() -> str:
         attr = '__attribute__((simd("notinbranch"))) ' if name in vector else ""
         for ctype, suffix in (("float", "f"), ("double", "")):
             params = ", ".join([ctype] * nargs)
-            lines.append(f"{attr}{ctype} {name}{suffix}({params});")
+            if name in NOT_BUILTIN:
+                lines.append(f"{attr}__attribute__((const)) {ctype} kiln_{name}{suffix}({params}) "
+                             f'__asm__("{name}{suffix}");')
+            else:
+                lines.append(f"{attr}{ctype} {name}{suffix}({params});")
     return "\n".join(lines)
 
 

@@ -83,7 +83,10 @@ class ExplainOutput:
                 lines.append(f"  Break Reason {i}:")
                 lines.append(f"    Reason: {b.reason}")
                 where = b.location or "<unknown location>"
-                lines.append(f"    Location: {where} (frame {b.frame})")
+                frame = b.frame
+                if frame.startswith("__resume_at_"):
+                    frame += ", the code after an earlier graph break"
+                lines.append(f"    Location: {where} (frame {frame})")
                 if b.source_line:
                     lines.append(f"      {b.source_line}")
                 if not b.frame_captured:

@@ -98,6 +98,8 @@ def assert_same(actual: Any, expected: Any, what: str = "result") -> None:
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {actual!r}"
         torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}")
+        assert actual.requires_grad == expected.requires_grad, (
+            f"{what}: requires_grad {actual.requires_grad} != {expected.requires_grad}")
         return
     if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
         assert type(actual) is type(expected), f"{what}: {type(actual)} != {type(expected)}"

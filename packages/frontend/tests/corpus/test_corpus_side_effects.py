@@ -131,9 +131,9 @@ def object_attr_delete_readd(x, box):
     return old
 
 
-def object_setattr_builtin(x, box):
-    setattr(box, "val", x * 4)
-    return getattr(box, "val") + 1
+def object_setattr_builtin(x, box, name="val"):
+    setattr(box, name, x * 4)
+    return getattr(box, name) + 1
 
 
 def nested_object_attr(x, box):
@@ -283,7 +283,7 @@ CASES = [
     Case(global_list_setitem, (_t(3),), 1),
     Case(global_dict_setitem, (_t(3),), 1),
     Case(python_module_attr_store, (_t(3),), 1),
-    Case(new_object_into_dict, (_t(3), {"other": 1, "entry": None}), 1),
+    Case(new_object_into_dict, (_t(3), {"other": 1, "entry": Entry(None)}), 1),
     Case(new_list_into_object, (_t(3), Box(items=None)), 1),
     Case(mutate_then_graph_break, (_t(3), {"a": _t(3), "b": _t(3)}), 2),
     Case(break_sees_list_state, (_t(3), [_t(3)]), 2),

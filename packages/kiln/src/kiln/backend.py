@@ -1,21 +1,31 @@
 """kiln's backends: ``kiln`` (the compiler) and ``loopir_interpret`` (the reference).
 
-Both have torch.compile's backend signature ``(gm, example_inputs, options=None) -> callable``
-and are offered to every frontend through the entry-point group ``kiln.backends`` (see
-pyproject.toml), so ``kiln_frontend.optimize("kiln")`` and
-``torch.compile(backend=kiln.backend.kiln_backend)`` both work.
+Both have the backend signature of torch's ``compile(backend=...)``, ``(gm, example_inputs,
+options=None) -> callable``, and are offered to every frontend through the entry-point group
+``kiln.backends`` (see pyproject.toml), so ``kiln_frontend.optimize("kiln")`` works, and so does
+handing ``kiln.backend.kiln_backend`` to torch's own compile entry point.
 
 The pipeline, one step per package:
 
     trace (aotgrad) -> lower (loopir) -> schedule (loopir) -> codegen (cpp | triton)
         -> wrapper (loopir.generate_wrapper) -> load (runtime)
+
+The two backends share the front half (``compile_inference``: debug folder, autograd check,
+aotgrad trace, eager fallbacks) and differ in the back half: ``compile_aten`` generates code,
+``interpret_aten`` runs loopir's interpreter.
+
+A graph the stack declines (it needs autograd, mutates aliased inputs, mutates a value that is
+not an input, has symbolic floats...) runs eagerly with one log line on logger ``kiln``.
+Any other failure raises ``KilnCompileError`` naming the pipeline step that failed; the
+frontend then runs the frame eagerly with one warning (``kiln_frontend.config.suppress_errors``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import kiln_aotgrad
@@ -31,54 +41,26 @@ log = logging.getLogger("kiln")
 
 __all__ = [
     "kiln_backend",
-    "compile_aten",
     "loopir_interpret_backend",
+    "compile_inference",
+    "compile_aten",
+    "interpret_aten",
     "codegen_for_device",
     "codegen_by_name",
     "needs_autograd",
     "CodegenUnavailable",
+    "KilnCompileError",
 ]
+
+TRAINING_NOT_BUILT = (
+    "an input or parameter requires grad under grad mode, and kiln's training path is not built yet"
+)
 
 
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=None) -> Callable:
     """The ``kiln`` backend: ATen graph -> loop IR -> generated kernels -> a callable."""
     config = Options.from_user(options)
-    trace = DebugTrace.for_compile(config)
-    trace.write("fx_graph.txt", gm)
-    if needs_autograd(gm, example_inputs):  # training path not built yet: run eagerly
-        return run_eagerly(
-            gm,
-            "an input or parameter requires grad under grad mode, "
-            "and kiln's training path is not built yet",
-        )
-    try:
-        aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
-    except kiln_aotgrad.AliasedInputMutationError as e:
-        return run_eagerly(gm, str(e))
-    return inference_only(gm, compile_aten(aten_gm, config, trace=trace))
-
-
-def compile_aten(
-    aten_gm: torch.fx.GraphModule, config: Options | None = None, *, trace: DebugTrace = NO_TRACE
-) -> Callable:
-    """An ATen graph (from kiln_aotgrad) -> a compiled callable returning gm's outputs."""
-    config = Options.from_user(config)
-    trace = trace or DebugTrace.for_compile(config)
-    trace.write("aten_graph.txt", aten_gm)
-    graph = kiln_loopir.lower(aten_gm)  # ATen FX -> LoopGraph (SymPy sizes)
-    trace.write("ir_pre_fusion.txt", graph)
-    schedule = kiln_loopir.schedule(graph)  # fusion, loop order, memory plan -> Schedule
-    trace.write("ir_post_fusion.txt", schedule)
-    codegen = codegen_for_device(graph.device, config)  # CppCodegen on CPU, Triton on CUDA
-    module = kiln_loopir.generate_wrapper(schedule, codegen)  # wrapper + kernel sources
-    try:
-        compiled = kiln_runtime.load(module, config)  # callable(*inputs) -> list of outputs
-    except _codegen_compile_errors() as e:  # e.g. g++ failed: run the IR on the interpreter
-        compiled = _interpret_instead(schedule, e)
-    trace.write_output_code(module, compiled, aten_gm)
-    counters["graphs_compiled"] += 1
-    counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
-    return with_output_structure(aten_gm, compiled)
+    return compile_inference(gm, example_inputs, config, back_half=compile_aten)
 
 
 def loopir_interpret_backend(
@@ -87,26 +69,97 @@ def loopir_interpret_backend(
     """The ``loopir_interpret`` backend: aotgrad -> loopir -> loopir's reference interpreter
     (torch ops). Slow; it is the oracle every codegen is checked against."""
     config = Options.from_user(options)
+    return compile_inference(gm, example_inputs, config, back_half=interpret_aten)
+
+
+def compile_inference(
+    gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options, *, back_half: Callable
+) -> Callable:
+    """The front half both backends share: debug folder, autograd check, aotgrad trace; then
+    ``back_half(aten_gm, config, trace=...)``. Graphs the stack declines run eagerly."""
     trace = DebugTrace.for_compile(config)
     trace.write("fx_graph.txt", gm)
-    if needs_autograd(gm, example_inputs):
-        return run_eagerly(
-            gm,
-            "an input or parameter requires grad under grad mode, "
-            "and kiln's training path is not built yet",
-        )
+    if needs_autograd(gm, example_inputs):  # training path not built yet: run eagerly
+        return run_eagerly(gm, TRAINING_NOT_BUILT)
     try:
-        aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
+        with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
+            aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
+        compiled = back_half(aten_gm, config, trace=trace)
     except kiln_aotgrad.AliasedInputMutationError as e:
         return run_eagerly(gm, str(e))
-    trace.write("aten_graph.txt", aten_gm)
-    graph = kiln_loopir.lower(aten_gm)
-    trace.write("ir_pre_fusion.txt", graph)
-    schedule = kiln_loopir.schedule(graph)
-    trace.write("ir_post_fusion.txt", schedule)
+    except kiln_loopir.LoweringError as e:  # mutates a non-input, symbolic floats, ...
+        return run_eagerly(gm, f"loopir cannot lower this graph: {e}")
+    return inference_only(gm, compiled)
+
+
+def compile_aten(
+    aten_gm: torch.fx.GraphModule, config: Options | None = None, *, trace: DebugTrace = NO_TRACE
+) -> Callable:
+    """An ATen graph (from kiln_aotgrad) -> a compiled callable returning gm's outputs."""
+    config = Options.from_user(config)
+    trace = trace or DebugTrace.for_compile(config)
+    schedule = lower_and_schedule(aten_gm, trace)  # ATen FX -> LoopGraph -> Schedule
+    codegen = codegen_for_device(schedule.graph.device, config)  # cpp on CPU, triton on CUDA
+    with pipeline_step("codegen (kiln_loopir.generate_wrapper)"):
+        module = kiln_loopir.generate_wrapper(schedule, codegen)  # wrapper + kernel sources
+    try:
+        with pipeline_step("load (kiln_runtime.load)"):
+            compiled = kiln_runtime.load(module, config)  # callable(*inputs) -> list of outputs
+    except _codegen_compile_errors() as e:  # e.g. g++ failed: run the IR on the interpreter
+        compiled = _interpret_instead(schedule, e)
+    trace.write_output_code(module, compiled, aten_gm)
+    counters["graphs_compiled"] += 1
+    counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
+    return with_output_structure(aten_gm, compiled)
+
+
+def interpret_aten(
+    aten_gm: torch.fx.GraphModule, config: Options | None = None, *, trace: DebugTrace = NO_TRACE
+) -> Callable:
+    """An ATen graph -> loopir's reference interpreter, returning gm's outputs."""
+    schedule = lower_and_schedule(aten_gm, trace)
     interpreted = kiln_loopir.interpret(schedule)
     counters["graphs_interpreted"] += 1
-    return inference_only(gm, with_output_structure(aten_gm, interpreted))
+    return with_output_structure(aten_gm, interpreted)
+
+
+def lower_and_schedule(aten_gm: torch.fx.GraphModule, trace: DebugTrace = NO_TRACE):
+    """loopir's two steps, with their debug files: lower (ATen FX -> LoopGraph, SymPy sizes),
+    then schedule (fusion, loop order, memory plan)."""
+    trace.write("aten_graph.txt", aten_gm)
+    with pipeline_step("lower (kiln_loopir.lower)"):
+        graph = kiln_loopir.lower(aten_gm)
+    trace.write("ir_pre_fusion.txt", graph)
+    with pipeline_step("schedule (kiln_loopir.schedule)"):
+        schedule = kiln_loopir.schedule(graph)
+    trace.write("ir_post_fusion.txt", schedule)
+    return schedule
+
+
+class KilnCompileError(RuntimeError):
+    """A step of kiln's pipeline failed on a graph (a bug in kiln: please report it with the
+    debug folder, ``KILN_COMPILE_DEBUG=1``). ``.step`` names the step; the original error is
+    chained as ``__cause__``."""
+
+    def __init__(self, step: str, error: BaseException):
+        self.step = step
+        super().__init__(f"kiln's {step} step failed: {type(error).__name__}: {error}")
+
+
+#: errors that mean "the stack declines this graph" (handled: the graph runs eagerly)
+_DECLINED = (kiln_aotgrad.AliasedInputMutationError, kiln_loopir.LoweringError)
+
+
+@contextlib.contextmanager
+def pipeline_step(step: str) -> Iterator[None]:
+    """Re-raise an unexpected failure inside ``step`` as ``KilnCompileError`` naming the step
+    (declined graphs and kernel compiler errors pass through unchanged)."""
+    try:
+        yield
+    except (*_DECLINED, *_codegen_compile_errors(), KilnCompileError):
+        raise
+    except Exception as e:
+        raise KilnCompileError(step, e) from e
 
 
 # ---------------------------------------------------------------------------------- codegens
@@ -209,6 +262,8 @@ def _reason_key(reason: str) -> str:
         return "training path not built"
     if "share memory" in reason:
         return "mutated aliased inputs"
+    if reason.startswith("loopir cannot lower"):
+        return "loopir cannot lower"
     return reason.split(":")[0][:60]
 
 

@@ -185,6 +185,17 @@ class OutputGraph:
 
     # -- ops --------------------------------------------------------------------------
 
+    def symbolic_dispatch(self):
+        """With symbolic sizes, composite ops must run their Python (SymInt-aware)
+        decompositions, or their C++ kernels read sizes as ints and specialize them."""
+        import contextlib
+
+        if self.shape_state is None:
+            return contextlib.nullcontext()
+        from torch._dispatch.python import enable_python_dispatcher
+
+        return enable_python_dispatcher()
+
     def create_graph_op(self, kind: str, target: Any, args: list[VariableTracker],
                         kwargs: dict[str, VariableTracker], *,
                         allow_constant_result: bool = False,
@@ -197,7 +208,7 @@ class OutputGraph:
         ex_args = [a.as_example() for a in args]
         ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
         try:
-            with self.fake_mode:
+            with self.fake_mode, self.symbolic_dispatch():
                 if kind == "call_function":
                     ex = target(*ex_args, **ex_kwargs)
                 elif kind == "call_method":

@@ -408,6 +408,16 @@ class InstructionTranslator(InstructionTranslatorBase):
     # -- running ----------------------------------------------------------------------
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            # context managers entered while tracing switched the real grad/autocast
+            # mode: undo what is still active (tracing stopped inside the block)
+            for ctx in reversed(getattr(self, "active_contexts", [])):
+                ctx.undo_real()
+            self.active_contexts = []
+
+    def _run(self) -> None:
         while not self.done:
             index = self.ip
             if index >= len(self.instructions):
@@ -415,6 +425,10 @@ class InstructionTranslator(InstructionTranslatorBase):
             inst = self.instructions[index]
             reason = self.break_points.get(index)
             if reason is not None:
+                if getattr(reason, "kiln_block_start", False) and \
+                        self.output.count_calls() == 0:
+                    # nothing to compile before the block: the frame runs as is
+                    raise reason
                 self.ip += 1
                 self.current_inst = inst
                 self.break_at(inst, index, reason)
@@ -426,8 +440,36 @@ class InstructionTranslator(InstructionTranslatorBase):
                 if self.nopython:
                     raise
                 if not self.can_break_at(inst):
-                    raise
+                    start = self.block_start(index)
+                    if start is None:
+                        raise
+                    # inside `with`/`try`: break before the block instead, so that it
+                    # runs whole in Python (its context is entered there, its handlers
+                    # are in place)
+                    e.kiln_block_start = True
+                    raise RestartAnalysis(start, e) from e
                 raise RestartAnalysis(index, e) from e
+
+    def block_start(self, index: int) -> int | None:
+        """Where to break for an unsupported instruction inside an exception-table range
+        (a ``with`` or ``try`` body): the instruction that opens the outermost block
+        (``BEFORE_WITH``, the ``NOP`` of ``try:``), if a break can happen there."""
+        inst = self.instructions[index]
+        start = None
+        while inst.exn_tab_entry is not None:
+            j = self.index_of[id(inst.exn_tab_entry.start)] - 1
+            if j < 0:
+                return None
+            start = j
+            inst = self.instructions[j]
+        if start is None or start >= index or self.in_loop(start):
+            return None
+        opname = self.instructions[start].opname
+        if opname in _NEVER_BREAK_AT and opname != "NOP":
+            return None
+        if opname != "NOP" and not self.can_break_at(self.instructions[start]):
+            return None
+        return start
 
     def live_locals(self, index: int) -> list[str]:
         """Plain locals (not cells) live at instruction ``index`` that have values now,

@@ -27,9 +27,47 @@ def SWAP(tx, inst):
     tx.stack[-1], tx.stack[-n] = tx.stack[-n], tx.stack[-1]
 
 
-@handler("BEFORE_WITH", "SETUP_WITH", "BEFORE_ASYNC_WITH")
+@handler("BEFORE_WITH")
 def BEFORE_WITH(tx, inst):
-    raise Unsupported("`with` blocks are not captured yet")
+    """Enter a context manager: grad mode / autocast are recorded in the graph (see
+    variables/ctx_managers.py); a Python ``__enter__``/``__exit__`` pair is inlined.  Pushes
+    ``__exit__`` then what ``__enter__`` returned."""
+    import types
+
+    from ..variables.ctx_managers import (
+        ContextExitVariable,
+        ContextManagerVariable,
+        wrap_context_object,
+    )
+    from ..variables.functions import UserMethodVariable
+    from ..variables.misc import python_dunder
+
+    ctx = tx.realize(tx.pop())
+    if not isinstance(ctx, ContextManagerVariable) and hasattr(ctx, "value"):
+        wrapped = wrap_context_object(tx, ctx.value)
+        if wrapped is not None:
+            ctx = wrapped
+    if isinstance(ctx, ContextManagerVariable):
+        value = ctx.enter(tx)
+        tx.push(ContextExitVariable(ctx))
+        tx.push(value)
+        return
+    try:
+        cls = ctx.python_type()
+    except Unsupported:
+        cls = None
+    enter = python_dunder(cls, "__enter__") if isinstance(cls, type) else None
+    exit_ = python_dunder(cls, "__exit__") if isinstance(cls, type) else None
+    if enter is None or exit_ is None or not isinstance(exit_, types.FunctionType):
+        raise Unsupported(f"`with` on {ctx.describe()}")
+    value = tx.call_function(UserMethodVariable(enter, ctx), [], {})
+    tx.push(UserMethodVariable(exit_, ctx))
+    tx.push(value)
+
+
+@handler("BEFORE_ASYNC_WITH")
+def BEFORE_ASYNC_WITH(tx, inst):
+    raise Unsupported("`async with` is not captured")
 
 
 @handler("RAISE_VARARGS", "RERAISE")

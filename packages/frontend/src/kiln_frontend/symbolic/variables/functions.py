@@ -127,8 +127,17 @@ class UserFunctionVariable(VariableTracker):
         return cells
 
     def call_function(self, tx, args, kwargs):
+        from .ctx_managers import decorated_context_call
+
         if self.fn.__code__.co_flags & _GEN_FLAGS:
             raise Unsupported(f"calling coroutine function {self.fn.__qualname__}")
+        if self.fn in TRACE_TIME_FUNCTIONS:
+            folded = call_at_trace_time(tx, self.fn, args, kwargs)
+            if folded is not None:
+                return folded
+        result = decorated_context_call(tx, self.fn, self.source, args, kwargs)
+        if result is not None:
+            return result
         check_inlinable(self.fn)
         return tx.inline_call(self, args, kwargs)
 
@@ -152,8 +161,18 @@ class UserMethodVariable(UserFunctionVariable):
         return [self.obj]
 
     def call_function(self, tx, args, kwargs):
+        from .ctx_managers import decorated_context_call
+
         if self.fn.__code__.co_flags & _GEN_FLAGS:
             raise Unsupported(f"calling coroutine method {self.fn.__qualname__}")
+        result = decorated_context_call(tx, self.fn, None, [self.obj, *args], kwargs)
+        if result is not None:
+            return result
+        from .misc import ABC_MIXIN_OVERRIDES
+
+        override = ABC_MIXIN_OVERRIDES.get(self.fn)
+        if override is not None and hasattr(self.obj, "unpack_var_sequence"):
+            return override(tx, self.obj, *args, **kwargs)
         check_inlinable(self.fn)
         return tx.inline_call(self, [self.obj, *args], kwargs)
 
@@ -401,6 +420,102 @@ class PartialVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"PartialVariable({self.func.describe()})"
+
+
+class TraceTimeValueVariable(VariableTracker):
+    """An immutable object computed at trace time from known values (an
+    ``inspect.Signature``, its ``parameters`` mapping...): reads and pure calls run on
+    the real object; it counts as a Python constant."""
+
+    def __init__(self, value: Any):
+        super().__init__()
+        self.value = value
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        try:
+            return wrap_trace_value(tx, getattr(self.value, name))
+        except AttributeError:
+            raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") \
+                from None
+
+    def call_function(self, tx, args, kwargs):
+        if not callable(self.value) or not isinstance(
+                self.value, (types.BuiltinMethodType, types.MethodType)):
+            raise Unsupported(f"call to {type(self.value).__name__}")
+        cargs, ckwargs = _const_args(args, kwargs, f"{self.value!r}")
+        return wrap_trace_value(tx, self.value(*cargs, **ckwargs))
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return hasattr(self.value, "__iter__")
+
+    def unpack_var_sequence(self, tx):
+        return [wrap_trace_value(tx, v) for v in self.value]
+
+    def reconstruct(self, codegen):
+        codegen.load_const_object(self.value)
+
+    def describe(self) -> str:
+        return f"TraceTimeValueVariable({type(self.value).__name__})"
+
+
+_TRACE_TIME_TYPES = (inspect.Signature, inspect.Parameter, types.MappingProxyType,
+                     type(inspect.Parameter.empty))
+
+
+def wrap_trace_value(tx, value: Any) -> VariableTracker:
+    from .constant import is_constant_value
+
+    if is_constant_value(value):
+        return ConstantVariable.create(value)
+    if isinstance(value, _TRACE_TIME_TYPES) or (
+            isinstance(value, (types.BuiltinMethodType, types.MethodType)) and
+            isinstance(getattr(value, "__self__", None), _TRACE_TIME_TYPES)):
+        return TraceTimeValueVariable(value)
+    if isinstance(value, (tuple, list)):
+        from .containers import ListVariable, TupleVariable
+
+        items = [wrap_trace_value(tx, v) for v in value]
+        return TupleVariable(items) if isinstance(value, tuple) else ListVariable(items)
+    return tx.wrap_value(value, None)
+
+
+def _known_value(v: VariableTracker) -> Any:
+    if isinstance(v, UserMethodVariable):
+        return types.MethodType(v.fn, _known_value(v.obj))
+    if v.is_python_constant():
+        return v.as_python_constant()
+    obj = _identity(v)
+    if obj is None or v.mutable:
+        raise NotConstant(v)
+    return obj
+
+
+def call_at_trace_time(tx, fn, args, kwargs) -> VariableTracker | None:
+    """Run a pure stdlib helper (``inspect.signature``, ``inspect.unwrap``...) on the
+    real values when every argument is known; None when one is not."""
+    try:
+        cargs = [_known_value(tx.realize(a)) for a in args]
+        ckwargs = {k: _known_value(tx.realize(v)) for k, v in kwargs.items()}
+    except NotConstant:
+        return None
+    try:
+        result = fn(*cargs, **ckwargs)
+    except Exception as e:  # noqa: BLE001
+        raise Unsupported(f"{fn.__qualname__} raised {type(e).__name__}: {e}") from None
+    return wrap_trace_value(tx, result)
+
+
+TRACE_TIME_FUNCTIONS = frozenset({
+    inspect.signature, inspect.unwrap, inspect.isfunction, inspect.ismethod, inspect.isclass,
+    inspect.ismodule, inspect.isroutine, inspect.iscoroutinefunction,
+    inspect.isgeneratorfunction, inspect.getfullargspec, inspect.getmro,
+})
 
 
 def bind_args(code: types.CodeType, name: str, args: list[VariableTracker],
@@ -669,6 +784,10 @@ def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> Variab
 def contains_op(tx, container: VariableTracker, item: VariableTracker) -> VariableTracker:
     from .containers import BaseSequenceVariable, ConstDictVariable
 
+    contains = getattr(container, "contains", None)
+    if contains is not None:
+        return contains(tx, item)
+
     if isinstance(container, ConstDictVariable):
         try:
             return ConstantVariable(item.as_python_constant() in container.items)
@@ -926,10 +1045,18 @@ def _b_scalar_cast(fn):
 def _b_callable(tx, args, kwargs):
     if len(args) != 1:
         return None
-    obj = _identity(args[0])
+    v = args[0]
+    obj = _identity(v)
     if obj is not None:
         return ConstantVariable(callable(obj))
-    return None
+    if isinstance(v, (UserFunctionVariable, NestedUserFunctionVariable, PartialVariable,
+                      BuiltinVariable, NoOpVariable)):
+        return ConstantVariable(True)
+    try:
+        cls = v.python_type()
+    except Unsupported:
+        return None
+    return ConstantVariable(any("__call__" in k.__dict__ for k in cls.__mro__))
 
 
 def _b_super(tx, args, kwargs):
@@ -1038,8 +1165,18 @@ def _b_any_all(fn):
     return handler
 
 
+def _b_id(tx, args, kwargs):
+    if len(args) != 1 or kwargs:
+        return None
+    obj = _identity(args[0])
+    if obj is None or args[0].mutable:
+        raise Unsupported(f"id() of {args[0].describe()}")
+    return ConstantVariable(id(obj))
+
+
 _BUILTIN_HANDLERS: dict[Any, Any] = {
     super: _b_super,
+    id: _b_id,
     setattr: _b_setattr,
     map: _b_map,
     filter: _b_filter,

@@ -149,6 +149,15 @@ class UserDefinedClassVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         import functools
 
+        from .ctx_managers import CONTEXT_MANAGER_CLASSES
+
+        factory = CONTEXT_MANAGER_CLASSES.get(self.cls)
+        if factory is not None:
+            return factory(tx, self.cls, list(args), dict(kwargs))
+        from .model_output import ModelOutputVariable, is_model_output_class
+
+        if is_model_output_class(self.cls):
+            return ModelOutputVariable.construct(tx, self.cls, list(args), dict(kwargs))
         if self.cls is functools.partial:
             from .functions import PartialVariable
 
@@ -220,9 +229,9 @@ class PythonProtocolMixin:
             python_dunder(cls, "__len__") is not None)
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
-        from .containers import ListIteratorVariable
-
         import collections.abc
+
+        from .containers import ListIteratorVariable
 
         cls = self.python_type()
         iter_fn = python_dunder(cls, "__iter__")
@@ -246,6 +255,45 @@ class PythonProtocolMixin:
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         return self._call_dunder(tx, "__getitem__", [index])
+
+    def contains(self, tx, item: VariableTracker) -> VariableTracker:
+        if python_dunder(self.python_type(), "__contains__") is not None:
+            return self._call_dunder(tx, "__contains__", [item])
+        if self.has_unpack_var_sequence(tx):
+            return membership(tx, self.unpack_var_sequence(tx), item)
+        raise Unsupported(f"`in` on {self.describe()}")
+
+
+def membership(tx, items: list[VariableTracker], item: VariableTracker) -> VariableTracker:
+    """``item in items`` for constants (``==``) or known objects (identity)."""
+    from .containers import TupleVariable
+    from .functions import contains_op
+
+    return contains_op(tx, TupleVariable(list(items)), item)
+
+
+def _mapping_contains(tx, obj, key):
+    """``collections.abc.Mapping.__contains__`` without its try/except: key in iter(obj)."""
+    return membership(tx, obj.unpack_var_sequence(tx), key)
+
+
+def _mapping_get(tx, obj, key, default=None):
+    """``collections.abc.Mapping.get`` without its try/except."""
+    found = _mapping_contains(tx, obj, key)
+    if found.as_python_constant():
+        return obj.getitem(tx, key)
+    return default if default is not None else ConstantVariable(None)
+
+
+def abc_mixin_overrides() -> dict[Any, Any]:
+    """Methods of ``collections.abc`` mixins that rely on catching exceptions, replaced by
+    equivalent code over the object's own ``__iter__``/``__getitem__`` (inlined)."""
+    import collections.abc as abc_
+
+    return {abc_.Mapping.__contains__: _mapping_contains, abc_.Mapping.get: _mapping_get}
+
+
+ABC_MIXIN_OVERRIDES = abc_mixin_overrides()
 
 
 class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):

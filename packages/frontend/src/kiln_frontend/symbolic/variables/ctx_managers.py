@@ -1,0 +1,312 @@
+"""Context managers captured into graphs: grad mode and autocast.
+
+``with torch.no_grad():`` (``enable_grad``, ``set_grad_enabled``) records
+``torch._C._set_grad_enabled(mode)`` nodes at entry and exit, and ``torch.autocast(...)``
+records ``_enter_autocast(...)`` / ``_exit_autocast(ctx)`` nodes, as torch.compile does; the
+graph switches the mode at run time exactly where the eager code would.  While tracing the
+real mode is switched too (fake-tensor propagation of ``requires_grad`` and autocast dtypes
+depends on it); the root translator undoes whatever is still active when tracing stops.
+
+``BEFORE_WITH`` on any of these pushes a ``ContextExitVariable`` (what ``__exit__`` is);
+the 3-None call at the end of the block calls it.  Functions decorated with
+``@torch.no_grad()`` & co. (torch's ``context_decorator`` wrapper) are inlined inside the
+context.  User context managers with Python ``__enter__``/``__exit__`` are inlined by the
+``BEFORE_WITH`` handler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...exc import Unsupported
+from .base import NotConstant, VariableTracker
+from .constant import ConstantVariable
+
+
+def _const(v: VariableTracker, what: str) -> Any:
+    try:
+        return v.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"{what} with a non-constant argument") from None
+
+
+class ContextManagerVariable(VariableTracker):
+    """Base: ``enter(tx)`` / ``exit(tx)`` record graph nodes and switch the real mode;
+    ``undo_real()`` restores the real mode when tracing stops inside the block."""
+
+    def enter(self, tx) -> VariableTracker:
+        raise NotImplementedError
+
+    def exit(self, tx) -> None:
+        raise NotImplementedError
+
+    def undo_real(self) -> None:
+        raise NotImplementedError
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__enter__":
+            return _BoundEnter(self)
+        if name == "__exit__":
+            return ContextExitVariable(self)
+        raise Unsupported(f"attribute {name!r} of {self.describe()}")
+
+    @staticmethod
+    def active(tx) -> list[ContextManagerVariable]:
+        root = tx.root()
+        if not hasattr(root, "active_contexts"):
+            root.active_contexts = []
+        return root.active_contexts
+
+
+class _BoundEnter(VariableTracker):
+    def __init__(self, ctx: ContextManagerVariable):
+        super().__init__()
+        self.ctx = ctx
+
+    def call_function(self, tx, args, kwargs):
+        return self.ctx.enter(tx)
+
+
+class ContextExitVariable(VariableTracker):
+    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack."""
+
+    def __init__(self, ctx: ContextManagerVariable):
+        super().__init__()
+        self.ctx = ctx
+
+    def children(self):
+        return [self.ctx]
+
+    def call_function(self, tx, args, kwargs):
+        if any(not (a.is_python_constant() and a.as_python_constant() is None) for a in args):
+            raise Unsupported("leaving a context manager with an exception")
+        self.ctx.exit(tx)
+        return ConstantVariable(False)
+
+    def reconstruct(self, codegen):
+        codegen(self.ctx)
+        codegen.load_attr("__exit__")
+
+    def describe(self) -> str:
+        return f"ContextExitVariable({self.ctx.describe()})"
+
+
+def set_grad_enabled_node(tx, mode: bool) -> None:
+    """A ``torch._C._set_grad_enabled(mode)`` node (switches the tracing mode too)."""
+    if torch.is_grad_enabled() == mode:
+        return
+    tx.output.create_graph_op("call_function", torch._C._set_grad_enabled,
+                              [ConstantVariable(mode)], {}, mutation=True)
+    torch._C._set_grad_enabled(mode)
+
+
+class GradModeVariable(ContextManagerVariable):
+    """``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled(mode)``.
+
+    ``set_grad_enabled`` switches the mode when it is *created* (its ``__enter__`` does
+    nothing), so it also works as a plain call."""
+
+    _CLASSES = {torch.no_grad: False, torch.enable_grad: True}
+
+    def __init__(self, target: bool, cls: type, *, applied_on_create: bool = False,
+                 prev: bool | None = None):
+        super().__init__()
+        self.target = target
+        self.cls = cls
+        self.applied_on_create = applied_on_create
+        self.prev = prev
+
+    @classmethod
+    def create(cls, tx, klass: type, args, kwargs) -> GradModeVariable:
+        if klass is torch.set_grad_enabled:
+            mode = args[0] if args else kwargs.get("mode")
+            if mode is None:
+                raise Unsupported("torch.set_grad_enabled() without a mode")
+            target = bool(_const(mode, "torch.set_grad_enabled"))
+            var = cls(target, klass, applied_on_create=True, prev=torch.is_grad_enabled())
+            set_grad_enabled_node(tx, target)
+            var.active(tx).append(var)
+            return var
+        if args or kwargs:
+            raise Unsupported(f"{klass.__qualname__}() with arguments")
+        return cls(cls._CLASSES[klass], klass)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def enter(self, tx) -> VariableTracker:
+        if not self.applied_on_create:
+            self.prev = torch.is_grad_enabled()
+            set_grad_enabled_node(tx, self.target)
+            self.active(tx).append(self)
+        return ConstantVariable(None)
+
+    def exit(self, tx) -> None:
+        set_grad_enabled_node(tx, bool(self.prev))
+        active = self.active(tx)
+        if self in active:
+            active.remove(self)
+
+    def undo_real(self) -> None:
+        torch._C._set_grad_enabled(bool(self.prev))
+
+    def reconstruct(self, codegen):
+        if self.applied_on_create:
+            raise Unsupported("cannot rebuild a torch.set_grad_enabled object")
+        codegen.push_null()
+        codegen.load_const_object(self.cls)
+        codegen.call_function(0)
+
+    def describe(self) -> str:
+        return f"GradModeVariable({self.cls.__name__}, {self.target})"
+
+
+class AutocastVariable(ContextManagerVariable):
+    """``torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)`` and the
+    per-device ``torch.{cpu,cuda}.amp.autocast``."""
+
+    def __init__(self, cls: type, device_type: str, dtype: Any, enabled: bool,
+                 cache_enabled: Any):
+        super().__init__()
+        self.cls = cls
+        self.device_type = device_type
+        self.dtype = dtype
+        self.enabled = enabled
+        self.cache_enabled = cache_enabled
+        self.real: Any = None
+        self.node: Any = None
+
+    @classmethod
+    def create(cls, tx, klass: type, args, kwargs) -> AutocastVariable:
+        import inspect
+
+        cargs = [_const(a, "autocast") for a in args]
+        ckwargs = {k: _const(v, "autocast") for k, v in kwargs.items()}
+        # build a real one now (validates the arguments, resolves defaults)
+        probe = klass(*cargs, **ckwargs)
+        params = inspect.signature(klass.__init__).parameters
+        cache = ckwargs.get("cache_enabled") if "cache_enabled" in params else None
+        return cls(klass, probe.device, probe.fast_dtype, probe._enabled, cache)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def enter(self, tx) -> VariableTracker:
+        from torch.amp.autocast_mode import _enter_autocast
+
+        vals = (self.device_type, self.dtype, self.enabled, self.cache_enabled)
+        self.node = tx.output.tracer.create_proxy("call_function", _enter_autocast, vals, {})
+        self.node.node.meta["example_value"] = None
+        self.real = torch.amp.autocast(*vals)
+        self.real.__enter__()
+        self.active(tx).append(self)
+        return ConstantVariable(None)
+
+    def exit(self, tx) -> None:
+        from torch.amp.autocast_mode import _exit_autocast
+
+        proxy = tx.output.tracer.create_proxy("call_function", _exit_autocast,
+                                              (self.node,), {})
+        proxy.node.meta["example_value"] = None
+        self.undo_real()
+        active = self.active(tx)
+        if self in active:
+            active.remove(self)
+
+    def undo_real(self) -> None:
+        if self.real is not None:
+            self.real.__exit__(None, None, None)
+            self.real = None
+
+    def reconstruct(self, codegen):
+        # torch.autocast(device_type, dtype, enabled, cache_enabled)
+        codegen.push_null()
+        codegen.load_const_object(torch.autocast)
+        for v in (self.device_type, self.dtype, self.enabled, self.cache_enabled):
+            codegen.load_const(v)
+        codegen.call_function(4)
+
+    def describe(self) -> str:
+        return f"AutocastVariable({self.device_type}, {self.dtype}, {self.enabled})"
+
+
+def context_manager_classes() -> dict[type, Any]:
+    """class -> factory(tx, cls, args, kwargs) for the context managers captured."""
+    table: dict[type, Any] = {
+        torch.no_grad: GradModeVariable.create,
+        torch.enable_grad: GradModeVariable.create,
+        torch.set_grad_enabled: GradModeVariable.create,
+        torch.autocast: AutocastVariable.create,
+    }
+    for mod in ("cpu", "cuda"):
+        amp = getattr(getattr(torch, mod, None), "amp", None)
+        klass = getattr(amp, "autocast", None)
+        if isinstance(klass, type):
+            table[klass] = AutocastVariable.create
+    return table
+
+
+CONTEXT_MANAGER_CLASSES = context_manager_classes()
+
+
+def wrap_context_object(tx, value: Any) -> VariableTracker | None:
+    """A context-manager object from the frame (``ctx = torch.no_grad()`` made elsewhere)."""
+    if type(value) in (torch.no_grad, torch.enable_grad):
+        return GradModeVariable(GradModeVariable._CLASSES[type(value)], type(value))
+    return None
+
+
+def decorated_context_call(tx, fn, source, args, kwargs) -> VariableTracker | None:
+    """``@torch.no_grad()``-style decorated functions (torch's ``context_decorator``
+    wrapper ``decorate_context``): enter the context, inline the wrapped function, exit."""
+    import torch.utils._contextlib as ctxlib
+
+    code = _decorate_context_code(ctxlib)
+    if code is None or fn.__code__ is not code:
+        return None
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
+    if "ctx_factory" not in cells or "func" not in cells:
+        return None
+    # the context object, without calling the factory (set_grad_enabled's constructor
+    # switches the mode at once)
+    factory_fn = cells["ctx_factory"].cell_contents
+    if getattr(factory_fn, "__name__", None) == "clone" and hasattr(factory_fn, "__self__"):
+        ctx = factory_fn.__self__
+    elif getattr(factory_fn, "__closure__", None) and "ctx" in factory_fn.__code__.co_freevars:
+        ctx = factory_fn.__closure__[factory_fn.__code__.co_freevars.index("ctx")].cell_contents
+    else:
+        raise Unsupported("function decorated with an unknown context factory")
+    factory = CONTEXT_MANAGER_CLASSES.get(type(ctx))
+    if factory is None or type(ctx) is torch.set_grad_enabled:
+        if type(ctx) is torch.set_grad_enabled:
+            var: ContextManagerVariable = GradModeVariable(bool(ctx.mode), type(ctx))
+        else:
+            raise Unsupported(f"function decorated with {type(ctx).__qualname__}")
+    elif isinstance(ctx, torch.amp.autocast):
+        var = AutocastVariable(type(ctx), ctx.device, ctx.fast_dtype, ctx._enabled,
+                               getattr(ctx, "_cache_enabled", None))
+    else:
+        var = GradModeVariable(GradModeVariable._CLASSES[type(ctx)], type(ctx))
+    from ...sources import cell_contents_source
+
+    index = fn.__code__.co_freevars.index("func")
+    func_src = cell_contents_source(source, index) if source is not None else None
+    func = tx.wrap_value(cells["func"].cell_contents, func_src)
+    var.enter(tx)
+    result = tx.call_function(func, list(args), dict(kwargs))
+    var.exit(tx)
+    return result
+
+
+_DECORATE_CODE: list = []
+
+
+def _decorate_context_code(ctxlib) -> Any:
+    if not _DECORATE_CODE:
+        code = None
+        for const in ctxlib.context_decorator.__code__.co_consts:
+            if getattr(const, "co_name", None) == "decorate_context":
+                code = const
+        _DECORATE_CODE.append(code)
+    return _DECORATE_CODE[0]
