@@ -1,5 +1,12 @@
 """Full-stack tests on real models. See docs/testing.md for the torchvision note."""
 
-import _torchvision_shim
+import sys
+from pathlib import Path
+
+# pytest runs with --import-mode=importlib (pyproject.toml), which does not put this folder on
+# sys.path: do it here so that the helper modules beside the tests import
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _torchvision_shim  # noqa: E402
 
 _torchvision_shim.install()

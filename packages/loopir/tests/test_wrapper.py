@@ -346,8 +346,9 @@ def test_output_code_runs_standalone(tmp_path):
     assert "ms per call" in proc.stdout
 
 
-def test_reuse_of_a_buffer_the_kernel_kept_in_registers_allocates():
-    """The plan says buf2 reuses internal buf0, but the codegen never allocated buf0."""
+def _softmax_then_row_op_graph():
+    """softmax-like group (internal row max kept in registers) then a pointwise step whose
+    output has the row max's layout."""
     lay_in = Layout.contiguous("cpu", F32, (3, 6))
     g = _graph(lay_in)
     x = g.inputs[0].make_loader()
@@ -357,13 +358,34 @@ def test_reuse_of_a_buffer_the_kernel_kept_in_registers_allocates():
     out = _pw(g, [3, 6], lambda i: ops.sub(x(i), mx.make_loader()([i[0]])))
     sm = _pw(g, [3], lambda i: ops.add(out.make_loader()([i[0], 0]), ops.constant(1.0, F32)))
     g.outputs = [ReinterpretView(sm, sm.layout)]
+    return g, mx, out, sm, lay_r
+
+
+def test_scheduler_never_lends_internal_buffers():
+    """An internal buffer may never get storage (the codegen keeps it in registers): the memory
+    plan neither reuses it nor lets it reuse another buffer."""
+    from kiln_loopir import schedule
+
+    g, mx, out, sm, lay_r = _softmax_then_row_op_graph()
+    sched = schedule(g)
+    internal = {nm for grp in sched.groups for nm in grp.internal_buffers}
+    assert mx.name in internal, str(sched)
+    for step in sched.steps:
+        for a in step.allocations:
+            assert a.reuses not in internal, str(sched)
+            assert not (a.internal and a.reuses), str(sched)
+    src = generate_wrapper(sched, PyCodegen()).wrapper_source
+    assert f"{mx.name} = empty" not in src
+    a = torch.randn(3, 6)
+    torch.testing.assert_close(load(generate_wrapper(sched, PyCodegen()))(a)[0], a[:, 0] - a.amax(1) + 1)
+
+
+def test_wrapper_rejects_reuse_of_storage_it_never_allocated():
+    """A hand-made plan in which buf2 reuses internal buf0, which the kernel kept in registers."""
+    g, mx, out, sm, lay_r = _softmax_then_row_op_graph()
     grp = FusedGroup("g0", [sympy.Integer(3)], [_node(mx), _node(out, 1)],
                      allocations=[Allocation("buf0", lay_r, internal=True), Allocation("buf1", out.layout)],
                      internal_buffers={"buf0"}, frees=["buf0"])
     grp2 = _group("g1", sm, [Allocation("buf2", lay_r, reuses="buf0")], frees=["buf1"])
-    module = generate_wrapper(Schedule(g, [grp, grp2]), PyCodegen())
-    src = module.wrapper_source
-    assert "buf2 = empty_strided_cpu((3,), (1,), torch.float32)" in src
-    assert "buf0" not in src
-    a = torch.randn(3, 6)
-    torch.testing.assert_close(load(module)(a)[0], a[:, 0] - a.amax(1) + 1)
+    with pytest.raises(ValueError, match="buf2 reuses buf0"):
+        generate_wrapper(Schedule(g, [grp, grp2]), PyCodegen())

@@ -42,17 +42,23 @@ class CppIndexPrinter(C99CodePrinter):
 
     def _print_FloorDiv(self, e):
         a, b = e.args
-        return f"({self._print(a)} / {self._print(b)})"
+        return f"({self._operand(a)} / {self._operand(b)})"
+
+    def _operand(self, e) -> str:
+        """An operand of C's ``/`` or ``%``: parenthesized unless atomic (``a*b / 2*c`` would
+        divide by 2 only)."""
+        text = self._print(e)
+        return text if (e.is_Symbol or e.is_Integer) else f"({text})"
 
     def _print_ModularIndexing(self, e):
         x, d, m = e.args
         if d == 1:
-            return f"({self._print(x)} % {self._print(m)})"
-        return f"(({self._print(x)} / {self._print(d)}) % {self._print(m)})"
+            return f"({self._operand(x)} % {self._operand(m)})"
+        return f"(({self._operand(x)} / {self._operand(d)}) % {self._operand(m)})"
 
     def _print_Mod(self, e):
         a, b = e.args
-        return f"({self._print(a)} % {self._print(b)})"
+        return f"({self._operand(a)} % {self._operand(b)})"
 
     def _minmax(self, args, op):
         parts = [self._print(a) for a in args]

@@ -247,6 +247,51 @@ class GetItemSource(Source):
         codegen.binary_subscr()
 
 
+@dataclasses.dataclass(frozen=True)
+class NNModuleMemberSource(Source):
+    """``base.<name>`` where ``name`` is a submodule, parameter or buffer of the module at
+    ``base`` (in its ``_modules``/``_parameters``/``_buffers``).
+
+    Printed and reloaded as plain attribute access (``L['self'].layer1.0``), but the guard
+    reads the dict directly (``L['self']._modules['layer1']``): C-level dict lookups instead
+    of ``Module.__getattr__`` / ``Sequential.__getitem__`` running Python on every check."""
+
+    base_source: Source
+    member: str
+    #: "_modules", "_parameters" or "_buffers"
+    table: str = "_modules"
+
+    @property
+    def scope(self) -> str:  # type: ignore[override]
+        return self.base_source.scope
+
+    @property
+    def guardable(self) -> bool:  # type: ignore[override]
+        return self.base_source.guardable
+
+    def base(self) -> Source:
+        return self.base_source
+
+    def name(self) -> str:
+        if _is_identifier(self.member):
+            return f"{self.base_source.name()}.{self.member}"
+        if self.member.isdigit():
+            return f"{self.base_source.name()}[{self.member}]"
+        return f"{self.base_source.name()}[{self.member!r}]"
+
+    def short_name(self) -> str:
+        return f"{self.base_source.short_name()}.{self.member}"
+
+    def guard_expr(self) -> str:
+        return f"{self.base_source.guard_expr()}.{self.table}[{self.member!r}]"
+
+    def reconstruct(self, codegen: Any) -> None:
+        self.base_source.reconstruct(codegen)
+        codegen.load_attr(self.table)
+        codegen.load_const(self.member)
+        codegen.binary_subscr()
+
+
 def cell_contents_source(fn_source: Source, index: int) -> Source:
     """The contents of closure cell ``index`` of the function at ``fn_source``."""
     return AttrSource(GetItemSource(AttrSource(fn_source, "__closure__"), index), "cell_contents")
@@ -269,6 +314,7 @@ __all__ = [
     "ModuleSource",
     "AttrSource",
     "GetItemSource",
+    "NNModuleMemberSource",
     "module_global_name",
     "cell_contents_source",
     "defaults_source",

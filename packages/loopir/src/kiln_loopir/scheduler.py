@@ -23,7 +23,8 @@ Steps, in order (``schedule(graph)``):
 4. memory plan: ComputedBuffers are allocated before their step (reusing the storage of a freed
    ComputedBuffer with the same layout, dtype and device when one is free), and every
    intermediate is freed after its last use; inputs, constants and outputs never are.
-   ``internal_buffers``: written and read only inside one group, at the same outer point.
+   ``internal_buffers``: written and read only inside one group, at the same outer point. They
+   neither reuse nor lend storage: a codegen may keep them in registers and never allocate.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .analysis import DepsHandler, collect_deps
 from .counters import counters
 from .ir import (
     Allocation,
+    PrintHandler,
     Buffer,
     ComputedBuffer,
     ExternKernel,
@@ -82,12 +84,14 @@ def _simplify_cached(expr, ranges_key):
 class IndexSimplifyingHandler:
     """Wraps a handler: index arguments of load/store/store_reduction/index_expr are simplified
     with the loop ranges (``ModularIndexing(i1, 1, s1) -> i1`` ...) before the inner handler
-    sees them."""
+    sees them. ``renames`` redirects loads (``{"buf7": "buf3"}``: buf7 was a duplicate of buf3
+    and is never computed)."""
 
-    def __init__(self, inner, var_ranges: dict):
+    def __init__(self, inner, var_ranges: dict, renames: dict | None = None):
         self._inner = inner
         self._key = tuple(sorted(((k, sympify(v)) for k, v in var_ranges.items()),
                                  key=lambda kv: kv[0].name))
+        self._renames = renames or {}
 
     def _s(self, index):
         if isinstance(index, sympy.Basic) and not index.is_Atom:
@@ -95,7 +99,7 @@ class IndexSimplifyingHandler:
         return index
 
     def load(self, name, index):
-        return self._inner.load(name, self._s(index))
+        return self._inner.load(self._renames.get(name, name), self._s(index))
 
     def store(self, name, index, value, mode=None):
         if mode is None:
@@ -129,9 +133,10 @@ class _Info:
     own_reads: list[MemoryDep]
     own_writes: list[MemoryDep]
     indirect: bool
+    renames: dict = field(default_factory=dict)  # loads redirected (deduplicated buffers)
 
 
-def _info(buf: ComputedBuffer) -> _Info:
+def _info(buf: ComputedBuffer, renames: dict | None = None) -> _Info:
     d = buf.data
     dims = [k for k, r in enumerate(d.ranges) if sympify(r) != 1]
     sizes = [sympify(d.ranges[k]) for k in dims]
@@ -142,9 +147,11 @@ def _info(buf: ComputedBuffer) -> _Info:
     else:
         rdims, rsizes, kind = [], [], "pointwise"
     reads, writes = collect_deps(buf)
+    used = {k: v for k, v in (renames or {}).items() if any(r.name == k for r in reads)}
+    reads = [MemoryDep(used.get(r.name, r.name), r.index, r.mode) for r in reads]
     indirect = any(symbol_kind(s) == "ind" for dep in reads for s in dep.index.free_symbols)
     return _Info(buf, kind, dims, sizes, rdims, rsizes, {r.name for r in reads}, reads, writes,
-                 indirect)
+                 indirect, used)
 
 
 def _numeric(e) -> float:
@@ -188,10 +195,16 @@ def _order_by_stride(dims, syms, deps) -> list[int]:
 
 @dataclass
 class _Placement:
+    """Where a node's loops sit in its group. Group loop positions (outer, then the node's
+    inner) map to dims of the node's ranges (reduction ranges for a reduction's inner);
+    positions mapping to one dim make that dim row-major (``outer_map = [0, 0]`` over group
+    sizes [2, 32]: the node's dim 0 of size 64 is ``32*i0 + i1``: a reshape)."""
+
     info: _Info
     outer_map: list[int]  # group outer position j -> dim of data.ranges
     inner_map: list[int]  # inner position -> dim of data.ranges (pointwise) / reduction_ranges
-    inner: list = field(default_factory=list)
+    inner: list = field(default_factory=list)  # sizes of the inner positions
+    outer_sizes: list = field(default_factory=list)  # sizes of the outer positions
 
     @property
     def kind(self):
@@ -203,33 +216,24 @@ class _Placement:
         store = buf.store_body()
         nr = len(data.ranges)
         outer_map, inner_map = list(self.outer_map), list(self.inner_map)
-        zero = sympy.Integer(0)
-        outer_sizes = [sympify(data.ranges[d]) for d in outer_map]
+        outer_sizes, inner_sizes = list(self.outer_sizes), list(self.inner)
+        renames = dict(self.info.renames)
         if self.kind == "reduction":
             nrr = len(data.reduction_ranges)
-            inner_sizes = [sympify(data.reduction_ranges[d]) for d in inner_map]
 
             def body(outer_index, inner_index):
-                idx = [zero] * nr
-                ridx = [zero] * nrr
-                for j, d in enumerate(outer_map):
-                    idx[d] = outer_index[j]
-                for j, d in enumerate(inner_map):
-                    ridx[d] = inner_index[j]
+                idx = _combine(nr, outer_map, outer_sizes, outer_index)
+                ridx = _combine(nrr, inner_map, inner_sizes, inner_index)
                 vr = _ranges(outer_index, outer_sizes, inner_index, inner_sizes)
-                with set_ops_handler(IndexSimplifyingHandler(get_ops_handler(), vr)):
+                with set_ops_handler(IndexSimplifyingHandler(get_ops_handler(), vr, renames)):
                     return store(idx, ridx)
         else:
-            inner_sizes = [sympify(data.ranges[d]) for d in inner_map]
+            positions, sizes = outer_map + inner_map, outer_sizes + inner_sizes
 
             def body(outer_index, inner_index):
-                idx = [zero] * nr
-                for j, d in enumerate(outer_map):
-                    idx[d] = outer_index[j]
-                for j, d in enumerate(inner_map):
-                    idx[d] = inner_index[j]
+                idx = _combine(nr, positions, sizes, list(outer_index) + list(inner_index))
                 vr = _ranges(outer_index, outer_sizes, inner_index, inner_sizes)
-                with set_ops_handler(IndexSimplifyingHandler(get_ops_handler(), vr)):
+                with set_ops_handler(IndexSimplifyingHandler(get_ops_handler(), vr, renames)):
                     return store(idx)
 
         return body
@@ -239,6 +243,18 @@ class _Placement:
         with set_ops_handler(h):
             self.make_body()(outer_syms, inner_syms)
         return h
+
+
+_ZERO = sympy.Integer(0)
+
+
+def _combine(n: int, positions: list[int], sizes: list, index: list) -> list:
+    """The node's ``n`` loop indices from the group's: each dim is the row-major combination
+    of the positions mapping to it (usually exactly one)."""
+    idx = [_ZERO] * n
+    for d, size, var in zip(positions, sizes, index, strict=True):
+        idx[d] = idx[d] * size + var
+    return idx
 
 
 def _ranges(outer_index, outer_sizes, inner_index, inner_sizes) -> dict:
@@ -297,6 +313,7 @@ def _new_group(name, info: _Info) -> _Group:
     else:
         p = _Placement(info, order, [])
     outer = [sympify(info.buf.data.ranges[d]) for d in order]
+    p.outer_sizes = list(outer)
     return _Group(name, outer, p)
 
 
@@ -327,16 +344,107 @@ def _candidate_placements(group: _Group, info: _Info, outer: list):
         else:
             rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
         for omap, _ in _assignments(outer, info.dims, info.sizes, exact=True):
-            p = _Placement(info, omap, rorder)
+            p = _Placement(info, omap, rorder, outer_sizes=list(outer))
             p.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
             yield p
     else:
         for omap, rest in _assignments(outer, info.dims, info.sizes, exact=False):
-            syms = [index_symbol(k) for k in rest]
-            imap = _order_by_stride(rest, syms, info.own_writes) if rest else []
-            p = _Placement(info, omap, imap)
-            p.inner = [sympify(info.buf.data.ranges[d]) for d in imap]
-            yield p
+            yield _pointwise_placement(info, omap, rest, outer)
+
+
+def _pointwise_placement(info: _Info, omap: list[int], rest: list[int], outer: list) -> _Placement:
+    """A pointwise node over ``outer`` (positions -> dims ``omap``); its ``rest`` dims become
+    its inner loops, the contiguous one innermost."""
+    syms = [index_symbol(k) for k in rest]
+    imap = _order_by_stride(rest, syms, info.own_writes) if rest else []
+    p = _Placement(info, omap, imap, outer_sizes=list(outer))
+    p.inner = [sympify(info.buf.data.ranges[d]) for d in imap]
+    return p
+
+
+def _exact_quotient(a, b):
+    """``a / b`` when it is a whole number greater than 1 (static or symbolic), else None."""
+    q = sympy.simplify(sympify(a) / sympify(b))
+    if q.is_Integer:
+        return q if q > 1 else None
+    return q if q.is_integer and q.is_positive and not q.is_Number else None
+
+
+def _refinement(outer: list, sizes: list):
+    """Line up the group's ``outer`` sizes with a node's (kept, in order) dim sizes when they
+    are the same iteration space up to a reshape: the common refinement of both (``[2, 32]``
+    and ``[64, 768]`` -> ``[2, 32]`` with the node's dim 0 = positions 0 and 1; the node's
+    remaining dims, here ``[768]``, are left over). Returns (refined sizes, positions of each
+    outer range, positions of each node dim, number of node dims covered) or None."""
+    refined: list = []
+    outer_runs: list[list[int]] = [[] for _ in outer]
+    node_runs: list[list[int]] = [[] for _ in sizes]
+    j = t = 0
+    g = sympify(outer[0]) if outer else None
+    n = sympify(sizes[0]) if sizes else None
+    while j < len(outer):
+        if t >= len(sizes):
+            return None  # the node is smaller than the group
+        pos = len(refined)
+        if statically_known_equal(g, n):
+            refined.append(g)
+            outer_runs[j].append(pos)
+            node_runs[t].append(pos)
+            j, t = j + 1, t + 1
+            g = sympify(outer[j]) if j < len(outer) else None
+            n = sympify(sizes[t]) if t < len(sizes) else None
+            continue
+        q = _exact_quotient(g, n)
+        if q is not None:  # the group's range splits into the node's dim and more
+            refined.append(n)
+            outer_runs[j].append(pos)
+            node_runs[t].append(pos)
+            g, t = q, t + 1
+            n = sympify(sizes[t]) if t < len(sizes) else None
+            continue
+        q = _exact_quotient(n, g)
+        if q is not None:  # the node's dim spans this range and more
+            refined.append(g)
+            outer_runs[j].append(pos)
+            node_runs[t].append(pos)
+            n, j = q, j + 1
+            g = sympify(outer[j]) if j < len(outer) else None
+            if g is None:
+                return None  # the group ends inside a node dim
+            continue
+        return None
+    return refined, outer_runs, node_runs, t
+
+
+def _refined_placements(placements: list[_Placement], outer: list, info: _Info):
+    """(the group's placements over the refined outer, refined outer, the node's placement)
+    when the node sees the group's iteration space through a reshape, else None."""
+    r = _refinement(outer, info.sizes)
+    if r is None:
+        return None
+    refined, outer_runs, node_runs, covered = r
+    if all(len(run) == 1 for run in outer_runs + node_runs[:covered]):
+        return None  # no reshape: the plain placements covered this
+    rest = info.dims[covered:]
+    if info.kind == "reduction" and rest:
+        return None
+    omap = [info.dims[t] for t, run in enumerate(node_runs) for _ in run]
+    moved = []
+    for p in placements:
+        q = _Placement(p.info, [p.outer_map[j] for j, run in enumerate(outer_runs) for _ in run],
+                       list(p.inner_map), list(p.inner), list(refined))
+        moved.append(q)
+    if info.kind == "reduction":
+        rsyms = [reduction_symbol(k) for k in info.rdims]
+        if info.buf.data.reduction_type in ("argmax", "argmin"):
+            rorder = list(info.rdims)
+        else:
+            rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
+        cand = _Placement(info, omap, rorder, outer_sizes=list(refined))
+        cand.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
+    else:
+        cand = _pointwise_placement(info, omap, rest, refined)
+    return moved, list(refined), cand
 
 
 def _regrouped(group: _Group, k: int) -> list[_Placement] | None:
@@ -345,8 +453,8 @@ def _regrouped(group: _Group, k: int) -> list[_Placement] | None:
         return None
     out = []
     for p in group.placements:
-        q = _Placement(p.info, p.outer_map[:k], p.outer_map[k:])
-        q.inner = list(group.outer[k:])
+        q = _Placement(p.info, p.outer_map[:k], p.outer_map[k:], list(group.outer[k:]),
+                       list(group.outer[:k]))
         out.append(q)
     return out
 
@@ -408,6 +516,14 @@ def _try_fuse(group: _Group, info: _Info) -> tuple[list[_Placement], list, _Plac
                 return placements, outer, cand
             reasons.append(why)
         if not any_shape:
+            refined = _refined_placements(placements, outer, info)
+            if refined is not None:
+                any_shape = True
+                why = _deps_ok(refined[0], refined[1], refined[2])
+                if why is None:
+                    return refined
+                reasons.append(why)
+        if not any_shape:
             rr = [str(s) for s in info.sizes]
             if info.kind == "reduction":
                 rr_txt = f"ranges {rr} reducing {[str(s) for s in info.rsizes]}"
@@ -460,8 +576,57 @@ def _dead_code(graph: LoopGraph) -> list[Buffer]:
     return [b for b, k in zip(bufs, keep, strict=False) if k]
 
 
+class _KeyHandler(IndexSimplifyingHandler):
+    """Prints a body for comparison: loads of deduplicated buffers renamed, the node's own
+    store named ``<out>``."""
+
+    def store(self, name, index, value, mode=None):
+        return super().store("<out>", index, value, mode)
+
+    def store_reduction(self, name, index, value):
+        return super().store_reduction("<out>", index, value)
+
+
+def _reduction_key(b: ComputedBuffer, renames: dict):
+    d = b.data
+    idx = [index_symbol(k) for k in range(len(d.ranges))]
+    ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
+    vr = dict(zip(idx, d.ranges, strict=True)) | dict(zip(ridx, d.reduction_ranges, strict=True))
+    printer = PrintHandler(vr)
+    with set_ops_handler(_KeyHandler(printer, vr, renames)):
+        b.store_body()(idx, ridx)
+    return (b.layout, d.dtype, d.src_dtype, d.acc_dtype, d.reduction_type, tuple(d.ranges),
+            tuple(d.reduction_ranges), tuple(printer.lines))
+
+
+def _deduplicate(buffers: list[Buffer], graph: LoopGraph) -> tuple[list[Buffer], dict[str, str]]:
+    """Identical reductions (same layout, ranges, type and body: ``x.sum()`` next to the sum
+    inside ``x.mean()``) are computed once: later copies are dropped and their readers load
+    the first (``renames``). Outputs and buffers read by externs are kept."""
+    keep_names = set(graph.output_names())
+    scatter_targets = set()
+    for b in buffers:
+        keep_names |= _extern_reads(b)
+        if isinstance(b, ScatterBuffer):
+            scatter_targets.add(b.target.name)
+    seen: dict = {}
+    renames: dict[str, str] = {}
+    out = []
+    for b in buffers:
+        if (type(b) is ComputedBuffer and isinstance(b.data, Reduction) and b.name not in keep_names
+                and not {r.name for r in collect_deps(b)[0]} & scatter_targets):
+            key = _reduction_key(b, renames)
+            if key in seen:
+                renames[b.name] = seen[key]
+                log.debug("%s is computed by %s already (identical reduction)", b.name, seen[key])
+                continue
+            seen[key] = b.name
+        out.append(b)
+    return out, renames
+
+
 def schedule(graph: LoopGraph) -> Schedule:
-    buffers = _dead_code(graph)
+    buffers, renames = _deduplicate(_dead_code(graph), graph)
     steps: list = []  # _Group | ExternKernel
     producer_step: dict[str, int] = {}
     ngroups = itertools.count()
@@ -476,7 +641,7 @@ def schedule(graph: LoopGraph) -> Schedule:
             continue
         if not isinstance(b, ComputedBuffer):
             continue
-        info = _info(b)
+        info = _info(b, renames)
         counters["nodes"] += 1
         prods = [producer_step[r] for r in info.reads if r in producer_step]
         if isinstance(b, ScatterBuffer):
@@ -609,6 +774,7 @@ def _plan_memory(sched: Schedule) -> None:
         if nm in keep:
             continue
         frees_at.setdefault(k, []).append(nm)
+    internal = {nm for s in sched.steps if isinstance(s, FusedGroup) for nm in s.internal_buffers}
     pool: list[tuple[int, str]] = []  # (freed after step, name) of reusable ComputedBuffers
     for k, s in enumerate(sched.steps):
         s.frees = sorted(frees_at.get(k, []), key=lambda n: (len(n), n))
@@ -619,15 +785,17 @@ def _plan_memory(sched: Schedule) -> None:
                     continue  # writes into its target's storage
                 lay = n.buffer.layout
                 reuse = None
-                for j, (when, cand) in enumerate(pool):
-                    if when < k and graph.get_buffer(cand).layout == lay:
-                        reuse = cand
-                        pool.pop(j)
-                        counters["reused_buffers"] += 1
-                        break
+                if n.buffer.name not in internal:
+                    for j, (when, cand) in enumerate(pool):
+                        if when < k and graph.get_buffer(cand).layout == lay:
+                            reuse = cand
+                            pool.pop(j)
+                            counters["reused_buffers"] += 1
+                            break
                 allocs.append(Allocation(n.buffer.name, lay, reuse, n.buffer.name in s.internal_buffers))
             s.allocations = allocs
         for nm in s.frees:
             b = graph.name_to_buffer.get(nm)
-            if isinstance(b, ComputedBuffer):
+            # an internal buffer may never have had storage (a codegen keeps it in registers)
+            if isinstance(b, ComputedBuffer) and nm not in internal:
                 pool.append((k, nm))

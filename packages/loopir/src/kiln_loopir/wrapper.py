@@ -224,10 +224,11 @@ class _WrapperWriter:
             self.live.difference_update(dead)
 
     def emit_allocation(self, a) -> None:
-        # a buffer the codegen kept in registers never had storage: nothing to take over
-        if a.reuses and a.reuses in self.live:
-            old = self.graph.get_buffer(a.reuses).layout if a.reuses in self.graph.name_to_buffer else None
-            if old is not None and (old.size, old.stride) == (a.layout.size, a.layout.stride):
+        if a.reuses:
+            if a.reuses not in self.live:  # the scheduler never lends an internal buffer
+                raise ValueError(f"memory plan: {a.name} reuses {a.reuses}, which has no storage here")
+            old = self.graph.get_buffer(a.reuses).layout
+            if (old.size, old.stride) == (a.layout.size, a.layout.stride):
                 self.emit(f"{a.name} = {a.reuses}; del {a.reuses}  # reuse")
             else:
                 self.emit(f"{a.name} = reinterpret_tensor({a.reuses}, {_sizes_text(a.layout.size)}, "

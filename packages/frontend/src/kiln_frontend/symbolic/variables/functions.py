@@ -193,8 +193,12 @@ class UserMethodVariable(UserFunctionVariable):
     def reconstruct(self, codegen):
         if self.source is not None:
             return self.source.reconstruct(codegen)
+        # types.MethodType(fn, obj): ``obj.<name>`` could find an override (super())
+        codegen.push_null()
+        codegen.load_const_object(types.MethodType)
+        codegen.load_const_object(self.fn)
         codegen(self.obj)
-        codegen.load_attr(self.fn.__name__)
+        codegen.call_function(2)
 
     def describe(self) -> str:
         return f"UserMethodVariable({self.fn.__qualname__})"

@@ -22,7 +22,7 @@ from torch import nn
 
 from ...exc import Unsupported
 from ...guards import GuardKind
-from ...sources import AttrSource, GetItemSource, Source
+from ...sources import AttrSource, GetItemSource, NNModuleMemberSource, Source
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
@@ -70,12 +70,21 @@ def _has_backward_hooks(module: nn.Module) -> bool:
     return bool(module._backward_hooks or getattr(module, "_backward_pre_hooks", None))
 
 
-def path_source(base: Source, dotted: str) -> Source:
-    """``base.a.b.0`` as a chain of AttrSources (``getattr(m, '0')`` works on modules)."""
+def member_source(base: Source, module: nn.Module, name: str) -> Source:
+    """The source of submodule/parameter/buffer ``name`` of ``module`` (at ``base``)."""
+    for table in ("_modules", "_parameters", "_buffers"):
+        if name in module.__dict__.get(table, {}):
+            return NNModuleMemberSource(base, name, table)
+    return AttrSource(base, name)
+
+
+def path_source(base: Source, module: nn.Module, dotted: str) -> Source:
+    """``base.a.b.0`` (a dotted path from ``named_modules``/``named_parameters``)."""
     src = base
     if dotted:
         for part in dotted.split("."):
-            src = AttrSource(src, part)
+            src = member_source(src, module, part)
+            module = getattr(module, part)
     return src
 
 
@@ -121,17 +130,19 @@ class NNModuleVariable(VariableTracker):
             p = d["_parameters"][name]
             if p is None:
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(src, p)
+            return tx.output.register_attr_tensor(
+                NNModuleMemberSource(self.source, name, "_parameters"), p)
         if name in d.get("_buffers", {}):
             b = d["_buffers"][name]
             if b is None:
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(src, b)
+            return tx.output.register_attr_tensor(
+                NNModuleMemberSource(self.source, name, "_buffers"), b)
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
             if sub is None:
                 return ConstantVariable(None)
-            return tx.wrap_value(sub, src)
+            return tx.wrap_value(sub, NNModuleMemberSource(self.source, name))
         if name in d:
             return tx.wrap_value(d[name], src)
         try:
@@ -255,10 +266,10 @@ class NNModuleVariable(VariableTracker):
     def children(self, tx) -> list[VariableTracker]:
         m = self.module
         if isinstance(m, (nn.Sequential, nn.ModuleList)):
-            return [tx.wrap_value(child, GetItemSource(self.source, i))
-                    for i, child in enumerate(m)]
+            return [tx.wrap_value(child, NNModuleMemberSource(self.source, key))
+                    for key, child in m._modules.items()]
         if isinstance(m, nn.ParameterList):
-            return [tx.output.register_attr_tensor(AttrSource(self.source, str(i)), p)
+            return [tx.output.register_attr_tensor(member_source(self.source, m, str(i)), p)
                     for i, p in enumerate(m)]
         if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
             return [ConstantVariable(k) for k in m.keys()]
@@ -286,9 +297,9 @@ class NNModuleVariable(VariableTracker):
                     raise Unsupported(f"index {idx} out of range for {type(m).__qualname__}")
                 return items[idx]
         if isinstance(m, nn.ModuleDict) and isinstance(idx, str) and idx in m:
-            return tx.wrap_value(m[idx], GetItemSource(self.source, idx))
+            return tx.wrap_value(m[idx], NNModuleMemberSource(self.source, idx))
         if isinstance(m, nn.ParameterDict) and isinstance(idx, str) and idx in m:
-            return tx.output.register_attr_tensor(AttrSource(self.source, idx), m[idx])
+            return tx.output.register_attr_tensor(member_source(self.source, m, idx), m[idx])
         raise Unsupported(f"{type(m).__qualname__}[{idx!r}]")
 
     def as_python_constant(self) -> Any:
@@ -330,9 +341,9 @@ class ModuleMethodVariable(VariableTracker):
                 raise Unsupported(f"{type(m).__qualname__}.{self.name} with arguments")
             keys = list(m.keys())
             if isinstance(m, nn.ModuleDict):
-                values = [tx.wrap_value(m[k], GetItemSource(mv.source, k)) for k in keys]
+                values = [tx.wrap_value(m[k], NNModuleMemberSource(mv.source, k)) for k in keys]
             else:
-                values = [tx.output.register_attr_tensor(AttrSource(mv.source, k), m[k])
+                values = [tx.output.register_attr_tensor(member_source(mv.source, m, k), m[k])
                           for k in keys]
             if self.name == "keys":
                 return ListIteratorVariable([ConstantVariable(k) for k in keys])
@@ -346,7 +357,7 @@ class ModuleMethodVariable(VariableTracker):
         for path, obj in named:
             rel = path[len(prefix) + 1:] if prefix and path.startswith(prefix + ".") else (
                 "" if prefix and path == prefix else path)
-            value = wrap_module_member(tx, path_source(mv.source, rel), obj) if rel else mv
+            value = wrap_module_member(tx, path_source(mv.source, m, rel), obj) if rel else mv
             if self.name.startswith("named_"):
                 items.append(TupleVariable([ConstantVariable(path), value]))
             else:
