@@ -390,10 +390,16 @@ def _first_line(e: BaseException, lines: int = 1) -> str:
 
 def _where(e: BaseException) -> str:
     """The innermost traceback frame inside kiln's packages (for routing a failure)."""
+    if e.__cause__ is not None and e.__cause__ is not e:  # kiln wraps a step's error
+        inner = _where(e.__cause__)
+        if inner:
+            return inner
     where = ""
     for fs in traceback.extract_tb(e.__traceback__):
-        m = re.search(r"(kiln\w*)/(.*\.py)$", fs.filename.replace(os.sep, "/"))
-        if m and "/packages/" in fs.filename.replace(os.sep, "/"):
+        # editable installs (packages/*/src/kiln_x/...) and plain ones (site-packages/kiln_x/...)
+        m = re.search(r"/(?:src|site-packages)/(kiln\w*)/(.*\.py)$",
+                      fs.filename.replace(os.sep, "/"))
+        if m:
             where = f"{m.group(1)}/{m.group(2)}:{fs.name}"
     return where
 
