@@ -20,7 +20,7 @@ nox.options.sessions = ["lint", "tests"]
 
 PYTHON = os.environ.get("KILN_NOX_PYTHON", "3.11")
 TORCH = os.environ.get("KILN_TORCH_SPEC", "torch==2.13.0")
-TEST_DEPS = ["pytest", "pytest-timeout", "sympy", "numpy"]
+TEST_DEPS = ["pytest", "pytest-timeout", "sympy", "numpy", "expecttest"]
 # Real models for tests-integration and benchmarks (timm pulls torchvision: docs/testing.md).
 MODEL_DEPS = ["timm", "transformers"]
 # Keeps every later install from replacing the pinned torch.

@@ -14,9 +14,8 @@ import statistics
 import sys
 import timeit
 
-import torch
-
 import kiln_frontend
+import torch
 
 
 def tiny(x, y):

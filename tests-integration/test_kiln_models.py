@@ -22,6 +22,10 @@ timings printed are those of a cold cache, as on CI.
 from __future__ import annotations
 
 import operator
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable
 
@@ -263,10 +267,46 @@ def test_hand_built_fx_graph_compile_fx(fresh_kiln):
     g.output((p, s))
     gm = torch.fx.GraphModule(root, g)
 
-    inputs = [torch.randn(5, 16), torch.randn(8)]
-    compiled = compile_fx(gm, inputs)
+    compiled = compile_fx(gm, [torch.randn(5, 16), torch.randn(8)])
     assert len(compiled.module.kernels) >= 1
-    for rows in (5,):  # static sizes: the compiled graph is for these shapes
-        xs = [torch.randn(rows, 16), torch.randn(8)]
-        got = compiled(*xs)
-        torch.testing.assert_close(list(got), list(gm(*xs)), rtol=1e-5, atol=1e-5)
+    xs = [torch.randn(5, 16), torch.randn(8)]  # new values, the same (static) sizes
+    torch.testing.assert_close(list(compiled(*xs)), list(gm(*xs)), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------ dynamic sizes, a conv net
+
+_DYNAMIC_RESNET = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {here!r})
+    import _torchvision_shim
+    _torchvision_shim.install()
+    import kiln, timm, torch
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False, num_classes=10).eval()
+    compiled = kiln.compile(model, dynamic=True)
+    with torch.no_grad():
+        for batch, size in [(2, 32), (3, 40), (2, 33)]:
+            x = torch.randn(batch, 3, size, size)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-3, atol=1e-3)
+    s = kiln.stats()
+    assert s.graphs_compiled > 0 and s.kernels_generated > 0 and s.interpreter_fallbacks == 0, s
+    print("graphs", s.graphs_compiled, "kernels", s.kernels_generated)
+    """
+)
+
+
+def test_resnet18_dynamic_sizes_kiln_compile():
+    """``dynamic=True`` on a conv net: sizes such as ``(s0 - 1)//2 + 1`` reach the C++ index
+    arithmetic. Run in a child process: a wrong index there corrupts memory."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run(
+        [sys.executable, "-c", _DYNAMIC_RESNET.format(here=here)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+    )
+    assert run.returncode == 0, f"exit code {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    assert "graphs" in run.stdout

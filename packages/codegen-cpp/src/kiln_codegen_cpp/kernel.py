@@ -27,6 +27,7 @@ How a group becomes C++ (``CppKernel(group, name).generate()``):
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -49,6 +50,15 @@ from .printer import cexpr
 LANES = 16  # accumulators per reduction (one AVX-512 register of floats)
 _NL = "@NL@"  # placeholder for the lane count of a lane-mode chunk
 PARALLEL_THRESHOLD = 16384  # elements of work below which a kernel runs single-threaded
+ROW_LIMIT = 16384  # longest thread-local row (elements) a kernel keeps on the stack
+ROW_BYTES_LIMIT = 256 * 1024  # all rows of one kernel, per thread
+ROW_BYTES = {"float": 4, "double": 8, "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "int16_t": 2,
+             "int32_t": 4, "int64_t": 8, "bool": 1, "uint32_t": 4, "uint64_t": 8}
+#: calls worth keeping in a row rather than computing twice
+_COSTLY_CALL = re.compile(
+    r"\b(?:kiln_)?(?:exp|exp2|expm1|log|log2|log10|log1p|sin|cos|tan|asin|acos|atan|sinh|cosh|"
+    r"tanh|asinh|acosh|atanh|erf|erfc|erfinv|lgamma|pow|sigmoid|atan2|hypot)f?\(")
+_TMP = re.compile(r"\btmp\d+\b")
 
 CTYPES: dict[torch.dtype, str] = {
     torch.float32: "float",
@@ -155,6 +165,12 @@ class CppKernel:
         self.name = name
         self.buffer_dtypes = buffer_dtypes  # every buffer name -> dtype
         self.written_inputs = set(written_inputs)  # graph inputs this kernel writes (mutations)
+        # value key -> (row name, producing node, consuming nodes) (see _plan_shared_rows)
+        self.shared_rows: dict[tuple, tuple[str, int, frozenset[int]]] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        """The state of one generation pass (``generate`` may run twice)."""
         self._tmp = 0
         self._ind = 0
         self.blocks: list[_Block] = []
@@ -173,11 +189,31 @@ class CppKernel:
         self._no_simd = False  # set when the current loop has stores that forbid `omp simd`
         self.stats = {"loads": 0, "stores": 0}
         self.derived: dict[str, sympy.Expr] = {}  # extra int64 args: name -> size expression
+        # rows: thread-local arrays over one node's inner loop (see "rows" below): rowN hold
+        # internal buffers, savedN values computed once for several nodes
+        self.row_buffers: dict[str, str] = {}  # internal buffer kept in a row -> the row's name
+        self.rows: dict[str, tuple[str, int]] = {}  # row name -> (C type, length)
+        self._node: tuple[int, int, str] | None = None  # (node number, innermost depth, C row index)
+        self._value_keys: dict[str, tuple] = {}  # tmp name -> structural key of its value
+        self.inner_values: dict[int, dict[tuple, bool]] = {}  # node -> value key -> costly
+        self.mode = ""  # "pointwise" | "lanes" | "mixed"
 
     # =========================================================================================
     # driver
     # =========================================================================================
     def generate(self) -> str:
+        """The C++ function. A second pass runs when the first found costly values (``exp``)
+        that a later node recomputes over the same inner loop (see ``_plan_shared_rows``)."""
+        text = self._generate()
+        shared = self._plan_shared_rows()
+        if shared:
+            rows = {row: self.rows[row] for row, _, _ in shared.values()}
+            self._reset()
+            self.shared_rows, self.rows = shared, rows
+            text = self._generate()
+        return text
+
+    def _generate(self) -> str:
         g = self.group
         outer_syms, self.loop_ranges, self.outer_index = self._plan_outer_loops()
         self.var_ranges.update(zip(outer_syms, self.loop_ranges, strict=True))
@@ -187,10 +223,14 @@ class CppKernel:
         self.blocks = [_Block(0)]
         body: list[str]
         if pure_pointwise:
+            self.mode = "pointwise"
             body = self._pointwise_group(outer_syms)
         elif self._lane_mode(outer_syms):
+            self.mode = "lanes"
             body = self._lane_group(outer_syms)
         else:
+            self.mode = "mixed"
+            self._plan_row_buffers()
             body = self._mixed_group(outer_syms)
         prologue = self.blocks[0].lines
         return self._function(prologue + body)
@@ -294,6 +334,7 @@ class CppKernel:
                     stores[d.name] = (-1, d.index)  # written twice / accumulated: keep in memory
                 else:
                     stores[d.name] = (k, d.index)
+        self._stores, self._loads = stores, loads
         internal = set(getattr(g, "internal_buffers", ()) or ())
         for name in internal:
             if name not in stores:
@@ -308,6 +349,79 @@ class CppKernel:
                 continue
             if all(j > k and lidx == idx for j, lidx in loads.get(name, [])):
                 self.local_buffers.add(name)
+
+    # =========================================================================================
+    # rows: thread-local arrays over one node's inner loop, inside the outer loop
+    # =========================================================================================
+    def _static_inner(self, node) -> int | None:
+        n = sympy.Mul(*node.inner) if node.inner else sympy.Integer(0)
+        return int(n) if n.is_Integer and 0 < int(n) <= ROW_LIMIT else None
+
+    def _same_inner(self, a, b) -> bool:
+        return len(a.inner) == len(b.inner) and all(
+            sympy.simplify(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.inner, b.inner, strict=True))
+
+    def _new_row(self, prefix: str, ctype_: str, length: int) -> str | None:
+        used = sum(ROW_BYTES.get(t, 8) * n for t, n in self.rows.values())
+        if used + ROW_BYTES.get(ctype_, 8) * length > ROW_BYTES_LIMIT:
+            return None
+        name = f"{prefix}{sum(1 for r in self.rows if r.startswith(prefix))}"
+        self.rows[name] = (ctype_, length)
+        return name
+
+    def _plan_row_buffers(self) -> None:
+        """An internal buffer written by a pointwise node over inner loops (an embedding sum a
+        layernorm then reads) and read back only by later nodes over the same inner loop at
+        the index it was stored at lives in a row: the outer point's slice, never in memory."""
+        if not self.loop_ranges:
+            return
+        nodes = self.group.nodes
+        for name in sorted(set(getattr(self.group, "internal_buffers", ()) or ())):
+            if name not in self._stores or name in self.local_buffers:
+                continue
+            k, idx = self._stores[name]
+            if k < 0 or nodes[k].kind != "pointwise" or not nodes[k].inner:
+                continue
+            if any(symbol_kind(s) == "ind" for s in idx.free_symbols) or self._static_inner(nodes[k]) is None:
+                continue
+            readers = self._loads.get(name, [])
+            if all(j > k and lidx == idx and self._same_inner(nodes[j], nodes[k]) for j, lidx in readers):
+                row = self._new_row("row", ctype(self.buffer_dtypes[name]), self._static_inner(nodes[k]))
+                if row is not None:
+                    self.row_buffers[name] = row
+
+    def _plan_shared_rows(self) -> dict:
+        """After a first pass: costly values (``expf(x - max)``) that a node computes per inner
+        point and a later node over the same inner loop computes again (softmax's sum and its
+        output). The first node stores them in a row, the later ones read the row."""
+        if self.mode != "mixed" or not self.loop_ranges:
+            return {}
+        nodes = self.group.nodes
+        plan: dict[tuple, tuple[str, int, set[int]]] = {}
+        for j, later in enumerate(nodes):
+            for key in self.inner_values.get(j, {}):
+                if key in plan:
+                    if self._same_inner(nodes[plan[key][1]], later):
+                        plan[key][2].add(j)
+                    continue
+                for k in range(j):
+                    first = self.inner_values.get(k, {})
+                    if first.get(key) and self._same_inner(nodes[k], later) and self._static_inner(later):
+                        row = self._new_row("saved", ctype(key[1]), self._static_inner(later))
+                        if row is not None:
+                            plan[key] = (row, k, {j})
+                        break
+        return {key: (row, k, frozenset(js)) for key, (row, k, js) in plan.items()}
+
+    def _row_declarations(self) -> list[str]:
+        return [f"{t} {name}[{n}];  // thread-local row" for name, (t, n) in self.rows.items()]
+
+    def _set_node(self, number: int, inner_syms: list, inner: list) -> None:
+        """The node now generating, its innermost block and its row index (inner linear index)."""
+        lin = sympy.Integer(0)
+        for s, r in zip(inner_syms, inner, strict=True):
+            lin = lin * r + s
+        self._node = (number, len(self.blocks) - 1, cexpr(lin))
 
     # =========================================================================================
     # loop structure
@@ -409,7 +523,8 @@ class CppKernel:
         for s in outer_syms:
             self.sym_depth[s.name] = 1
         b1 = self._open()
-        for node in g.nodes:
+        for number, node in enumerate(g.nodes):
+            self._node_index = number
             if node.kind == "reduction":
                 b1.lines += self._reduction_node(node, outer_index)
             elif node.inner:
@@ -419,6 +534,7 @@ class CppKernel:
                 self._node_no += 1
                 self._run_body(node, outer_index, [])
         self._close()
+        b1.lines[:0] = self._row_declarations()
         if not outer_syms:
             return b1.lines
         total, decode = self._flat_loop_header(outer_syms, self.loop_ranges, "x")
@@ -583,7 +699,9 @@ class CppKernel:
             self._note_sizes(node.inner[j])
         blocks = [self._open() for _ in inner_syms]
         self._no_simd = False
+        self._set_node(self._node_index, inner_syms, node.inner)
         self._run_body(node, outer_syms, inner_syms)
+        self._node = None
         no_simd = self._no_simd
         for _ in inner_syms:
             self._close()
@@ -616,7 +734,10 @@ class CppKernel:
             self._note_sizes(node.inner[j])
         blocks = [self._open() for _ in inner_syms]
         self._reduction = None
+        if inner_syms:
+            self._set_node(self._node_index, inner_syms, node.inner)
         self._run_body(node, outer_syms, inner_syms)
+        self._node = None
         red = self._reduction
         self._reduction = None
         node_no = self._node_no
@@ -812,11 +933,35 @@ class CppKernel:
             return blk.cse[key]
         name = f"tmp{self._tmp}"
         self._tmp += 1
-        blk.lines.append(f"const {ctype(dtype)} {name} = {expr};")
+        value_key = self._value_key(expr, dtype)
+        node = self._node
+        innermost = node is not None and depth == node[1]
+        shared = self.shared_rows.get(value_key) if innermost else None
+        if shared is not None and node[0] in shared[2]:  # computed by an earlier node: read its row
+            blk.lines.append(f"const {ctype(dtype)} {name} = {shared[0]}[{node[2]}];")
+        else:
+            blk.lines.append(f"const {ctype(dtype)} {name} = {expr};")
+            if shared is not None and node[0] == shared[1]:  # keep it for the later nodes
+                blk.lines.append(f"{shared[0]}[{node[2]}] = {name};")
+        self._value_keys[name] = value_key
+        if innermost:
+            self.inner_values.setdefault(node[0], {})[value_key] = bool(_COSTLY_CALL.search(expr))
         v = CppValue(name, dtype, depth)
         if cse:
             blk.cse[key] = v
         return v
+
+    def _value_key(self, expr: str, dtype: torch.dtype) -> tuple:
+        """What a statement computes, independent of tmp names: (the expression with its tmp
+        operands as ``{}``, dtype, the operands' keys). Equal keys at one (outer, inner) point
+        are equal values: loads read buffers no later node writes."""
+        operands: list = []
+
+        def operand(m):
+            operands.append(self._value_keys.get(m.group(), m.group()))
+            return "{}"
+
+        return (_TMP.sub(operand, expr), dtype, *operands)
 
     def _value(self, x, like: CppValue | None = None) -> CppValue:
         if isinstance(x, CppValue):
@@ -877,6 +1022,9 @@ class CppKernel:
         if name in self.locals and self.locals[name][0] == index:
             return self.locals[name][1]
         dtype = self.buffer_dtypes[name]
+        if name in self.row_buffers and self._node is not None:
+            return self._emit(f"{self.row_buffers[name]}[{self._node[2]}]", dtype, [],
+                              min_depth=len(self.blocks) - 1)
         depth = self._depth_of_index(index)
         if name in self.written_in_group:
             depth = len(self.blocks) - 1  # never hoist above the loop that writes it
@@ -903,6 +1051,9 @@ class CppKernel:
         if name in self.local_buffers and mode is None:
             self.locals[name] = (index, self._value(value) if value.dtype == dtype
                                  else self._emit(expr, dtype, [value]))
+            return
+        if name in self.row_buffers and mode is None and self._node is not None:
+            self.blocks[-1].lines.append(f"{self.row_buffers[name]}[{self._node[2]}] = {expr};")
             return
         ptr = self._note_write(name)
         self._forget_loads(name)

@@ -366,6 +366,41 @@ cache_lookup(PyObject *entries, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return rc;
 }
 
+/* A cached fn was built with the closure of the call that compiled it. A later call of the
+ * same code may come from another function object (a closure made anew, e.g. a comprehension
+ * or nested function on every call): then run a copy of fn bound to *this* frame's cells, so
+ * free variables read the caller's values. Replaces *fn (a new reference) when needed. */
+static int
+rebind_closure(PyObject **fn, PyObject *frame_func)
+{
+    if (!PyFunction_Check(*fn) || frame_func == NULL || !PyFunction_Check(frame_func)) {
+        return 0;
+    }
+    PyObject *want = PyFunction_GET_CLOSURE(frame_func);
+    PyObject *have = PyFunction_GET_CLOSURE(*fn);
+    if (want == have || want == NULL) {
+        return 0;
+    }
+    /* Only a transformed copy of the frame's own code takes the frame's cells: same free
+     * variable names. A wrapper of another shape keeps its own closure. */
+    PyObject *fn_free = PyCode_GetFreevars((PyCodeObject *)PyFunction_GET_CODE(*fn));
+    PyObject *frame_free = fn_free == NULL ? NULL
+        : PyCode_GetFreevars((PyCodeObject *)PyFunction_GET_CODE(frame_func));
+    int same = frame_free == NULL ? -1 : PyObject_RichCompareBool(fn_free, frame_free, Py_EQ);
+    Py_XDECREF(fn_free);
+    Py_XDECREF(frame_free);
+    if (same <= 0) {
+        return same;
+    }
+    PyObject *copy = PyFunction_New(PyFunction_GET_CODE(*fn), PyFunction_GET_GLOBALS(*fn));
+    if (copy == NULL || PyFunction_SetClosure(copy, want) < 0) {
+        Py_XDECREF(copy);
+        return -1;
+    }
+    Py_SETREF(*fn, copy);
+    return 0;
+}
+
 static PyObject *
 kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
@@ -402,6 +437,9 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
             goto error;
         }
         if (fn != NULL) {
+            if (rebind_closure(&fn, FRAME_FUNC(frame)) < 0) {
+                goto error;
+            }
             result = PyObject_Vectorcall(fn, args, nargs, NULL);
             Py_DECREF(fn);
             goto done;

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import eval_frame
 from .backends import backend_name, lookup_backend
-from .eval_frame import CompileCallback, compile_callback, set_eval_frame
+from .eval_frame import compile_callback, set_eval_frame
 
 _DISABLED = None  # callback value meaning "hook off"
 _RUN_ONLY = False  # callback value meaning "cached code only"

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib.util
 import functools
+import importlib.util
 import inspect
 import os
 import sys

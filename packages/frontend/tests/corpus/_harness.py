@@ -51,6 +51,8 @@ class CaseResult:
     backend: CountingBackend
     result: Any
     eager_result: Any
+    #: the compiled side's copy of the arguments (after both calls)
+    args: tuple = ()
 
     @property
     def graphs(self) -> list[torch.fx.GraphModule]:
@@ -60,6 +62,23 @@ class CaseResult:
 def _copy_args(args: tuple) -> tuple:
     """A deep copy; tensors keep ``requires_grad`` (leaf tensors copy as leaves)."""
     return copy.deepcopy(tuple(args))
+
+
+def _fresh_tensors(value: Any) -> Any:
+    """The same argument structure with NEW tensors (floating ones doubled, others cloned),
+    so a second call that reused values of the first one (a stale closure, a constant
+    folded from a tensor) shows up.  Modules and other objects are kept (their identity is
+    guarded)."""
+    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+        new = value.detach().clone()
+        if new.is_floating_point():
+            new = new * 2
+        return new.requires_grad_(value.requires_grad)
+    if type(value) in (list, tuple):
+        return type(value)(_fresh_tensors(v) for v in value)
+    if type(value) is dict:
+        return {k: _fresh_tensors(v) for k, v in value.items()}
+    return value
 
 
 def state_of(value: Any, _seen: set[int] | None = None) -> Any:
@@ -137,14 +156,18 @@ def assert_same(actual: Any, expected: Any, what: str = "result") -> None:
 
 def check_case(fn: Callable[..., Any], args: tuple | list, expected_graphs: int | None, *,
                fullgraph: bool = False, mutate_check: Callable[[tuple], Any] | None = None,
-               kwargs: dict[str, Any] | None = None) -> CaseResult:
+               kwargs: dict[str, Any] | None = None,
+               fresh_inputs: bool = False) -> CaseResult:
     """Run ``fn(*args, **kwargs)`` eagerly and compiled (on deep copies of the arguments),
     twice, and check results, final input state, graph count and cache reuse.
 
     ``expected_graphs``: graphs the backend gets on the first call (None: do not check);
     ``fullgraph``: compile with ``nopython=True`` (any graph break raises);
     ``mutate_check(args) -> value``: what to compare after each call instead of the default
-    snapshot of every tensor/container/object reachable from the arguments."""
+    snapshot of every tensor/container/object reachable from the arguments;
+    ``fresh_inputs``: the second call gets NEW tensors with other values (floating ones
+    doubled) instead of the same objects — catches a compiled frame that kept values of the
+    first call (not for cases whose guards specialize on tensor values, like ``.item()``)."""
     kwargs = dict(kwargs or {})
     snapshot = mutate_check if mutate_check is not None else state_of
     kiln_frontend.reset()
@@ -163,6 +186,10 @@ def check_case(fn: Callable[..., Any], args: tuple | list, expected_graphs: int 
     first_result = None
     eager_first = None
     for call in (1, 2):
+        if call == 2 and fresh_inputs:
+            # new tensors with other values, same for both sides
+            eager_args = tuple(_fresh_tensors(a) for a in eager_args)
+            comp_args = tuple(_fresh_tensors(a) for a in comp_args)
         converts_before = eval_frame.counters["converts"]
         graphs_before = len(backend.graphs)
         expected = eager_fn(*eager_args, **eager_kwargs)
@@ -183,11 +210,10 @@ def check_case(fn: Callable[..., Any], args: tuple | list, expected_graphs: int 
             assert eval_frame.counters["converts"] == converts_before, (
                 "second call converted a frame again (a guard failed on the same inputs)")
     kiln_frontend.reset()
-    return CaseResult(backend=backend, result=first_result, eager_result=eager_first)
+    return CaseResult(backend=backend, result=first_result, eager_result=eager_first,
+                      args=comp_args)
 
 
-__all__ = ["Case", "CaseResult", "CountingBackend", "assert_same", "case_params", "check_case",
-           "state_of"]
 
 
 @dataclasses.dataclass
@@ -201,6 +227,9 @@ class Case:
     kwargs: dict[str, Any] | None = None
     mutate_check: Callable[[tuple], Any] | None = None
     name: str | None = None
+    #: pytest marks for this case (e.g. a strict xfail naming a known bug)
+    marks: tuple = ()
+    fresh_inputs: bool = False
 
     @property
     def id(self) -> str:
@@ -208,11 +237,17 @@ class Case:
 
     def check(self) -> CaseResult:
         return check_case(self.fn, self.args, self.graphs, fullgraph=self.fullgraph,
-                          mutate_check=self.mutate_check, kwargs=self.kwargs)
+                          mutate_check=self.mutate_check, kwargs=self.kwargs,
+                          fresh_inputs=self.fresh_inputs)
 
 
 def case_params(cases: list[Case]):
     """``pytest.mark.parametrize`` arguments for a list of cases (ids: function names)."""
     import pytest
 
-    return pytest.mark.parametrize("case", cases, ids=[c.id for c in cases])
+    return pytest.mark.parametrize(
+        "case", [pytest.param(c, marks=c.marks, id=c.id) for c in cases])
+
+
+__all__ = ["Case", "CaseResult", "CountingBackend", "assert_same", "case_params", "check_case",
+           "state_of"]

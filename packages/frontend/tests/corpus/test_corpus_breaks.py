@@ -4,6 +4,7 @@ inlined calls and loops — and what fullgraph says about it."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -11,12 +12,16 @@ import random
 import numpy as np
 import pytest
 import torch
-from _harness import Case, case_params, check_case
+from _harness import Case as _Case
+from _harness import case_params, check_case
 
 # a logger outside the hierarchy: pytest's capture handler (a list that grows, so its
 # emit frame recompiles on every record) is not the point here
 log = logging.Logger("kiln.test.corpus")
 log.addHandler(logging.NullHandler())
+
+#: every case here also runs a second time on new tensor values
+Case = functools.partial(_Case, fresh_inputs=True)
 
 
 def _t(*shape):
@@ -104,6 +109,21 @@ def generator_frame_runs_as_is(x):
     return list(_gen(x))
 
 
+def _count():
+    i = 0
+    while True:
+        yield i
+        i += 1
+
+
+def endless_generator(x, xs):
+    # an inlined generator runs to its end: an endless one is a graph break, not a hang
+    y = x * 2
+    for i, t in zip(_count(), xs, strict=False):
+        y = y + t * i
+    return y
+
+
 def break_then_mutation(x):
     x.add_(1)
     print("after the in-place op")
@@ -127,9 +147,9 @@ def break_keeps_locals(x, y):
 CASES = [
     Case(break_print, (_t(3),), 2),
     Case(break_logging, (_t(3),), 2),
-    Case(break_item, (_t(3),), 2),
-    Case(break_tolist, (_t(3),), 1),
-    Case(break_int_of_tensor, (_t(3),), 2),
+    Case(break_item, (_t(3),), 2, fresh_inputs=False),  # specializes on the value
+    Case(break_tolist, (_t(3),), 1, fresh_inputs=False),  # specializes on the value
+    Case(break_int_of_tensor, (_t(3),), 2, fresh_inputs=False),  # specializes on the value
     Case(break_bool_branch, (_t(3),), 2),
     Case(break_numpy, (_t(3),), 2),
     Case(break_random, (_t(3),), 1, mutate_check=lambda a: a),
@@ -137,6 +157,7 @@ CASES = [
     Case(break_in_inlined_call, (_t(3),), 4),
     Case(break_in_loop_frame_runs_eagerly, (_t(3),), 0),
     Case(generator_frame_runs_as_is, (_t(3),), 1),
+    Case(endless_generator, (_t(3), [_t(3), _t(3)]), 1),
     Case(break_then_mutation, (_t(3),), 2),
     Case(break_nonzero, (_t(3),), 2),
     Case(break_keeps_locals, (_t(3), _t(3)), 2),

@@ -7,7 +7,11 @@ import functools
 
 import pytest
 import torch
-from _harness import Case, case_params, check_case
+from _harness import Case as _Case
+from _harness import case_params, check_case
+
+#: every case here also runs a second time on new tensor values
+Case = functools.partial(_Case, fresh_inputs=True)
 
 
 def _t(*shape):
@@ -199,8 +203,36 @@ def closure_function_returned(x):
     return g(x), g
 
 
-def _check_returned_closure(case):
-    pass
+def closure_across_graph_break(x):
+    scale = 2.0
+
+    def f(t):
+        return t * scale
+
+    y = f(x)
+    print("graph break")
+    scale = 3.0
+    return f(y) + 1
+
+
+def nonlocal_across_graph_break(x):
+    total = x
+
+    def add(v):
+        nonlocal total
+        total = total + v
+
+    add(x)
+    print("graph break")
+    add(x * 2)
+    return total
+
+
+def comprehension_cell_across_graph_break(x):
+    # on 3.11 the comprehension closes over ``x``: ``x`` is a cell variable of this frame
+    ys = [x * i for i in range(3)]
+    print("graph break")
+    return x + ys[1]
 
 
 # -- methods, classmethods, staticmethods, super() -----------------------------------------
@@ -296,6 +328,9 @@ CASES = [
     Case(closure_over_tensor_in_frame, (_t(3, 4), _t(4, 2)), 1, fullgraph=True),
     Case(cell_argument_mutated, (_t(4),), 1, fullgraph=True),
     Case(nested_defaults, (_t(4),), 1, fullgraph=True),
+    Case(closure_across_graph_break, (_t(4),), 2),
+    Case(nonlocal_across_graph_break, (_t(4),), 3),
+    Case(comprehension_cell_across_graph_break, (_t(4),), 2),
     Case(method_call, (_t(4), Scaler(0.5)), 1, fullgraph=True),
     Case(classmethod_call, (_t(4), Scaler(0.5)), 1, fullgraph=True),
     Case(property_access, (_t(4), Scaler(0.5)), 1, fullgraph=True),

@@ -599,6 +599,10 @@ class GraphLowering:
         return out
 
     def _preferred_stride(self, n, out):
+        from .lowerings.extern import channels_last_strides, runs_channels_last
+
+        if len(out.get_size()) == 4 and any(runs_channels_last(u) and u.args[0] is n for u in n.users):
+            return channels_last_strides(out.get_size())  # the input of a channels-last conv
         meta = self._meta(n)
         if isinstance(meta, torch.Tensor) and len(meta.shape) == len(out.get_size()):
             try:

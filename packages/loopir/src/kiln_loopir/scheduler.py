@@ -465,8 +465,6 @@ def _deps_ok(placements: list[_Placement], outer: list, cand: _Placement) -> str
     needed = cand.info.reads & set(written)
     if not needed:
         return None
-    if cand.info.indirect:
-        return "reads a buffer of the group through an indirect index"
     osyms = [index_symbol(k) for k in range(len(outer))]
     rsyms = [reduction_symbol(k) for k in range(len(cand.inner))]
     ch = cand.deps(osyms, rsyms)
@@ -501,8 +499,9 @@ def _try_fuse(group: _Group, info: _Info) -> tuple[list[_Placement], list, _Plac
         rg = _regrouped(group, n_outer)
         if rg is not None:
             options.append((rg, list(group.outer[:n_outer])))
-    if info.kind == "pointwise" and len(info.dims) < len(group.outer):
-        for k in range(len(group.outer) - 1, 0, -1):
+    # shorter outer loops of a pure pointwise group (its trailing dims become inner loops)
+    for k in range(len(group.outer) - 1, 0, -1):
+        if k != n_outer and (info.kind == "reduction" or len(info.dims) < len(group.outer)):
             rg = _regrouped(group, k)
             if rg is not None:
                 options.append((rg, list(group.outer[:k])))

@@ -628,6 +628,17 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.output_instructions = self.prefix_instructions() + insts
         self.done = True
 
+    def cell_values(self) -> list[VariableTracker]:
+        """The values ``store_cells`` writes back (graph outputs when they are tensors)."""
+        out = []
+        for name in self.code.co_cellvars:
+            v = self.symbolic_locals.get(name)
+            if v is None or isinstance(v, DeletedVariable) or (
+                    isinstance(v, LazyVariable) and v.realized is None):
+                continue
+            out.append(v)
+        return out
+
     def store_cells(self, cg: PyCodegen) -> None:
         """Write the current values of the frame's own cell variables into their cells (the
         resume function shares them through its closure)."""
@@ -741,7 +752,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         live = self.live_locals(index + 1)
         local_values = [self.symbolic_locals[n] for n in live]
         cg = self.new_codegen()
-        effects = self.output.side_effects.values()
+        effects = self.output.side_effects.values() + self.cell_values()
         outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
         self.store_aliases(cg, stack + local_values + effects)
         stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(stack)]
@@ -790,7 +801,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         names = [n for n in self.code.co_varnames if n in live_fall or n in live_jump]
         local_values = [self.symbolic_locals[n] for n in names]
         cg = self.new_codegen()
-        effects = self.output.side_effects.values()
+        effects = self.output.side_effects.values() + self.cell_values()
         outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
         self.store_aliases(cg, stack + local_values + effects)
         rest_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(rest)]

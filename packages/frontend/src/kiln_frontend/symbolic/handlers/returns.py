@@ -31,5 +31,13 @@ def YIELD_VALUE(tx, inst):
         from ...exc import Unsupported
 
         raise Unsupported("yield outside an inlined generator")
+    if len(tx.yielded) >= MAX_YIELDS:
+        from ...exc import Unsupported
+
+        raise Unsupported(f"generator yielded more than {MAX_YIELDS} values (endless?)")
     tx.yielded.append(tx.pop())
     tx.push(ConstantVariable(None))  # what ``yield`` evaluates to: nothing is sent
+
+
+#: an inlined generator runs to its end at once; past this many values it is a graph break
+MAX_YIELDS = 4096

@@ -66,7 +66,16 @@ class UserFunctionVariable(VariableTracker):
 
         if is_torch_callable(value):
             return TorchFunctionVariable.wrap(builder, value)
-        builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="function")
+        if value.__closure__ is not None and builder.source is not None:
+            # A nested def is a new function object on every call of its parent: match its
+            # code instead. Its cells and defaults are guarded where they are read.
+            from ...sources import AttrSource
+
+            builder.child(AttrSource(builder.source, "__code__")).install_guard(
+                GuardKind.ID_MATCH, id(value.__code__), what="code of a closure"
+            )
+        else:
+            builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="function")
         return cls(value, source=builder.source)
 
     def as_python_constant(self) -> Any:

@@ -1,0 +1,133 @@
+"""The code paths that make kernels fast, end to end: vectorized math, values computed once per
+row and kept in thread-local rows, fused layernorms seen through reshapes, channels-last
+convolutions. Every result is checked against eager (and the loopir interpreter, in ``run``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from kiln_codegen_cpp.compiler import vectorized_loops
+from kiln_codegen_cpp.kernel import ROW_LIMIT
+from test_pipeline import kernels, run
+
+
+def test_sin_and_cos_of_one_value_vectorize():
+    """GCC merges sinf(x) and cosf(x) into a sincos call that has no vector version, which
+    kept the whole loop scalar; kernels call them through non-builtin aliases."""
+    c = run(lambda x: torch.sin(x) * 2.0 + torch.cos(x), torch.randn(64, 256))
+    (k,) = kernels(c)
+    assert "kiln_sinf(" in k.meta["body"] and "kiln_cosf(" in k.meta["body"]
+    assert vectorized_loops(k.source), k.meta["body"]
+
+
+def _count(body: str, text: str) -> int:
+    return sum(ln.count(text) for ln in body.splitlines())
+
+
+def test_softmax_computes_exp_once_per_element():
+    c = run(lambda x: torch.softmax(x, -1), torch.randn(64, 1000))
+    (k,) = kernels(c)
+    body = k.meta["body"]
+    # the sum loop (vector chunks + scalar tail) computes exp and keeps it in a row; the
+    # output loop reads the row
+    assert _count(body, "expf(") == 2, body
+    assert "float saved0[1000];" in body and "= saved0[r0];" in body
+    assert vectorized_loops(k.source)
+
+
+def test_softmax_rows_longer_than_the_limit_recompute():
+    n = ROW_LIMIT + 16
+    c = run(lambda x: torch.softmax(x, -1), torch.randn(3, n))
+    (k,) = kernels(c)
+    assert "saved" not in k.meta["body"]
+    assert _count(k.meta["body"], "expf(") == 3
+
+
+def test_softmax_dynamic_rows_recompute():
+    c = run(lambda x: torch.softmax(x, -1), torch.randn(5, 40), dynamic=True)
+    (k,) = kernels(c)
+    assert "saved" not in k.meta["body"]
+    torch.testing.assert_close(c(torch.randn(7, 33))[0].sum(-1), torch.ones(7))
+
+
+def test_log_softmax_and_sigmoid_weighted_sum_share_rows():
+    def f(x):
+        e = torch.sigmoid(x)
+        return e / e.sum(-1, keepdim=True), torch.log_softmax(x, -1)
+
+    c = run(f, torch.randn(32, 96), atol=1e-5, rtol=1e-5)
+    body = "\n".join(k.meta["body"] for k in kernels(c))
+    assert "saved" in body
+
+
+def _embed_then_normalize(ids, table, pos, w, b):
+    h = F.embedding(ids, table) + pos  # an internal buffer: only the layernorm reads it
+    return F.layer_norm(h, (h.shape[-1],), w, b)
+
+
+def test_internal_rows_are_thread_local_not_allocated():
+    ids = torch.randint(0, 50, (4, 12))
+    table, pos = torch.randn(50, 64), torch.randn(12, 64)
+    w, b = torch.randn(64), torch.randn(64)
+    c = run(_embed_then_normalize, ids, table, pos, w, b, atol=1e-5, rtol=1e-5)
+    (k,) = kernels(c)
+    sched = c.module.meta["schedule"]
+    (g,) = sched.groups
+    (internal,) = [n.buffer.name for n in g.nodes if n.kind == "pointwise" and n.inner
+                   and n.buffer.name in g.internal_buffers]
+    assert "float row0[64];" in k.meta["body"]
+    assert internal not in c.module.wrapper_source  # never allocated, never passed
+
+
+def test_layernorm_feeding_a_matmul_is_one_kernel():
+    """Pre-norm: the statistics over [B, T] and the normalized rows seen as [B*T, D] for the
+    matmul are one kernel (the scheduler fuses through the reshape)."""
+    ln, lin = torch.nn.LayerNorm(32).eval(), torch.nn.Linear(32, 16).eval()
+
+    def f(x):
+        return lin(ln(x))
+
+    with torch.no_grad():
+        c = run(f, torch.randn(2, 8, 32), atol=1e-5, rtol=1e-5)
+    assert len(kernels(c)) == 1
+
+
+class _BasicBlock(torch.nn.Module):
+    """resnet's basic block: conv-bn-relu-conv-bn + identity, relu."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c)
+        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(c)
+        for bn in (self.bn1, self.bn2):
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_convolutions_run_channels_last(threads):
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)  # torch's conv picks its backend by thread count too
+    try:
+        block = _BasicBlock(16).eval()
+        with torch.no_grad():
+            c = run(lambda x: block(block(x)), torch.randn(2, 16, 10, 10), atol=1e-4, rtol=1e-4)
+    finally:
+        torch.set_num_threads(old)
+    sched = c.module.meta["schedule"]
+    convs = [s for s in sched.externs if "convolution" in str(s.kernel.op)]
+    assert len(convs) == 4
+    for s in convs:
+        n, ch, h, w = s.kernel.layout.size
+        assert list(s.kernel.layout.stride) == [ch * h * w, 1, w * ch, ch]  # NHWC
+        x, weight = s.kernel.inputs[:2]
+        assert weight.value.is_contiguous(memory_format=torch.channels_last)
+    # the graph output keeps eager's layout
+    assert c(torch.randn(2, 16, 10, 10))[0].is_contiguous()
