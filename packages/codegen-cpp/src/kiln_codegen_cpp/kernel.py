@@ -1091,13 +1091,18 @@ class CppKernel:
 
     def indirect_indexing(self, x, size, check=True) -> sympy.Symbol:
         x = self._value(x)
-        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
-        self._ind += 1
         size = sympy.sympify(size)
         depth = max(x.depth, self._depth_of_index(size))
         depth = min(depth, len(self.blocks) - 1)
+        key = ("indirect_indexing", x.expr, size)
+        known = self.blocks[depth].cse.get(key)
+        if known is not None:
+            return known
+        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
+        self._ind += 1
         self.blocks[depth].lines.append(
             f"const int64_t {sym.name} = {x} < 0 ? (int64_t){x} + {self._c(size)} : (int64_t){x};")
+        self.blocks[depth].cse[key] = sym
         self.sym_depth[sym.name] = depth
         return sym
 
