@@ -4,10 +4,9 @@ TorchScript backend working unchanged."""
 
 from __future__ import annotations
 
+import kiln_frontend
 import pytest
 import torch
-
-import kiln_frontend
 
 
 def toy_example(a, b):
