@@ -6,7 +6,7 @@
 """
 
 from .core_ops import CORE_OP_GROUPS, CORE_OPS, is_core_op
-from .decompositions import KEEP, core_decompositions
+from .decompositions import FUNCTION_RULES, KEEP, core_decompositions
 from .inference import (
     AliasedInputMutationError,
     InferenceInfo,
@@ -21,6 +21,7 @@ __all__ = [
     "CORE_OPS",
     "CORE_OP_GROUPS",
     "KEEP",
+    "FUNCTION_RULES",
     "is_core_op",
     "non_core_ops",
     "restore_outputs",

@@ -179,7 +179,7 @@ def _linear(x, weight, bias=None):
     ``addmm``, unflatten. The C++ composite does the same for 3-D inputs, but under
     ``torch.func.functionalize`` it asks the wrapper for concrete sizes (``aten.size``),
     which turns a dynamic batch/sequence dim into a constant."""
-    if bias is None or x.dim() < 3:
+    if bias is None or x.dim() < 3 or weight.dim() != 2:
         return NotImplemented
     lead = x.shape[:-1]
     out = aten.addmm.default(bias, x.reshape(-1, x.shape[-1]), weight.t())

@@ -143,7 +143,10 @@ class KilnCompileError(RuntimeError):
 
     def __init__(self, step: str, error: BaseException):
         self.step = step
-        super().__init__(f"kiln's {step} step failed: {type(error).__name__}: {error}")
+        super().__init__(
+            f"kiln's {step} step failed: {type(error).__name__}: {error} "
+            "(KILN_COMPILE_DEBUG=1 writes this graph's debug folder)"
+        )
 
 
 #: errors that mean "the stack declines this graph" (handled: the graph runs eagerly)

@@ -186,8 +186,13 @@ def _arg_red(rtype):
         fn = None
         if x.get_dtype() == torch.bool:
             fn = lambda v, idx: ops.to_dtype(v, torch.int64)
-            return make_reduction(x, dims, keepdim, rtype, torch.int64, fn, src_dtype=torch.int64)
-        return make_reduction(x, dims, keepdim, rtype, torch.int64)
+            red = make_reduction(x, dims, keepdim, rtype, torch.int64, fn, src_dtype=torch.int64)
+        else:
+            red = make_reduction(x, dims, keepdim, rtype, torch.int64)
+        if all(x.get_size()[d] == 1 for d in dims):  # one element per output (0-dim input too)
+            return Pointwise(x.get_device(), torch.int64, red.get_size(),
+                             lambda index: ops.constant(0, torch.int64))
+        return red
 
     return lower_fn
 
