@@ -35,6 +35,10 @@ LOOPIR_OPS = [
     # externs by design, creation, activations, losses
     "mm", "nn.functional.conv2d", "arange", "full_like", "nn.functional.gelu",
     "nn.functional.embedding", "nn.functional.cross_entropy",
+    # H12: norms, scans, scatter/index reduce, adaptive pooling, specials
+    "linalg.vector_norm", "nn.functional.normalize", "cumsum", "cummax", "logcumsumexp",
+    "scatter_reduce.amax", "index_reduce.mean", "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.adaptive_max_pool2d", "digamma", "diagonal_scatter", "ldexp",
 ]
 
 KILN_CPP_OPS = [

@@ -142,3 +142,31 @@ def test_convolutions_run_channels_last(threads):
         assert weight.value.is_contiguous(memory_format=torch.channels_last)
     # the graph output keeps eager's layout
     assert c(torch.randn(2, 16, 10, 10))[0].is_contiguous()
+
+
+class _ConvOutputs(torch.nn.Module):
+    """Outputs next to channels-last convolutions: an input of a conv, a conv's result, and a
+    grouped conv's result."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=2)
+
+    def forward(self, x):
+        y = torch.relu(x * 2 + 1)
+        z = self.c1(y)
+        return y, z, self.c2(torch.relu(z))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_outputs_keep_eager_strides_next_to_channels_last_convs(dynamic):
+    m = _ConvOutputs().eval()
+    with torch.no_grad():
+        c = run(m, torch.randn(2, 8, 9, 9), dynamic=dynamic, atol=1e-4, rtol=1e-4)
+        x = torch.randn(3, 8, 12, 12) if dynamic else torch.randn(2, 8, 9, 9)
+        for got, want in zip(c(x), m(x), strict=True):
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    convs = [s for s in c.module.meta["schedule"].externs if "convolution" in str(s.kernel.op)]
+    assert all(s.kernel.layout.stride[1] == 1 for s in convs)  # they still run channels-last

@@ -59,6 +59,7 @@ _COSTLY_CALL = re.compile(
     r"\b(?:kiln_)?(?:exp|exp2|expm1|log|log2|log10|log1p|sin|cos|tan|asin|acos|atan|sinh|cosh|"
     r"tanh|asinh|acosh|atanh|erf|erfc|erfinv|lgamma|pow|sigmoid|atan2|hypot)f?\(")
 _TMP = re.compile(r"\btmp\d+\b")
+_NON_AFFINE = (sympy.Min, sympy.Max, sympy.Piecewise, FloorDiv, ModularIndexing)
 
 CTYPES: dict[torch.dtype, str] = {
     torch.float32: "float",
@@ -466,10 +467,13 @@ class CppKernel:
         for s, r in reversed(list(zip(syms, ranges, strict=True))):
             parts.append((s, r, stride))
             stride = stride * r
+        def operand(e) -> str:  # x / (s1*s2), never x / s1*s2
+            return self._c(e) if sympy.sympify(e).is_Atom else f"({self._c(e)})"
+
         for s, r, st in reversed(parts):
-            e = flat if st == 1 else f"({flat} / {self._c(st)})"
+            e = flat if st == 1 else f"({flat} / {operand(st)})"
             if s is not syms[0]:
-                e = f"{e} % {self._c(r)}"
+                e = f"{e} % {operand(r)}"
             decode.append(f"const int64_t {s.name} = {e};")
         return total, decode
 
@@ -1030,10 +1034,27 @@ class CppKernel:
             depth = len(self.blocks) - 1  # never hoist above the loop that writes it
         ptr = self._note_read(name)
         self.stats["loads"] += 1
-        expr = f"{ptr}[{self._c(index)}]"
+        expr = f"{ptr}[{self._address(index)}]"
         v = self._emit(expr, dtype, [], min_depth=depth)
         self._load_keys.setdefault(name, []).append((v.depth, (expr, dtype)))
         return v
+
+    def _address(self, index: sympy.Expr) -> str:
+        """C text of a load/store index. A non-affine part (the clamps of a pooling window, cat,
+        pad) that does not change in the innermost loop around the access is computed once
+        outside it: GCC vectorizes a loop only when it sees its addresses as affine."""
+        if not index.has(*_NON_AFFINE):
+            return self._c(index)
+        depth = self._depth_of_index(index)
+        inner = {s for s in index.free_symbols if self.sym_depth.get(s.name) == depth and depth > 0}
+        variant, invariant = [], []
+        for term in sympy.Add.make_args(index):
+            (variant if term.free_symbols & inner else invariant).append(term)
+        base = sympy.Add(*invariant)
+        if not variant or not base.has(*_NON_AFFINE):
+            return self._c(index)
+        hoisted = self._emit(self._c(base), torch.int64, [], min_depth=self._depth_of_index(base))
+        return f"{self._c(sympy.Add(*variant))} + {hoisted}"
 
     def _forget_loads(self, name: str) -> None:
         """A store to ``name``: earlier loads of it must not be reused by CSE."""
@@ -1058,7 +1079,7 @@ class CppKernel:
         ptr = self._note_write(name)
         self._forget_loads(name)
         self.stats["stores"] += 1
-        idx = self._c(index)
+        idx = self._address(index)
         if mode is None:
             self.blocks[-1].lines.append(f"{ptr}[{idx}] = {expr};")
         elif mode == "atomic_add":

@@ -601,7 +601,8 @@ class GraphLowering:
     def _preferred_stride(self, n, out):
         from .lowerings.extern import channels_last_strides, runs_channels_last
 
-        if len(out.get_size()) == 4 and any(runs_channels_last(u) and u.args[0] is n for u in n.users):
+        if (len(out.get_size()) == 4 and all(u.op != "output" for u in n.users)
+                and any(runs_channels_last(u) and u.args[0] is n for u in n.users)):
             return channels_last_strides(out.get_size())  # the input of a channels-last conv
         meta = self._meta(n)
         if isinstance(meta, torch.Tensor) and len(meta.shape) == len(out.get_size()):
@@ -614,6 +615,20 @@ class GraphLowering:
                 pass
         return None
 
+    def _needs_eager_strides(self, sv, meta) -> bool:
+        """A storage-backed output whose strides differ from eager's dense ones (dims of size 1
+        aside)."""
+        if not isinstance(meta, torch.Tensor) or len(meta.shape) != len(sv.layout.size):
+            return False
+        try:
+            want = [self.expr(st) for st in meta.stride()]
+        except Exception:
+            return False
+        if not _is_dense(sv.layout.size, want):
+            return False
+        return any(not statically_known_equal(sz, 1) and not statically_known_equal(a, b)
+                   for sz, a, b in zip(sv.layout.size, sv.layout.stride, want, strict=True))
+
     def _output(self, n):
         """Outputs, flattened (pytree order) into ``graph.outputs``."""
         import torch.utils._pytree as pytree
@@ -625,6 +640,9 @@ class GraphLowering:
             if isinstance(v, IRNode):
                 meta = self._meta(o) if isinstance(o, torch.fx.Node) else None
                 sv = as_storage_view(v)
+                if sv is not None and self._needs_eager_strides(sv, meta):
+                    # e.g. a channels-last conv's result: the graph returns eager's layout
+                    v, sv = Pointwise(v.get_device(), v.get_dtype(), v.get_size(), sv.make_loader()), None
                 if sv is None:
                     stride = None
                     if isinstance(meta, torch.Tensor):

@@ -1,5 +1,19 @@
 """Lowering families; importing this package registers every lowering in
 ``kiln_loopir.lowering.lowerings``."""
 
-from . import creation, extern, indexing, pointwise, pooling, reductions, views  # noqa: F401
-from . import norms, scans, scatter_reduce  # noqa: F401,E402  (H12: after the families they build on)
+# Order matters where a later module overrides an op (scatter_reduce after indexing, resize
+# after pooling): the later registration wins.
+from . import (  # noqa: F401
+    creation,
+    extern,
+    indexing,
+    norms,
+    pointwise,
+    pooling,
+    reductions,
+    resize,
+    scans,
+    scatter_reduce,
+    special,
+    views,
+)

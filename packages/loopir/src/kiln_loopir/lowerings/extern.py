@@ -83,7 +83,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     args = [x, weight, bias, stride, padding, dilation, transposed, output_padding, groups]
     if not runs_channels_last(node):
         return make_extern(aten.convolution.default, args, {}, meta, fallback=False)
-    if isinstance(x, (Pointwise, GenericView)):
+    if isinstance(x, (Pointwise, GenericView)) and not _is_graph_output(node.args[0]):
         x = realize(x, channels_last_strides(x.get_size()))
     if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
         weight = _channels_last_constant(weight)
@@ -97,6 +97,11 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
                                                   for a in node.args[2:]])
     args[0], args[1] = x, weight
     return make_extern(aten.convolution.default, args, {}, out_meta, fallback=False)
+
+
+def _is_graph_output(n) -> bool:
+    """A graph output keeps eager's layout (realized as the meta strides say)."""
+    return isinstance(n, torch.fx.Node) and any(u.op == "output" for u in n.users)
 
 
 def _layout_is_channels_last(x) -> bool:

@@ -65,7 +65,8 @@ def masked_gather_reduce(self: IRNode, dim: int, nsrc, index_at, value_at, reduc
     source value (compute dtype of self) that position ``r`` contributes to output ``p``."""
     dt = self.get_dtype()
     cd = compute_dtype(dt)
-    dim_size = sympify(self.get_size()[dim])
+    zero_dim = len(self.get_size()) == 0  # a 0-dim self is a 1-element vector
+    dim_size = sympy.Integer(1) if zero_dim else sympify(self.get_size()[dim])
     rtype = _RTYPE[reduce]
     ident = reduction_identity(rtype, cd)
     fill = float(ident) if cd.is_floating_point else ident
@@ -74,7 +75,7 @@ def masked_gather_reduce(self: IRNode, dim: int, nsrc, index_at, value_at, reduc
         iv, valid = index_at(index, r)
         iv = ops.where(ops.lt(iv, ops.constant(0, torch.int64)),
                        ops.add(iv, ops.index_expr(dim_size, torch.int64)), iv)
-        m = ops.eq(iv, ops.index_expr(index[dim], torch.int64))
+        m = ops.eq(iv, ops.index_expr(S0 if zero_dim else index[dim], torch.int64))
         return m if valid is None else ops.logical_and(m, valid)
 
     def red_fn(index, rindex):
@@ -97,8 +98,6 @@ def _check(self, reduce):
         raise LoweringError(f"reduce={reduce!r}")
     if self.get_dtype() == torch.bool:
         raise LoweringError("reduction into bool")
-    if len(self.get_size()) == 0:
-        raise LoweringError("0-dim reduce target")
 
 
 def _copy(self):
@@ -111,6 +110,8 @@ def _scatter_reduce(self, dim, index, src, reduce, include_self=True):
         return _scatter_add_lowering(self, dim, index, src, reduce, include_self)
     _check(self, reduce)
     n = len(self.get_size())
+    if n == 0:
+        raise LoweringError("0-dim scatter_reduce")
     dim = dim % n
     isize = [sympify(s) for s in index.get_size()]
     if len(isize) != n:
@@ -145,8 +146,8 @@ def _scatter_reduce(self, dim, index, src, reduce, include_self=True):
 def _index_reduce(self, dim, index, source, reduce, include_self=True):
     _check(self, reduce)
     n = len(self.get_size())
-    dim = dim % n
-    if len(index.get_size()) != 1:
+    dim = dim % n if n else 0
+    if len(index.get_size()) != 1 or len(source.get_size()) != n:
         raise LoweringError("index_reduce with a non-1-D index")
     nidx = sympify(index.get_size()[0])
     if nidx == 0:
@@ -160,7 +161,37 @@ def _index_reduce(self, dim, index, source, reduce, include_self=True):
 
     def value_at(p, r):
         q = list(p)
-        q[dim] = r
+        if n:
+            q[dim] = r
         return to_dtype(sl(q), sdt, cd)
 
     return masked_gather_reduce(self, dim, nidx, index_at, value_at, reduce, include_self)
+
+
+@lowering(aten.diagonal_scatter.default)
+def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    """out = self with its (offset, dim1, dim2) diagonal replaced by src: a pointwise select."""
+    size = [sympify(s) for s in self.get_size()]
+    n = len(size)
+    if n < 2:
+        raise LoweringError("diagonal_scatter of a tensor with < 2 dims")
+    d1, d2 = dim1 % n, dim2 % n
+    ssize = [sympify(s) for s in src.get_size()]
+    diag_len = ssize[-1] if ssize else S0
+    if diag_len == 0:
+        return _copy(self)
+    dt = self.get_dtype()
+    sl, srcl, sdt = self.make_loader(), src.make_loader(), src.get_dtype()
+    rest = [k for k in range(n) if k not in (d1, d2)]
+
+    def fn(p):
+        if offset >= 0:
+            on = ops.eq(ops.index_expr(p[d2], torch.int64), ops.index_expr(p[d1] + offset, torch.int64))
+            i = p[d1]
+        else:
+            on = ops.eq(ops.index_expr(p[d1], torch.int64), ops.index_expr(p[d2] - offset, torch.int64))
+            i = p[d2]
+        q = [p[k] for k in rest] + [sympy.Min(i, diag_len - 1)]
+        return ops.where(on, to_dtype(srcl(q), sdt, dt), sl(p))
+
+    return Pointwise(self.get_device(), dt, size, fn)
