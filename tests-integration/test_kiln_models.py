@@ -299,12 +299,6 @@ _DYNAMIC_RESNET = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codegen-cpp bug (reported to the lead): CppKernel._flat_loop_header prints the "
-    "flat outer index decode as `x / 3 + 3*(((-1 + s0) / 2))` (divisor not parenthesized), "
-    "so dynamic conv/pool sizes read and write out of bounds; remove this mark once fixed",
-)
 def test_resnet18_dynamic_sizes_kiln_compile():
     """``dynamic=True`` on a conv net: sizes such as ``(s0 - 1)//2 + 1`` reach the C++ index
     arithmetic. Run in a child process: a wrong index there corrupts memory."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from kiln_codegen_cpp.compiler import vectorized_loops
 from kiln_codegen_cpp.kernel import ROW_LIMIT
 from test_pipeline import kernels, run

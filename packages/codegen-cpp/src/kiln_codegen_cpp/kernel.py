@@ -16,10 +16,18 @@ How a group becomes C++ (``CppKernel(group, name).generate()``):
   ``#pragma omp simd`` lane loop, finishes the remainder in a scalar tail loop and combines the
   lanes horizontally (so float sums vectorize without -ffast-math, and max/min/argmax keep
   torch's NaN and tie rules).
+* Rows (groups with inner loops): thread-local stack arrays over one node's inner loop, declared
+  inside the outer loop. An internal buffer written by a pointwise node over inner loops and
+  read back by later nodes over the same loop at the same index lives in a row (``row0``: an
+  embedding sum its layernorm reads; never allocated). A costly value (``exp``, ``erf``...)
+  that a node computes per inner point and a later node over the same loop computes again is
+  kept in a row by the first (``saved0``: softmax's ``exp(x - max)``, computed once). This
+  needs a second generation pass: the first finds the shared values (structural value keys).
 * The ops handler (this class) emits one typed C++ statement per op (``float tmp3 = ...;``) with
   common-subexpression elimination, placing each statement in the outermost loop level its
   operands allow (loop-invariant code is hoisted; loads of buffers the group itself writes are
-  never hoisted).
+  never hoisted; a non-affine address part, such as a pooling window's clamps, is hoisted out
+  of the innermost loop so GCC still vectorizes it).
 * float16/bfloat16 values are raw ``uint16_t`` bit patterns; ``to_dtype`` converts them to/from
   float (``kiln_h2f``/``kiln_f2h``/``kiln_bf2f``/``kiln_f2bf`` in the prelude).
 """
@@ -41,6 +49,7 @@ from kiln_loopir.sizevars import (
     index_symbol,
     reduction_symbol,
     simplify_index,
+    statically_known_equal,
     symbol_kind,
 )
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
@@ -360,7 +369,7 @@ class CppKernel:
 
     def _same_inner(self, a, b) -> bool:
         return len(a.inner) == len(b.inner) and all(
-            sympy.simplify(sympy.sympify(x) - sympy.sympify(y)) == 0 for x, y in zip(a.inner, b.inner, strict=True))
+            statically_known_equal(x, y) for x, y in zip(a.inner, b.inner, strict=True))
 
     def _new_row(self, prefix: str, ctype_: str, length: int) -> str | None:
         used = sum(ROW_BYTES.get(t, 8) * n for t, n in self.rows.values())
@@ -816,7 +825,7 @@ class CppKernel:
                       "    }", "}"]
             tail = [f"for (int64_t {rl} = {vend}; {rl} < {r_c}; {rl}++)", "{",
                     *_indent(body_lines + update(a, ai)), "}"]
-        vend_decl = [] if small else [f"const int64_t {acc}_vend = {r_c} - ({r_c} % {LANES});"]
+        vend_decl = [] if small else [f"const int64_t {acc}_vend = ({r_c}) - (({r_c}) % {LANES});"]
         omp_for = ["#pragma omp for schedule(static)"] if parallel else []
         shared: list[str] = []  # declared before the parallel region
         if last == 0:

@@ -2,7 +2,9 @@
 
 Steps, in order (``schedule(graph)``):
 
-1. dead code: ComputedBuffers nobody reads (and no output) are dropped;
+1. dead code: ComputedBuffers nobody reads (and no output) are dropped; identical reductions
+   (same layout, ranges, type and body, e.g. ``x.sum()`` beside the sum inside ``x.mean()``)
+   are computed once: later copies are dropped and their readers load the first;
 2. greedy fusion in topological order. Each ComputedBuffer becomes a SchedNode placed into an
    existing FusedGroup when legal and useful, else into a new group:
    * candidates: the group holding its latest producer (vertical fusion) and later groups that
@@ -12,7 +14,10 @@ Steps, in order (``schedule(graph)``):
      ranges (any dim order, equal sizes); a pointwise node's extra dims become its ``inner``
      loop, a reduction's reduction dims its ``inner`` loop. A purely pointwise group is
      re-split (``outer`` shortened to a prefix, its nodes get the rest as ``inner``) when a
-     reduction over its trailing dims joins it (softmax, layernorm: one group);
+     reduction over its trailing dims joins it (softmax, layernorm: one group). Iteration
+     spaces equal up to a reshape also fuse: the group's outer ranges and the node's leading
+     dims are lined up by their common refinement (a layernorm's statistics over [2, 32] and
+     its normalized rows seen as [64, 768]: the node's dim 0 is ``32*i0 + i1``);
    * memory dependencies: every read of a buffer written inside the group must read what the
      group wrote at the SAME outer point (equal index after renaming the writer's inner loop
      to the reader's); reads through indirect indices of group buffers never fuse.
@@ -40,7 +45,6 @@ from .analysis import DepsHandler, collect_deps
 from .counters import counters
 from .ir import (
     Allocation,
-    PrintHandler,
     Buffer,
     ComputedBuffer,
     ExternKernel,
@@ -49,6 +53,7 @@ from .ir import (
     LoopGraph,
     MemoryDep,
     MultiOutput,
+    PrintHandler,
     Reduction,
     ScatterBuffer,
     SchedNode,
