@@ -315,3 +315,32 @@ def cell_argument(x):
 
 def test_cell_argument_keeps_its_old_value():
     run(cell_argument, torch.randn(3))
+
+
+class _Record(dict):
+    """A dict whose __setattr__ uses zero-argument super() around a graph break (the
+    pattern of transformers' ModelOutput)."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, torch.Tensor):
+            print("graph break inside a method that uses super()")
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+
+def test_zero_argument_super_across_a_graph_break():
+    import kiln_frontend
+
+    def f(x):
+        r = _Record()
+        r.a = x + 1
+        return r["a"] * 2, r.a
+
+    kiln_frontend.reset()
+    compiled = kiln_frontend.compile(f, backend="eager")
+    for _ in range(2):
+        x = torch.randn(3)
+        got, want = compiled(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+    kiln_frontend.reset()

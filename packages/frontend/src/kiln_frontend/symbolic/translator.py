@@ -500,6 +500,10 @@ class InstructionTranslator(InstructionTranslatorBase):
     def can_break_at(self, inst) -> bool:
         if inst.exn_tab_entry is not None:
             return False
+        if "__class__" in self.code.co_freevars:
+            # zero-argument super() reads the frame's first local as `self`; a resume
+            # function's first argument is a stack value, so the frame runs as is instead
+            return False
         if inst.opname in _NEVER_BREAK_AT:
             # a resume function's prologue is made of these: breaking there would make a
             # resume function identical to the current one, forever
