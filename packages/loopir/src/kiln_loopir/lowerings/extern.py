@@ -87,14 +87,15 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
         x = realize(x, channels_last_strides(x.get_size()))
     if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
         weight = _channels_last_constant(weight)
-    # the output layout torch's conv picks for these input layouts (fake tensors)
+    # the output layout torch's conv picks for these input layouts (fake tensors; the bias
+    # does not change it)
     fx, fw = (a.meta["val"] for a in node.args[:2])
     if _layout_is_channels_last(x):
         fx = fx.contiguous(memory_format=torch.channels_last)
     if _layout_is_channels_last(weight):
         fw = fw.contiguous(memory_format=torch.channels_last)
-    out_meta = aten.convolution.default(fx, fw, *[a.meta["val"] if isinstance(a, torch.fx.Node) else a
-                                                  for a in node.args[2:]])
+    rest = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args[3:]]
+    out_meta = aten.convolution.default(fx, fw, None, *rest)
     args[0], args[1] = x, weight
     return make_extern(aten.convolution.default, args, {}, out_meta, fallback=False)
 
