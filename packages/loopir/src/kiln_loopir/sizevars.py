@@ -116,7 +116,9 @@ class FloorDiv(sympy.Function):
     @classmethod
     def eval(cls, base, divisor):
         if divisor == 0:
-            raise ZeroDivisionError("FloorDiv by zero")
+            # divisors are extents of index spaces: a zero one means a zero-size tensor, whose
+            # loops never run, so the value is never used (0 keeps the expression printable)
+            return sympy.Integer(0)
         if divisor == 1:
             return base
         if base == 0:
@@ -156,8 +158,8 @@ class ModularIndexing(sympy.Function):
 
     @classmethod
     def eval(cls, base, divisor, modulus):
-        if modulus == 1 or base == 0:
-            return sympy.Integer(0)
+        if modulus == 1 or base == 0 or modulus == 0 or divisor == 0:
+            return sympy.Integer(0)  # zero extents: see FloorDiv.eval
         if _is_int(base) and _is_int(divisor) and _is_int(modulus):
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))
         if divisor != 1:
