@@ -101,11 +101,12 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def opinfo(session: nox.Session) -> None:
     """The OpInfo sweep (docs/coverage.md): every op_db op, float32 CPU, through
-    loopir_interpret, the kiln C++ backend and inductor side by side. Slow (inductor compiles);
+    loopir_interpret, the kiln C++ backend (FX route and through kiln.compile) and inductor
+    side by side. Slow (inductor compiles);
     narrow it with e.g. `nox -s opinfo -- --backends loopir_interpret --ops sin,softmax`.
     Results: benchmarks/results/opinfo-*.json / .md."""
     _install(session, *PACKAGES, extra=("expecttest",))
-    args = session.posargs or ["--backends", "loopir_interpret,kiln,inductor"]
+    args = session.posargs or ["--backends", "loopir_interpret,kiln,frontend:kiln,inductor"]
     session.run("python", "tests-integration/opinfo_harness.py", *args)
 
 
