@@ -529,7 +529,7 @@ error:
 
 /* Make the interpreter's eval function ours while some thread has a callback, and put the
  * previous one back when none has. Looks at the current pointer each time, so another PEP 523
- * user (a debugger, torch._dynamo) replacing ours while we are active is undone at the next
+ * user (a debugger, torch's own frame hook) replacing ours while we are active is undone at the next
  * set_eval_frame(), and we chain to whatever was installed before us. */
 static void
 update_installation(void)
