@@ -177,11 +177,11 @@ class ModuleSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
-class AttrSource(Source):
-    """``base.member``."""
+class ChainedSource(Source):
+    """A value reached from another source (``base.x``, ``base[i]``): it lives where its base
+    lives (scope) and can be guarded exactly when its base can."""
 
     base_source: Source
-    member: str
 
     @property
     def scope(self) -> str:  # type: ignore[override]
@@ -193,6 +193,13 @@ class AttrSource(Source):
 
     def base(self) -> Source:
         return self.base_source
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrSource(ChainedSource):
+    """``base.member``."""
+
+    member: str
 
     def name(self) -> str:
         if _is_identifier(self.member):
@@ -215,22 +222,10 @@ class AttrSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
-class GetItemSource(Source):
+class GetItemSource(ChainedSource):
     """``base[index]`` for a constant index (int, str, ...)."""
 
-    base_source: Source
     index: Any
-
-    @property
-    def scope(self) -> str:  # type: ignore[override]
-        return self.base_source.scope
-
-    @property
-    def guardable(self) -> bool:  # type: ignore[override]
-        return self.base_source.guardable
-
-    def base(self) -> Source:
-        return self.base_source
 
     def name(self) -> str:
         return f"{self.base_source.name()}[{self.index!r}]"
@@ -248,7 +243,7 @@ class GetItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
-class NNModuleMemberSource(Source):
+class NNModuleMemberSource(ChainedSource):
     """``base.<name>`` where ``name`` is a submodule, parameter or buffer of the module at
     ``base`` (in its ``_modules``/``_parameters``/``_buffers``).
 
@@ -256,21 +251,9 @@ class NNModuleMemberSource(Source):
     reads the dict directly (``L['self']._modules['layer1']``): C-level dict lookups instead
     of ``Module.__getattr__`` / ``Sequential.__getitem__`` running Python on every check."""
 
-    base_source: Source
     member: str
     #: "_modules", "_parameters" or "_buffers"
     table: str = "_modules"
-
-    @property
-    def scope(self) -> str:  # type: ignore[override]
-        return self.base_source.scope
-
-    @property
-    def guardable(self) -> bool:  # type: ignore[override]
-        return self.base_source.guardable
-
-    def base(self) -> Source:
-        return self.base_source
 
     def name(self) -> str:
         if _is_identifier(self.member):
