@@ -702,15 +702,20 @@ class CppKernel:
         with set_ops_handler(self):
             node.body(outer_syms, inner_syms)
 
-    def _pointwise_node(self, node, outer_syms) -> list[str]:
-        """A pointwise node with its own inner loops (innermost: omp simd)."""
+    def _open_inner_loops(self, node) -> tuple[list, list]:
+        """A node's inner loop variables (``r0, r1, ...``) with their ranges and nesting depth
+        registered, and one open block per loop for the body's lines."""
         inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
         base = len(self.blocks)
         for j, s in enumerate(inner_syms):
             self.sym_depth[s.name] = base + j
             self.var_ranges[s] = node.inner[j]
             self._note_sizes(node.inner[j])
-        blocks = [self._open() for _ in inner_syms]
+        return inner_syms, [self._open() for _ in inner_syms]
+
+    def _pointwise_node(self, node, outer_syms) -> list[str]:
+        """A pointwise node with its own inner loops (innermost: omp simd)."""
+        inner_syms, blocks = self._open_inner_loops(node)
         self._no_simd = False
         self._set_node(self._node_index, inner_syms, node.inner)
         self._run_body(node, outer_syms, inner_syms)
@@ -739,13 +744,7 @@ class CppKernel:
     # reductions
     # =========================================================================================
     def _reduction_node(self, node, outer_syms) -> list[str]:
-        inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
-        base = len(self.blocks)
-        for j, s in enumerate(inner_syms):
-            self.sym_depth[s.name] = base + j
-            self.var_ranges[s] = node.inner[j]
-            self._note_sizes(node.inner[j])
-        blocks = [self._open() for _ in inner_syms]
+        inner_syms, blocks = self._open_inner_loops(node)
         self._reduction = None
         if inner_syms:
             self._set_node(self._node_index, inner_syms, node.inner)
