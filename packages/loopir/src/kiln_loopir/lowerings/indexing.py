@@ -130,6 +130,17 @@ def _constant_pad_nd(x, pad, value=0):
     return Pointwise(x.get_device(), dtype, out_size, inner_fn)
 
 
+
+def _split_advanced_index(index, before, rest, nb, adjacent):
+    """Split an output index of advanced indexing into the ``nb`` broadcast index-tensor
+    positions and the plain dims: where torch puts the indexed block (in place when the index
+    tensors are adjacent, first otherwise). Returns (broadcast index, others, their dims)."""
+    index = list(index)
+    if adjacent:
+        k = len(before)
+        return index[k:k + nb], index[:k] + index[k + nb:], before + rest
+    return index[:nb], index[nb:], rest
+
 def _indirect(index_loader, index_dtype, idx, size):
     v = index_loader(idx)
     if index_dtype != torch.int64:
@@ -158,15 +169,7 @@ def _index(x, indices):
     rest = [k for k in range(n) if k not in pos and k not in before]
 
     def inner_fn(index):
-        index = list(index)
-        if adjacent:
-            b_idx = index[len(before):len(before) + nb]
-            others = index[:len(before)] + index[len(before) + nb:]
-            other_dims = before + rest
-        else:
-            b_idx = index[:nb]
-            others = index[nb:]
-            other_dims = rest
+        b_idx, others, other_dims = _split_advanced_index(index, before, rest, nb, adjacent)
         full = [S0] * n
         for d, i in zip(other_dims, others, strict=False):
             full[d] = i
@@ -392,16 +395,7 @@ def _index_put(self, indices, values, accumulate=False):
     dtype = self.get_dtype()
 
     def split(index):
-        index = list(index)
-        if adjacent:
-            b_idx = index[len(before):len(before) + nb]
-            others = index[:len(before)] + index[len(before) + nb:]
-            other_dims = before + rest
-        else:
-            b_idx = index[:nb]
-            others = index[nb:]
-            other_dims = rest
-        return b_idx, others, other_dims
+        return _split_advanced_index(index, before, rest, nb, adjacent)
 
     def value_fn(index):
         return to_dtype(vl(index), v_dt, dtype)
