@@ -33,11 +33,17 @@ PACKAGES: dict[str, list[str]] = {
     "loopir": [],
     "runtime": [],
     "codegen-cpp": ["loopir", "runtime", "aotgrad"],
-    "kiln": ["frontend", "aotgrad", "loopir", "runtime", "codegen-cpp"],
+    "codegen-triton": ["loopir", "runtime", "aotgrad"],
+    "kiln": ["frontend", "aotgrad", "loopir", "runtime", "codegen-cpp", "codegen-triton"],
 }
+# Triton from the registry (CPU machines run its kernels under TRITON_INTERPRET=1); a
+# session whose packages include codegen-triton installs it.
+TRITON = os.environ.get("KILN_TRITON_SPEC", "triton")
 
 
 def _install(session: nox.Session, *folders: str, extra: tuple[str, ...] = ()) -> None:
+    if "codegen-triton" in folders:
+        extra = (*extra, TRITON)
     session.install(*CONSTRAINTS, TORCH, *TEST_DEPS, *extra)
     paths = [f"./packages/{f}" for f in folders]
     # --no-deps for our own packages would hide a missing declaration; install them together so

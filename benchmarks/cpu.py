@@ -147,6 +147,105 @@ class Workload:
     what: str
 
 
+# ------------------------------------------------------------------------------- model suite
+# Real models built from configs / pretrained=False (random weights), batch 2: what a new user
+# tries first. Full size: 224x224 images, 128 tokens; --quick: 96x96 images, 32 tokens.
+
+
+def _timm_model(name: str, **kwargs) -> Callable[[bool], tuple[Any, tuple]]:
+    def build(quick):
+        _torchvision_importable()
+        import timm
+
+        size = 96 if quick else 224
+        extra = {"img_size": size} if name.startswith("vit") else {}
+        model = timm.create_model(name, pretrained=False, **extra, **kwargs)
+        return model, (torch.randn(2, 3, size, size),)
+
+    return build
+
+
+class _TokensIn(nn.Module):
+    """``model(input_ids=...)`` (plus ``decoder_input_ids`` for encoder-decoders) called
+    positionally, returning the main tensor so outputs compare as tensors."""
+
+    def __init__(self, model: nn.Module, decoder: bool = False):
+        super().__init__()
+        self.model = model
+        self.decoder = decoder
+
+    def forward(self, input_ids, decoder_input_ids=None):
+        if self.decoder:
+            out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
+        else:
+            out = self.model(input_ids=input_ids)
+        return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _transformers_model(make: Callable[[], nn.Module], vocab: int, decoder: bool = False):
+    def build(quick):
+        _torchvision_importable()
+        model = _TokensIn(make(), decoder)
+        t = 32 if quick else 128
+        ids = torch.randint(0, vocab, (2, t))
+        return model, ((ids, torch.randint(0, vocab, (2, t // 2))) if decoder else (ids,))
+
+    return build
+
+
+def _bert_model():
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4,
+                                num_attention_heads=4, intermediate_size=1024,
+                                max_position_embeddings=512))
+
+
+def _gpt2_model():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(vocab_size=8000, n_embd=256, n_layer=4, n_head=4,
+                                      n_positions=512, use_cache=False))
+
+
+def _t5_model():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    return T5ForConditionalGeneration(T5Config(vocab_size=8000, d_model=256, d_kv=64, d_ff=1024,
+                                               num_layers=4, num_heads=4, use_cache=False))
+
+
+def _llama_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=688,
+                                        num_hidden_layers=4, num_attention_heads=4,
+                                        num_key_value_heads=2, max_position_embeddings=512,
+                                        use_cache=False))
+
+
+MODELS = [
+    Workload("mobilenetv3_small", _timm_model("mobilenetv3_small_100"),
+             "timm mobilenetv3_small_100 (depthwise convs), 2x3x224x224"),
+    Workload("efficientnet_b0", _timm_model("efficientnet_b0"),
+             "timm efficientnet_b0 (depthwise convs, SiLU, squeeze-excite), 2x3x224x224"),
+    Workload("convnext_atto", _timm_model("convnext_atto"),
+             "timm convnext_atto (7x7 depthwise convs, LayerNorm, GELU), 2x3x224x224"),
+    Workload("resnet18", _timm_model("resnet18"), "timm resnet18, 2x3x224x224"),
+    Workload("resnet50", _timm_model("resnet50"), "timm resnet50 (bottlenecks), 2x3x224x224"),
+    Workload("vit_small", _timm_model("vit_small_patch16_224"),
+             "timm vit_small_patch16_224 (12 blocks, d=384, GELU), 2x3x224x224"),
+    Workload("bert", _transformers_model(_bert_model, 8000),
+             "transformers BertModel (4 layers, d=256, 4 heads), 2x128 tokens"),
+    Workload("gpt2", _transformers_model(_gpt2_model, 8000),
+             "transformers GPT2LMHeadModel (4 layers, d=256, 4 heads), 2x128 tokens"),
+    Workload("t5", _transformers_model(_t5_model, 8000, decoder=True),
+             "transformers T5ForConditionalGeneration (4+4 layers, d=256), 2x128 -> 2x64 tokens"),
+    Workload("llama", _transformers_model(_llama_model, 8000),
+             "transformers LlamaForCausalLM (4 layers, d=256, GQA 4/2 heads), 2x128 tokens"),
+]
+
+
 WORKLOADS = [
     Workload("pointwise", lambda q: (pointwise_chain, (torch.randn(512, 512) if q else
                                                         torch.randn(2048, 2048),)),
@@ -170,6 +269,9 @@ WORKLOADS = [
     Workload("bert_small", _bert_small,
              "transformers BertModel from BertConfig (2 layers, hidden 128), 8x128 tokens"),
 ]
+
+#: ``--suite``: the seven kernel-sized workloads, the ten real models, or both
+SUITES = {"kernels": WORKLOADS, "models": MODELS, "all": WORKLOADS + MODELS}
 
 
 # ------------------------------------------------------------------------------- compilers
@@ -216,6 +318,12 @@ def make_compiled(compiler: str, model, inputs) -> Callable:
         compiled = kiln_backend(gm, list(inputs))
         return lambda *args: compiled(*args)
     raise ValueError(compiler)
+
+
+def fallback_counts(before, after) -> tuple[int, int]:
+    """(graphs run eagerly, ops run through loopir's aten fallback) between two kiln.stats()."""
+    aten = sum(v - before.aten_fallbacks.get(k, 0) for k, v in after.aten_fallbacks.items())
+    return after.eager_fallbacks - before.eager_fallbacks, aten
 
 
 def kiln_notes(before, after) -> str:
@@ -281,7 +389,9 @@ def run_workload(w: Workload, compilers, args, progress: Progress) -> dict:
             if stats_before is not None:
                 import kiln
 
-                r["notes"] = kiln_notes(stats_before, kiln.stats())
+                after = kiln.stats()
+                r["notes"] = kiln_notes(stats_before, after)
+                r["eager_fallbacks"], r["aten_fallbacks"] = fallback_counts(stats_before, after)
             res[c] = r
             progress.done()
         progress.step(f"{w.name}: timing {', '.join(fns)}")
@@ -294,7 +404,8 @@ def run_workload(w: Workload, compilers, args, progress: Progress) -> dict:
                 r["time_s"] = times[c]
                 r["speedup"] = times["eager"] / times[c]
             line = (f"{w.name:18} {c:9} " + (f"{r['time_s'] * 1e3:9.3f} ms  x{r['speedup']:.2f}  "
-                    f"compile {r['compile_s']:.1f} s" if "time_s" in r else r["error"]))
+                    f"(eager {times['eager'] * 1e3:.3f} ms)  compile {r['compile_s']:.1f} s"
+                    if "time_s" in r else r["error"]))
             progress.write(line + (f"  [{r['notes']}]" if r.get("notes") else ""))
     return res
 
@@ -331,6 +442,8 @@ def table(results, compilers) -> str:
     header = ["workload", "eager ms"]
     for c in compilers:
         header += [f"{c} ms", f"{c} speedup", f"{c} compile s"]
+        if c.startswith("kiln"):
+            header += [f"{c} eager/aten fallbacks"]
     rows = []
     for r in results:
         if "error" in r:
@@ -345,12 +458,17 @@ def table(results, compilers) -> str:
             else:
                 row += [x.get("error", "-").replace("|", "/")[:70], "-",
                         f"{x['compile_s']:.1f}" if "compile_s" in x else "-"]
+            if c.startswith("kiln"):
+                row += [f"{x['eager_fallbacks']}/{x['aten_fallbacks']}"
+                        if "eager_fallbacks" in x else "-"]
         rows.append(row)
     geo = ["geomean speedup", ""]
     for c in compilers:
         g = geomean(r.get(c, {}).get("speedup") for r in results)
         n = sum(1 for r in results if r.get(c, {}).get("speedup"))
         geo += ["", f"{g:.2f}x ({n} ok)" if g else "-", ""]
+        if c.startswith("kiln"):
+            geo += [""]
     rows.append(geo)
     return markdown_table(header, rows)
 
@@ -398,6 +516,11 @@ def bar_chart(results, compilers, path: Path, title: str) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", choices=sorted(SUITES), default="kernels",
+                   help="kernels: seven kernel-sized workloads; models: ten timm/transformers "
+                        "models (batch 2); all: both")
+    p.add_argument("--models", dest="suite", action="store_const", const="models",
+                   help="the model suite (same as --suite models)")
     p.add_argument("--only", default="", help="comma-separated workload names")
     p.add_argument("--quick", action="store_true", help="small sizes, fewer repeats")
     p.add_argument("--via-fx", action="store_true",
@@ -406,8 +529,11 @@ def main(argv=None) -> int:
                    help="comma-separated from inductor,kiln,kiln-fx (eager always runs)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--compile-timeout", type=float, default=900.0)
-    p.add_argument("--out", default="cpu", help="basename of the results in benchmarks/results")
+    p.add_argument("--out", default="",
+                   help="basename of the results in benchmarks/results (default: cpu for the "
+                        "kernels suite, cpu-models / cpu-all for the others)")
     args = p.parse_args(argv)
+    args.out = args.out or ("cpu" if args.suite == "kernels" else f"cpu-{args.suite}")
 
     compilers = [c for c in args.compilers.split(",") if c]
     if args.via_fx and "kiln-fx" not in compilers:
@@ -416,19 +542,21 @@ def main(argv=None) -> int:
         if c not in COMPILERS:
             p.error(f"unknown compiler {c!r}; known: {', '.join(COMPILERS)}")
     only = [x for x in args.only.split(",") if x]
-    workloads = [w for w in WORKLOADS if not only or w.name in only]
+    suite = SUITES[args.suite]
+    workloads = [w for w in suite if not only or w.name in only]
     if only and len(workloads) != len(only):
-        known = ", ".join(w.name for w in WORKLOADS)
+        known = ", ".join(w.name for w in suite)
         p.error(f"unknown workload in --only {args.only!r}; known: {known}")
     if args.threads:
         torch.set_num_threads(args.threads)
     cache = fresh_cache_dirs()
-    print(f"CPU benchmark: {len(workloads)} workloads, compilers {compilers}, "
+    print(f"CPU benchmark ({args.suite}): {len(workloads)} workloads, compilers {compilers}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}, caches in {cache}"
           + (" (quick)" if args.quick else ""), flush=True)
 
     progress = Progress(len(workloads) * (1 + len(compilers)), desc="bench")  # build+compilers+timing
     results = []
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
     try:
         for w in workloads:
@@ -437,7 +565,7 @@ def main(argv=None) -> int:
         progress.close()
     wall = time.perf_counter() - t0
 
-    title = (f"CPU inference speedup over eager ({torch.get_num_threads()} threads"
+    title = (f"CPU inference speedup over eager, {args.suite} ({torch.get_num_threads()} threads"
              + (", quick sizes" if args.quick else "") + ")")
     text = table(results, compilers)
     notes = notes_table(results, compilers)
@@ -448,17 +576,54 @@ def main(argv=None) -> int:
     command = "python benchmarks/cpu.py " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M"),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "quick": args.quick, "wall_s": wall, "cpu": _cpu_name()}
+            "quick": args.quick, "wall_s": wall, "cpu": _cpu_name(), "suite": args.suite,
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+    summary = geomean_summary(results, compilers)
+    meta["summary"] = summary
+    print("\n" + summary)
+    print(f"load average (1/5/15 min) before {_load_text(load_before)}, after "
+          f"{_load_text(os.getloadavg())}: other work on the machine inflates absolute times")
     (RESULTS_DIR / f"{args.out}.json").write_text(
         json.dumps({"meta": meta, "results": results}, indent=1, default=str))
     md = (f"# {title}\n\nCommand: `{meta['command']}`; {meta['date']}; torch {meta['torch']}; "
-          f"{meta['cpu']}; wall {wall:.0f} s.\n\n{text}\n\n{notes}\n")
+          f"{meta['cpu']}; wall {wall:.0f} s; load average before {_load_text(load_before)}, "
+          f"after {_load_text(meta['loadavg_after'])}.\n\n{text}\n\n{summary}\n\n{notes}\n")
     (RESULTS_DIR / f"{args.out}.md").write_text(md)
     png = RESULTS_DIR / f"{args.out}.png"
     if bar_chart(results, compilers, png, title):
         print(f"\nchart: {png}")
     print(f"results: {RESULTS_DIR / args.out}.json / .md; wall {wall:.0f} s")
     return 0
+
+
+def _load_text(load) -> str:
+    return "/".join(f"{x:.1f}" for x in load)
+
+
+def geomean_summary(results, compilers) -> str:
+    """The targets in one line each: kiln's geomean over inductor's (on the workloads both ran),
+    the slowest workload per compiler, and cold compile time against inductor's."""
+    lines = []
+    base = "inductor" if "inductor" in compilers else None
+    for c in compilers:
+        ok = [r for r in results if r.get(c, {}).get("speedup")]
+        if not ok:
+            continue
+        worst = min(ok, key=lambda r: r[c]["speedup"])
+        text = (f"{c}: geomean {geomean(r[c]['speedup'] for r in ok):.2f}x over {len(ok)}; "
+                f"slowest {worst['name']} {worst[c]['speedup']:.2f}x")
+        if base and c != base:
+            both = [r for r in ok if r.get(base, {}).get("speedup")]
+            if both:
+                gk = geomean(r[c]["speedup"] for r in both)
+                gi = geomean(r[base]["speedup"] for r in both)
+                ck = sum(r[c]["compile_s"] for r in both)
+                ci = sum(r[base]["compile_s"] for r in both)
+                text += (f"; on the {len(both)} both ran: {gk:.2f}x vs inductor {gi:.2f}x "
+                         f"= {gk / gi:.2f} of inductor's; cold compile {ck:.0f} s vs {ci:.0f} s "
+                         f"({ck / ci:.2f} of inductor's)")
+        lines.append(text)
+    return "\n".join(lines)
 
 
 def _cpu_name() -> str:

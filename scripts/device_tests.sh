@@ -4,6 +4,9 @@
 # network, so nothing is installed: the frontend's C extension is built in place and every
 # package is put on PYTHONPATH. Usage (from the repo root, on that machine):
 #     bash scripts/device_tests.sh [frontend|all] [pytest args...]
+#     bash scripts/device_tests.sh bench_gpu [benchmarks/gpu.py args...]   # results in $OUT
+# (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
+# fp16 models against torch.compile; benchmarks/gpu.py writes kiln's entry points itself.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-frontend}"; shift || true
@@ -15,5 +18,6 @@ export KILN_CACHE_DIR="${KILN_CACHE_DIR:-/tmp/kiln-cache}"
 case "$what" in
   frontend) python3 -m pytest -q -p no:cacheprovider packages/frontend/tests "$@" ;;
   all) python3 -m pytest -q -p no:cacheprovider packages/*/tests "$@" ;;
-  *) echo "unknown target $what (frontend|all)" >&2; exit 2 ;;
+  bench_gpu) python3 -u benchmarks/gpu.py "$@" ;;
+  *) echo "unknown target $what (frontend|all|bench_gpu)" >&2; exit 2 ;;
 esac

@@ -4,6 +4,8 @@ with eager, side by side with torch.compile's inductor.
     python tests-integration/opinfo_harness.py                       # loopir_interpret
     python tests-integration/opinfo_harness.py --backends loopir_interpret,kiln,inductor
     python tests-integration/opinfo_harness.py --ops sin,softmax --backends kiln -v
+    python tests-integration/opinfo_harness.py --grad --backends kiln  # inputs require grad:
+                                                     # outputs and input grads vs eager
     python3 -m nox -s opinfo                                         # the full three-way sweep
 
 How one op is checked (docs/coverage.md says the same in prose):
@@ -67,10 +69,23 @@ import torch.utils._pytree as pytree
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
-KILN_BACKENDS = ("loopir_interpret", "kiln")
+#: device of the samples ("cuda" for the GPU sweep: benchmarks/gpu.py sets it)
+DEVICE = os.environ.get("KILN_OPINFO_DEVICE", "cpu")
+KILN_BACKENDS = ("loopir_interpret", "kiln", "kiln_triton")
 ALL_BACKENDS = (
-    "loopir_interpret", "kiln", "inductor", "frontend:loopir_interpret", "frontend:kiln", "eager",
+    "loopir_interpret", "kiln", "kiln_triton", "inductor", "frontend:loopir_interpret", "frontend:kiln", "eager",
+    "frontend:eager", "dynamo:eager",
 )
+#: capture-breadth routes (issue 10): the frontend (kiln's or torch.compile's) with a backend
+#: that counts the graphs it is handed and runs them eagerly; an op "ran as IR" there when
+#: every sample passed and compiled at least one graph
+CAPTURE_ROUTES = ("frontend:eager", "dynamo:eager")
+_captured_graphs = [0]
+
+
+def _counting_eager(gm, example_inputs):
+    _captured_graphs[0] += 1
+    return gm.forward
 
 # Outputs that are not a function of the inputs: compare shapes and dtypes only. Any op whose
 # two eager calls on the same inputs differ is added at run time.
@@ -355,6 +370,16 @@ def compile_case(case: Case, backend: str, graph: str = "make_fx") -> Callable:
     """A callable ``(*tensors) -> outputs`` for ``case`` compiled by ``backend``."""
     if backend == "eager":
         return case.fn
+    if backend == "frontend:eager":
+        import kiln_frontend
+
+        kiln_frontend.reset()
+        return kiln_frontend.compile(case.fn, backend=_counting_eager)
+    if backend == "dynamo:eager":
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        return torch.compile(case.fn, backend=_counting_eager)
     if backend == "inductor":
         import torch._dynamo
 
@@ -368,7 +393,12 @@ def compile_case(case: Case, backend: str, graph: str = "make_fx") -> Callable:
         return kiln.compile(case.fn, backend=backend.split(":", 1)[1])
     import kiln.backend as kb
 
-    be = {"loopir_interpret": kb.loopir_interpret_backend, "kiln": kb.kiln_backend}[backend]
+    be = {
+        "loopir_interpret": kb.loopir_interpret_backend,
+        "kiln": kb.kiln_backend,
+        # the Triton codegen (on CPU tensors it needs TRITON_INTERPRET=1)
+        "kiln_triton": lambda gm, xs: kb.kiln_backend(gm, xs, options={"codegen": "triton"}),
+    }[backend]
     try:
         gm = build_graph(case, graph)
     except Exception as e:
@@ -478,6 +508,7 @@ def check_sample(case: Case, backends: Sequence[str], *, graph: str = "make_fx",
         r: dict[str, Any] = {"status": "fail", "shape_only": shape_only}
         stage = "compile"
         before = _counters_snapshot()
+        graphs_before = _captured_graphs[0]
         t0 = time.perf_counter()
         try:
             with time_limit(timeout):
@@ -507,20 +538,115 @@ def check_sample(case: Case, backends: Sequence[str], *, graph: str = "make_fx",
                      where=_where(e))
         r["time_s"] = round(time.perf_counter() - t0, 3)
         r.update(_counters_delta(before, _counters_snapshot()))
-        if backend in KILN_BACKENDS or backend.startswith("frontend:"):
+        if backend in CAPTURE_ROUTES:
+            r["graphs"] = _captured_graphs[0] - graphs_before
+            r["ran_as_ir"] = r["status"] == "pass" and r["graphs"] > 0
+        elif backend in KILN_BACKENDS or backend.startswith("frontend:"):
             r["ran_as_ir"] = (
                 r["status"] == "pass"
                 and not r.get("aten_fallbacks")
                 and not r.get("eager_fallbacks")
-                and not (backend.endswith("kiln") and r.get("interpreter_fallbacks"))
+                and not (backend in ("kiln", "kiln_triton", "frontend:kiln")
+                         and r.get("interpreter_fallbacks"))
                 and r.get("graphs", 0) > 0  # the frontend may capture nothing and run eagerly
             )
         results[backend] = r
     return results
 
 
+# ------------------------------------------------------------- grad mode (--grad, issue 12)
+
+#: ``--grad``: inputs require grad; outputs and input grads are compared (training path)
+GRAD_MODE = False
+
+
+def _float_leaves(tensors: Sequence) -> list[int]:
+    return [i for i, t in enumerate(tensors) if t.is_floating_point()]
+
+
+def _grads_of(fn: Callable, tensors: Sequence, diff: list[int]):
+    """``fn`` on fresh copies whose float inputs require grad; (outputs, input grads) for
+    fixed random cotangents (seeded, one per differentiable output)."""
+    args = clone_inputs(tensors)
+    for i in diff:
+        args[i].requires_grad_(True)
+    torch.manual_seed(0)
+    out = fn(*args)
+    outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs:
+        return out, None
+    gen = torch.Generator().manual_seed(1)
+    cot = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+    grads = torch.autograd.grad(outs, [args[i] for i in diff], cot, allow_unused=True)
+    detached = pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+    return detached, list(grads)
+
+
+def check_sample_grad(case: Case, backends: Sequence[str], *, graph: str = "make_fx",
+                      timeout: float | None = 120.0) -> dict[str, dict]:
+    """Grad mode: like ``check_sample``, with every float input requiring grad; compares the
+    outputs and the grads of the inputs (``torch.autograd.grad`` with seeded cotangents)."""
+    diff = _float_leaves(case.tensors)
+    try:
+        with time_limit(timeout):
+            expected, expected_grads = _grads_of(case.fn, case.tensors, diff)
+            again, _ = _grads_of(case.fn, case.tensors, diff)
+    except Exception as e:
+        return {b: {"status": "eager-error", "error": _first_line(e)} for b in backends}
+    if not diff or expected_grads is None:
+        return {b: {"status": "eager-error", "error": "no differentiable output"} for b in backends}
+    shape_only = (case.key in NONDETERMINISTIC or case.op.name in NONDETERMINISTIC
+                  or not _is_same(expected, again))
+    tol = TOLERANCE_OVERRIDES.get(case.key) or TOLERANCE_OVERRIDES.get(case.op.name) or {}
+    tol = tol or {"rtol": 1e-5, "atol": 1e-5}  # backward formulas reassociate sums
+    results: dict[str, dict] = {}
+    for backend in backends:
+        r: dict[str, Any] = {"status": "fail", "shape_only": shape_only}
+        stage = "compile"
+        before = _counters_snapshot()
+        t0 = time.perf_counter()
+        try:
+            with time_limit(timeout):
+                example = clone_inputs(case.tensors)
+                for i in diff:
+                    example[i].requires_grad_(True)
+                if backend in KILN_BACKENDS:
+                    gm = build_graph(case, graph)
+                    import kiln.backend as kb
+
+                    be = {"loopir_interpret": kb.loopir_interpret_backend,
+                          "kiln": kb.kiln_backend,
+                          "kiln_triton": lambda g, xs: kb.kiln_backend(
+                              g, xs, options={"codegen": "triton"})}[backend]
+                    compiled = be(gm, example)
+                else:
+                    compiled = compile_case(case, backend, graph)
+                stage = "run"
+                actual, actual_grads = _grads_of(compiled, case.tensors, diff)
+                stage = "compare"
+                if shape_only:
+                    if _shapes(actual) != _shapes(expected):
+                        raise AssertionError("shape/dtype mismatch")
+                else:
+                    torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
+                    torch.testing.assert_close(actual_grads, expected_grads, equal_nan=True,
+                                               **tol, msg="input grads differ from eager")
+            r["status"] = "pass"
+        except (Exception, SampleTimeout) as e:
+            stage = "timeout" if isinstance(e, SampleTimeout) else stage
+            r.update(stage=stage, error=_first_line(e, 4 if stage == "compare" else 1),
+                     error_class=error_class(stage, e), where=_where(e))
+        r["time_s"] = round(time.perf_counter() - t0, 3)
+        r.update(_counters_delta(before, _counters_snapshot()))
+        if backend in KILN_BACKENDS:
+            r["ran_as_ir"] = (r["status"] == "pass" and not r.get("aten_fallbacks")
+                              and not r.get("eager_fallbacks") and r.get("graphs", 0) > 0)
+        results[backend] = r
+    return results
+
+
 def samples_of(op, n: int) -> list:
-    return list(itertools.islice(iter(op.sample_inputs("cpu", torch.float32)), n))
+    return list(itertools.islice(iter(op.sample_inputs(DEVICE, torch.float32)), n))
 
 
 def check_op(op, backends: Sequence[str], *, samples: int = 3, graph: str = "make_fx",
@@ -528,8 +654,8 @@ def check_op(op, backends: Sequence[str], *, samples: int = 3, graph: str = "mak
     """All of one op's samples through ``backends``; the op's summary per backend."""
     key = op_key(op)
     out: dict[str, Any] = {"op": key, "backends": {}}
-    if torch.float32 not in op.supported_dtypes("cpu"):
-        out["backends"] = {b: {"status": "skip", "error": "no float32 on CPU"} for b in backends}
+    if torch.float32 not in op.supported_dtypes(DEVICE):
+        out["backends"] = {b: {"status": "skip", "error": f"no float32 on {DEVICE}"} for b in backends}
         return out
     t0 = time.perf_counter()
     try:
@@ -545,7 +671,8 @@ def check_op(op, backends: Sequence[str], *, samples: int = 3, graph: str = "mak
     per_sample = []
     for i, s in enumerate(sample_list):
         case = make_case(op, s, i)
-        per_sample.append(check_sample(case, backends, graph=graph, timeout=timeout))
+        check = check_sample_grad if GRAD_MODE else check_sample
+        per_sample.append(check(case, backends, graph=graph, timeout=timeout))
     for b in backends:
         rs = [ps[b] for ps in per_sample]
         ran = [r for r in rs if r["status"] != "eager-error"]
@@ -582,6 +709,8 @@ def _worker(args) -> int:
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     torch.set_num_threads(args.threads)
+    global GRAD_MODE
+    GRAD_MODE = args.grad
     keys = json.loads(Path(args.worker_ops).read_text())
     backends = args.backends.split(",")
     ops = {op_key(op): op for op in op_db()}
@@ -628,6 +757,7 @@ def run_sweep(keys: Sequence[str], backends: Sequence[str], *, jobs: int = 1,
                "--worker-log", str(log_dir / f"worker{wid}.log"), "--backends",
                ",".join(backends), "--samples", str(samples), "--graph", graph,
                "--timeout", str(timeout), "--threads", str(threads)]
+        cmd += ["--grad"] if GRAD_MODE else []
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
         threading.Thread(target=_reader, args=(p, wid, q), daemon=True).start()
         procs[wid] = (p, list(todo), None, time.monotonic())
@@ -709,7 +839,7 @@ def summarize(results: Sequence[dict], backends: Sequence[str]) -> dict:
             "shape_only": sum(1 for r in passing if r["backends"][b].get("shape_only")),
             "time_s": round(sum(r["backends"][b].get("time_s", 0) for r in results), 1),
         }
-        if b in KILN_BACKENDS or b.startswith("frontend:"):
+        if b in KILN_BACKENDS or b.startswith("frontend:") or b in CAPTURE_ROUTES:
             ir = sum(1 for r in passing if r["backends"][b].get("ran_as_ir"))
             s["ran_as_ir"] = ir
             s["ran_as_ir_share"] = ir / len(passing) if passing else 0.0
@@ -818,12 +948,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="", help="results basename (default opinfo-<backends>)")
     p.add_argument("--cache-dir", default="", help="KILN_CACHE_DIR (default: a fresh temp dir)")
     p.add_argument("-v", "--verbose", action="store_true", help="print each failure")
+    p.add_argument("--grad", action="store_true",
+                   help="inputs require grad: compare outputs and input grads (training path)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker-ops", help=argparse.SUPPRESS)
     p.add_argument("--worker-log", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return _worker(args)
+    global GRAD_MODE
+    GRAD_MODE = args.grad
 
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:
@@ -836,6 +970,7 @@ def main(argv=None) -> int:
     if args.limit:
         keys = keys[: args.limit]
     name = args.out or "opinfo-" + "-".join(b.replace(":", "_") for b in backends)
+    name += "-grad" if args.grad and not args.out else ""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     print(f"OpInfo sweep: {len(keys)} ops x {args.samples} samples, backends {backends}, "
           f"{args.jobs} worker(s), KILN_CACHE_DIR={cache}", flush=True)

@@ -13,10 +13,15 @@ fallbacks with their reasons, and the aten ops loopir ran through its aten fallb
 - transformers BERT and GPT-2 (2 layers, hidden 64, from config classes): the ``kiln``
   backend on the module itself (aotgrad traces any nn.Module), and ``kiln.compile`` end to
   end.
+- transformers Llama, OPT, Mistral, Qwen2 and Gemma causal LMs (2 layers, hidden 64): their
+  logits (issue 9: the kernels after SDPA read its result with the wrong layout);
+- transformers XLNet and Swin, timm ConvNeXt-atto and a two-block timm DenseNet: one graph
+  each, no eager and no aten fallback (issue 9's quiet non-compiles);
 - a hand-built ``torch.fx.Graph`` compiled by ``kiln_codegen_cpp.compile_fx`` alone.
 
-The C++ kernels compile into a fresh cache folder per module (``KILN_CACHE_DIR``), so the
-timings printed are those of a cold cache, as on CI.
+The C++ kernels compile into a fresh cache folder per test session (``KILN_CACHE_DIR``),
+shared with test_differential.py, which compiles the same graphs: the timings printed are
+those of a cold cache when this file runs first.
 """
 
 from __future__ import annotations
@@ -39,11 +44,20 @@ from kiln.backend import kiln_backend
 RTOL = ATOL = 1e-3
 
 
+def shared_kernel_cache(tmp_path_factory) -> str:
+    """One on-disk kernel cache per test session for the model tests and
+    test_differential.py (the same graphs give the same kernels: they compile once)."""
+    path = tmp_path_factory.getbasetemp() / "kiln-cache-models"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def kiln_cache_dir(tmp_path_factory):
-    """A cold, private on-disk kernel cache for these tests (read at every compile)."""
+    """A fresh on-disk kernel cache for the session (read at every compile), shared with
+    test_differential.py."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KILN_CACHE_DIR", str(tmp_path_factory.mktemp("kiln-cache")))
+        mp.setenv("KILN_CACHE_DIR", shared_kernel_cache(tmp_path_factory))
         yield
 
 
@@ -113,6 +127,69 @@ def _gpt2() -> torch.nn.Module:
     return TextModel(GPT2Model(config))
 
 
+class Logits(torch.nn.Module):
+    """A causal LM's ``logits`` (no cache object among the outputs)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).logits
+
+
+def _decoder_lm(family: str) -> Callable[[], torch.nn.Module]:
+    """A 2-layer decoder LM (hidden 64, 4 heads, 2 key/value heads where the family has
+    grouped-query attention, vocabulary 128) built from its config class."""
+
+    def build():
+        import transformers
+
+        common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      use_cache=False)
+        gqa = dict(intermediate_size=128, num_key_value_heads=2)
+        config, model = {
+            "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+            "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+            "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
+            "opt": (transformers.OPTConfig, transformers.OPTForCausalLM),
+        }[family]
+        extra = {"opt": dict(ffn_dim=128, word_embed_proj_dim=64, max_position_embeddings=64),
+                 "gemma": dict(gqa, head_dim=16)}.get(family, gqa)
+        return Logits(model(config(**common, **extra)))
+
+    return build
+
+
+def _xlnet() -> torch.nn.Module:
+    from transformers import XLNetConfig, XLNetModel
+
+    config = XLNetConfig(vocab_size=128, d_model=64, n_layer=1, n_head=2, d_inner=128,
+                         use_mems_eval=False)
+    return XLNetModel(config)
+
+
+def _swin() -> torch.nn.Module:
+    from transformers import SwinConfig, SwinModel
+
+    config = SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                        window_size=4)
+    return SwinModel(config)
+
+
+def _small_densenet() -> torch.nn.Module:
+    """timm's DenseNet with two short blocks: the first block's last layers concatenate
+    more inputs (up to 10) than a pointwise cat takes."""
+    from timm.models.densenet import DenseNet
+
+    return DenseNet(growth_rate=8, block_config=(9, 2), num_classes=10)
+
+
+def _token_ids() -> tuple:
+    return (torch.randint(0, 128, (2, 8)),)
+
+
 def _image(size: int) -> Callable[[], tuple]:
     return lambda: (torch.randn(2, 3, size, size),)
 
@@ -131,6 +208,11 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], tuple]]] = {
     "vit_tiny_patch16_224": (_timm("vit_tiny_patch16_224", img_size=64), _image(64)),
     "bert": (_bert, _text_with_padding),
     "gpt2": (_gpt2, _text_with_padding),
+    **{family: (_decoder_lm(family), _token_ids) for family in ["llama", "opt", "mistral", "qwen2", "gemma"]},
+    "xlnet": (_xlnet, _token_ids),
+    "swin": (_swin, _image(32)),
+    "convnext_atto": (_timm("convnext_atto"), _image(32)),
+    "densenet": (_small_densenet, _image(32)),
 }
 
 
@@ -197,6 +279,28 @@ def test_timm_model_kiln_compile(name, fresh_kiln, capsys):
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_transformers_model_kiln_compile(name, fresh_kiln, capsys):
     _compile_and_compare(name, capsys)
+
+
+@pytest.mark.parametrize("name", ["llama", "opt", "mistral", "qwen2", "gemma"])
+def test_decoder_lm_kiln_compile(name, fresh_kiln, capsys):
+    """Issue 9: the kernels after ``scaled_dot_product_attention`` read its result with the
+    layout traced for eager's query layout instead of the one SDPA returned for the query
+    loopir realized (logits off by ~0.3 to 1.0). Every graph compiled, none run eagerly."""
+    stats = _compile_and_compare(name, capsys)
+    assert stats.eager_fallbacks == 0, stats.fallback_reasons
+    assert not stats.aten_fallbacks, stats.aten_fallbacks
+
+
+@pytest.mark.parametrize("name", ["xlnet", "swin", "convnext_atto", "densenet"])
+def test_model_compiles_without_fallbacks(name, fresh_kiln, capsys):
+    """Issue 9's quiet non-compiles, each one graph now: XLNet (an integer ``arange`` with a
+    float step reached the C++ index printer as ``1.0*i``), Swin and ConvNeXt (the
+    ``as_strided_`` on the final 1x1 average pool), DenseNet (its concatenations took the aten
+    fallback)."""
+    stats = _compile_and_compare(name, capsys)
+    assert stats.graphs_compiled == 1, stats
+    assert stats.eager_fallbacks == 0, stats.fallback_reasons
+    assert not stats.aten_fallbacks, stats.aten_fallbacks
 
 
 # ------------------------------------------------------- the kiln backend, no frontend

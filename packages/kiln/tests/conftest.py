@@ -46,3 +46,11 @@ def needs_interpreter():
 @pytest.fixture
 def needs_cpp():
     require_cpp()
+
+
+@pytest.fixture(autouse=True)
+def _graph_cache_off(monkeypatch):
+    """The graph-level artifact cache (kiln.cache) would let one test's compile hit another's
+    (or a previous run's) and skip the pipeline a test patches: off unless a test turns it on
+    (test_cache*.py do, with their own KILN_CACHE_DIR)."""
+    monkeypatch.setenv("KILN_GRAPH_CACHE", "0")

@@ -7,7 +7,8 @@ One rule table, built once:
 2. add torch's decompositions for the composite ops that loopir should see as their pieces
    (softmax, the norms, gelu & friends: see ``_FROM_TORCH``);
 3. add kiln's own rules (``@_rule``) where torch's decomposition leaves ``prims`` ops in the
-   graph (var / var_mean) or where it has none (lift_fresh_copy);
+   graph (var / var_mean) or where it has none (lift_fresh_copy, the CPU flash-attention
+   backward of training graphs);
 4. remove the ops kiln keeps whole as extern-call candidates (``KEEP``: matmul family,
    convolution, scaled-dot-product attention kernels).
 
@@ -157,6 +158,53 @@ def _std_correction(x, dim=None, *, correction=None, keepdim=False):
 def _lift_fresh_copy(x):
     # a tensor constant built inside the traced code (torch.tensor(...)): a plain copy
     return aten.clone.default(x)
+
+
+@_rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _flash_attention_cpu_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    out,
+    logsumexp,
+    dropout_p,
+    is_causal,
+    *,
+    attn_mask=None,
+    scale=None,
+):
+    """The backward of CPU flash attention in matmuls and pointwise ops (training graphs):
+    the probabilities are recomputed from the saved ``logsumexp`` as flash attention does,
+    so the forward stays one extern kernel and saves no ``L x S`` matrix. With dropout, or
+    grouped heads, the op is kept (the aten fallback)."""
+    if dropout_p != 0.0 or key.shape[-3] != query.shape[-3]:
+        return NotImplemented
+    dtype = query.dtype
+    up = [
+        t.float() if dtype in (torch.float16, torch.bfloat16) else t
+        for t in (grad_out, query, key, value, out)
+    ]
+    grad_out, query, key, value, out = up
+    s = scale if scale is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-2, -1)) * s
+    if is_causal:
+        L, S = query.shape[-2], key.shape[-2]
+        keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    probs = torch.exp(scores - logsumexp.unsqueeze(-1))
+    grad_value = torch.matmul(probs.transpose(-2, -1), grad_out)
+    grad_probs = torch.matmul(grad_out, value.transpose(-2, -1))
+    delta = (grad_out * out).sum(-1, keepdim=True)
+    grad_scores = probs * (grad_probs - delta) * s
+    grad_query = torch.matmul(grad_scores, key)
+    grad_key = torch.matmul(grad_scores.transpose(-2, -1), query)
+    return grad_query.to(dtype), grad_key.to(dtype), grad_value.to(dtype)
 
 
 # ---------------------------------------------------------------- torch-function-level rules

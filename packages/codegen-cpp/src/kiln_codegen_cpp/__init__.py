@@ -4,15 +4,20 @@
 - ``compile_fx(gm, example_inputs)``: FX graph -> aotgrad -> loopir -> C++ -> runtime.
 - ``compile_aten(aten_gm)`` / ``compile_schedule(schedule)``: the later steps alone.
 - ``compiler``: the g++ driver (flags, on-disk cache, parallel compiles, ctypes loading).
+- ``CODEGEN``: this codegen's ``kiln.codegens`` entry (devices, compile error, how it is built
+  from options).
 """
 
 from __future__ import annotations
+
+from kiln_loopir.codegen_registry import CodegenEntry
 
 from .codegen import CppCodegen
 from .compiler import CXXFLAGS, CppCompileError, compile_many, compile_source
 from .kernel import CppKernel
 
 __all__ = [
+    "CODEGEN",
     "CXXFLAGS",
     "CppCodegen",
     "CppCompileError",
@@ -24,6 +29,16 @@ __all__ = [
     "compile_schedule",
     "compile_source",
 ]
+
+
+def build(options=None) -> CppCodegen:
+    """A CppCodegen from an options object (``num_threads``, extra ``cpp_flags``)."""
+    extra = tuple(getattr(options, "cpp_flags", ()) or ())
+    return CppCodegen(num_threads=getattr(options, "num_threads", None), flags=(*CXXFLAGS, *extra))
+
+
+#: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry)
+CODEGEN = CodegenEntry(name="cpp", devices=("cpu",), compile_error=CppCompileError, build=build, priority=10)
 
 
 def __getattr__(name):

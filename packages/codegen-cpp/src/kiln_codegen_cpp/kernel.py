@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 from kiln_loopir.analysis import body_deps
+from kiln_loopir.kernel_plan import collapse_outer_loops, on_chip_buffers
 from kiln_loopir.ops_spec import OPS, reduction_identity, result_dtype
 from kiln_loopir.sizevars import (
     FloorDiv,
@@ -288,46 +289,12 @@ class CppKernel:
         return out
 
     def _plan_outer_loops(self):
-        """Merge adjacent outer dims into one loop where every memory index stays free of
-        division/modulo by doing so (``i1 + 8*i0`` over [n, 8] becomes ``i0`` over [8*n]).
-        Returns (loop symbols, loop ranges, the outer index expressions in those symbols)."""
-        outer = [sympy.sympify(r) for r in self.group.outer]
-        n = len(outer)
-        groups = [[k] for k in range(n)]  # outer dims per loop, innermost last
-
-        def build(groups):
-            syms = [index_symbol(k) for k in range(len(groups))]
-            ranges, index = [], [None] * n
-            for sym, dims in zip(syms, groups, strict=True):
-                total = sympy.Mul(*[outer[d] for d in dims])
-                ranges.append(total)
-                inner = sympy.Integer(1)
-                for d in reversed(dims):
-                    if d == dims[0]:
-                        index[d] = sym if inner == 1 else FloorDiv(sym, inner)
-                    else:
-                        index[d] = ModularIndexing(sym, inner, outer[d])
-                    inner = inner * outer[d]
-            vr = dict(zip(syms, ranges, strict=True))
-            return syms, ranges, [simplify_index(e, vr) for e in index], vr
-
-        def clean(groups) -> bool:
-            syms, _, index, vr = build(groups)
-            merged = {syms[k] for k, dims in enumerate(groups) if len(dims) > 1}
-            for deps in self._deps(index, vr):
-                for d in list(deps.reads) + list(deps.writes):
-                    for f in d.index.atoms(FloorDiv, ModularIndexing):
-                        if f.free_symbols & merged:
-                            return False
-            return True
-
-        while len(groups) > 1:
-            trial = groups[:-2] + [groups[-2] + groups[-1]]
-            if not clean(trial):
-                break
-            groups = trial
-        syms, ranges, index, _ = build(groups)
-        return syms, ranges, index
+        """loopir's kernel plan merges adjacent outer dims into one loop where every memory
+        index stays free of division/modulo (``i1 + 8*i0`` over [n, 8] becomes ``i0`` over
+        [8*n]; kiln_loopir.kernel_plan.collapse_outer_loops). Returns (loop symbols, loop
+        ranges, the outer index expressions in those symbols)."""
+        ranges, index, _ = collapse_outer_loops(self.group)
+        return [index_symbol(k) for k in range(len(ranges))], ranges, index
 
     def _analyse(self) -> None:
         g = self.group
@@ -345,20 +312,9 @@ class CppKernel:
                 else:
                     stores[d.name] = (k, d.index)
         self._stores, self._loads = stores, loads
-        internal = set(getattr(g, "internal_buffers", ()) or ())
-        for name in internal:
-            if name not in stores:
-                continue
-            k, idx = stores[name]
-            if k < 0:
-                continue
-            node = g.nodes[k]
-            if node.kind != "reduction" and node.inner:
-                continue  # written inside a loop that ends before its readers run
-            if any(symbol_kind(s) == "ind" for s in idx.free_symbols):
-                continue
-            if all(j > k and lidx == idx for j, lidx in loads.get(name, [])):
-                self.local_buffers.add(name)
+        # the kernel plan's register buffers (written once per outer point by a reduction or a
+        # node without inner loops, read back later only at that index) become locals
+        self.local_buffers |= on_chip_buffers(g, self._node_deps)[0]
 
     # =========================================================================================
     # rows: thread-local arrays over one node's inner loop, inside the outer loop

@@ -192,6 +192,27 @@ template <typename T> KILN_INLINE T kiln_shr(T a, T b) {
 }
 KILN_INLINE float kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 KILN_INLINE double kiln_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// erf of a float as a rational function of x^2 (odd numerator, |x| clamped at 4): no libm call
+// and no branch, so it vectorizes inline (GELU's erf through libmvec's erff was ~2x slower
+// than ATen's). Max error 4.3e-7 absolute, 4e-7 relative; NaN stays NaN (comparisons fail).
+KILN_INLINE float kiln_erf(float a) {
+  float x = a < -4.0f ? -4.0f : (a > 4.0f ? 4.0f : a);
+  float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return (p * x) / q;
+}
+KILN_INLINE double kiln_erf(double x) { return erf(x); }
 template <typename T> KILN_INLINE T kiln_erfinv(T y) {  // initial guess + 3 Newton steps
   if (y <= T(-1)) return y == T(-1) ? -(T)INFINITY : (T)NAN;
   if (y >= T(1)) return y == T(1) ? (T)INFINITY : (T)NAN;

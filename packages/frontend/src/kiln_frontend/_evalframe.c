@@ -111,6 +111,9 @@
 static _Thread_local PyObject *tls_callback = NULL;
 /* Per-thread "hook off" depth (guards, callback, run_without_hook). */
 static _Thread_local int tls_disabled = 0;
+/* Per-thread function of the frame whose guards or compile callback are running (borrowed,
+ * NULL otherwise): guards on the frame's own closure cells read it (guarded_function()). */
+static _Thread_local PyObject *tls_guard_func = NULL;
 
 static Py_ssize_t active_threads = 0;         /* threads whose callback is not None */
 /* what we chain to (normally the default evaluator) */
@@ -433,7 +436,11 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     /* 1. Cache lookup (compile and run-only modes). */
     if (extra != NULL && extra->entries != NULL && PyList_GET_SIZE(extra->entries) > 0) {
         PyObject *owner = callback == Py_False ? NULL : callback;
-        if (cache_lookup(extra->entries, args, nargs, owner, &fn) < 0) {
+        PyObject *prev_func = tls_guard_func;
+        tls_guard_func = FRAME_FUNC(frame);
+        int lookup_rc = cache_lookup(extra->entries, args, nargs, owner, &fn);
+        tls_guard_func = prev_func;
+        if (lookup_rc < 0) {
             goto error;
         }
         if (fn != NULL) {
@@ -458,7 +465,10 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         goto error;
     }
     tls_disabled++;
+    PyObject *prev_func = tls_guard_func;
+    tls_guard_func = FRAME_FUNC(frame);
     PyObject *ret = PyObject_CallOneArg(callback, info);
+    tls_guard_func = prev_func;
     tls_disabled--;
     Py_DECREF(info);
     if (ret == NULL) {
@@ -1385,7 +1395,16 @@ static PyTypeObject TensorGuardType = {
 /* Module                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
+static PyObject *
+guarded_function(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(tls_guard_func != NULL ? tls_guard_func : Py_None);
+}
+
 static PyMethodDef module_methods[] = {
+    {"guarded_function", guarded_function, METH_NOARGS,
+     "guarded_function() -> the function whose frame's guards (or compile callback) are "
+     "running on this thread, else None. Guards on the frame's closure cells read it."},
     {"set_eval_frame", set_eval_frame, METH_O,
      "set_eval_frame(callback) -> previous. callback: None (off), False (run-only: cached "
      "entries only) or a callable (called on a cache miss). Per thread."},

@@ -23,12 +23,18 @@ import functools
 import inspect
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
 from . import eval_frame
 from .backends import backend_name, lookup_backend
 from .eval_frame import compile_callback, set_eval_frame
+from .logging_utils import warn_once
+
+#: code flags of frames the hook never captures (the C hook leaves them alone)
+_NOT_CAPTURED_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+                       | inspect.CO_ITERABLE_COROUTINE)
 
 _DISABLED = None  # callback value meaning "hook off"
 _RUN_ONLY = False  # callback value meaning "cached code only"
@@ -63,6 +69,8 @@ class _HookContext:
 
     # decorator -----------------------------------------------------------------------
     def __call__(self, fn: Any) -> Any:
+        if self.kind == "optimize":
+            _register_root(fn)
         if _is_module(fn):
             return _optimized_module_class()(fn, self)
         if isinstance(fn, type):
@@ -73,6 +81,41 @@ class _HookContext:
         if not callable(fn):
             raise TypeError(f"kiln_frontend.{self.kind}() needs a callable, not {type(fn).__name__}")
         return _wrap_callable(fn, self)
+
+
+def root_code(obj: Any) -> tuple[Any, str] | None:
+    """The code object whose frame is the root of calling ``obj`` (and a name for it).
+
+    A module's root is its ``forward`` (an instance attribute first, else its class's); a
+    function's or method's is its own code.  Other callables (partials, objects with
+    ``__call__``) have none: their frames are captured by the usual rules."""
+    target = obj
+    if _is_module(obj):
+        target = obj.__dict__.get("forward") or getattr(type(obj), "forward", None)
+    func = getattr(target, "__func__", target)
+    code = getattr(func, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return None
+    what = getattr(func, "__qualname__", code.co_name)
+    if _is_module(obj):
+        what = f"{type(obj).__qualname__} (its forward, {what})"
+    return code, what
+
+
+def _register_root(obj: Any) -> None:
+    """The root frame of what the user compiles is always captured, even where its code is
+    in a file the hook skips (torch's ``Sequential.forward``, an FX ``GraphModule``)."""
+    root = root_code(obj)
+    if root is None:
+        return
+    code, what = root
+    if code.co_flags & _NOT_CAPTURED_FLAGS:
+        warn_once(("root_not_captured", id(code)),
+                  f"kiln: {what} is a generator or coroutine function; kiln does not capture "
+                  "those frames, so compiling it has no effect (it runs as plain Python)",
+                  stacklevel=4)
+        return
+    eval_frame.add_capture_root(code, what)
 
 
 def _wrap_callable(fn: Callable[..., Any], ctx: _HookContext) -> Callable[..., Any]:
@@ -136,9 +179,23 @@ def _optimized_module_class() -> type:
         def __dir__(self) -> list[str]:
             return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
 
+        def __reduce__(self) -> tuple:
+            # pickle / torch.save: the module and how it was compiled (compiled code is not
+            # saved; the copy compiles again on its first call)
+            recipe = getattr(self._kiln_context, "recipe", None)
+            if recipe is None:
+                raise TypeError(f"cannot pickle a module compiled by {self._kiln_context!r}")
+            return (_rebuild_optimized_module, (self._orig_mod, recipe))
+
     OptimizedModule.__module__ = __name__
+    OptimizedModule.__qualname__ = "OptimizedModule"
     _OptimizedModule = OptimizedModule
     return OptimizedModule
+
+
+def _rebuild_optimized_module(mod: Any, recipe: dict[str, Any]) -> Any:
+    """What an ``OptimizedModule`` unpickles to: ``mod`` compiled again the same way."""
+    return compile(mod, **recipe)
 
 
 def __getattr__(name: str) -> Any:
@@ -170,7 +227,9 @@ def optimize(
     callback = compile_callback(
         compiler_fn, nopython=nopython, dynamic=dynamic, backend_name=backend_name(backend)
     )
-    return _HookContext(callback, "optimize")
+    ctx = _HookContext(callback, "optimize")
+    ctx.recipe = {"fullgraph": nopython, "dynamic": dynamic, "backend": backend}
+    return ctx
 
 
 def _accepts_options(fn: Callable[..., Any]) -> bool:
@@ -237,7 +296,11 @@ def compile(
     name = backend_name(backend)
     compiler_fn = _with_options(lookup_backend(backend), name, mode, options)
     callback = compile_callback(compiler_fn, nopython=fullgraph, dynamic=dynamic, backend_name=name)
-    return _HookContext(callback, "optimize")(model)
+    ctx = _HookContext(callback, "optimize")
+    # how to make this context again: an OptimizedModule pickles as ``compile(mod, **recipe)``
+    ctx.recipe = {"fullgraph": fullgraph, "dynamic": dynamic, "backend": backend, "mode": mode,
+                  "options": options}
+    return ctx(model)
 
 
 def run(fn: Any = None) -> Any:

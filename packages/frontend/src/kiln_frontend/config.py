@@ -7,7 +7,8 @@ environment variables read once at import:
 attribute                   env var                  meaning
 ==========================  =======================  ======================================
 ``debug``                   ``KILN_DEBUG=1``         print each captured graph (table),
-                                                     ORIGINAL/MODIFIED BYTECODE and GUARDS
+                                                     ORIGINAL/MODIFIED BYTECODE and GUARDS,
+                                                     and each frame skipped and why
 ``log_recompiles``          ``KILN_LOGS=recompiles`` print why a frame is compiled again
 ``verbose``                 ``KILN_VERBOSE=1``       full tracebacks in suppressed-error
                                                      warnings; more logging

@@ -3,6 +3,11 @@
 It runs the symbolic interpreter over the frame's bytecode (restarting when a graph break
 has to happen at an earlier instruction than where the problem showed), compiles the graph
 with the backend, assembles the transformed code and builds the guard check function.
+
+A failure of kiln itself in any of these steps (anything but ``Unsupported`` and
+``BackendCompilerFailed``) becomes an ``InternalError`` naming the step and the user's
+frame: it is printed on ``kiln.internal_errors`` as kiln's bug, told to the observers, and
+the frame runs eagerly (raised instead when ``config.suppress_errors`` is off).
 """
 
 from __future__ import annotations
@@ -11,15 +16,18 @@ import dataclasses
 import inspect
 import logging
 import time
+import traceback
 import types
 from collections.abc import Callable
 from typing import Any
 
 import torch.fx
 
-from .bytecode import BytecodeError, assemble
-from .exc import KilnError, Unsupported
+from . import config
+from .bytecode import assemble
+from .exc import InternalError, KilnError, Unsupported
 from .guards import Guard, GuardKind, build_check_fn
+from .logging_utils import INTERNAL_ERRORS, emit
 from .symbolic import InstructionTranslator, RestartAnalysis
 from .symbolic.translator import num_argument_slots
 
@@ -78,8 +86,20 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
     reasons: list[Any] = []
     start = time.perf_counter()
     try:
-        compiled = _convert_frame(frame_info, compiler_fn, nopython, frame_state, dynamic,
-                                  reasons)
+        try:
+            compiled = _convert_frame(frame_info, compiler_fn, nopython, frame_state,
+                                      dynamic, reasons)
+        except KilnError:
+            raise
+        except Exception as e:  # a bug of ours outside the steps that name their phase
+            raise InternalError(_frame_name(frame_info.code), "compiling", e) from e
+    except InternalError as e:
+        _report_internal_error(e)
+        if observers:
+            _notify(frame_info, None, e, time.perf_counter() - start)
+        if not config.suppress_errors:
+            raise
+        return None
     except Exception as e:
         if observers:
             _notify(frame_info, None, e, time.perf_counter() - start)
@@ -88,6 +108,26 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
         _notify(frame_info, compiled, reasons[-1] if reasons else None,
                 time.perf_counter() - start)
     return compiled
+
+
+def _frame_name(code: types.CodeType, tracer: InstructionTranslator | None = None) -> str:
+    """``qualname (file:line)``: the line being traced when known, else the def line."""
+    inst = getattr(tracer, "current_inst", None)
+    line = getattr(inst, "lineno", None) or code.co_firstlineno
+    return f"{code.co_qualname} ({code.co_filename}:{line})"
+
+
+def _report_internal_error(error: InternalError) -> None:
+    """One log line on kiln.internal_errors, always printed (the traceback with
+    KILN_VERBOSE / KILN_DEBUG): the frame runs eagerly, so nothing else would say so."""
+    from .debug_print import debug_enabled
+    from .eval_frame import counters
+
+    counters["internal_errors"] += 1
+    message = f"{error} The frame runs eagerly."
+    if config.verbose or debug_enabled():
+        message += "\n" + "".join(traceback.format_exception(error.inner))
+    emit(INTERNAL_ERRORS, message, show=True)
 
 
 def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
@@ -137,14 +177,8 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
             return None
         except KilnError:
             raise
-        except Exception:
-            if nopython:
-                raise
-            log.warning("kiln: internal error while capturing %s (%s:%s); it runs as is",
-                        code.co_qualname, code.co_filename, code.co_firstlineno,
-                        exc_info=True)
-            reasons.append(f"internal error while capturing {code.co_qualname}")
-            return None
+        except Exception as e:
+            raise InternalError(_frame_name(code, tracer), "tracing", e) from e
         break
     else:
         log.debug("not capturing %s: too many graph breaks", code.co_name)
@@ -159,13 +193,8 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
     try:
         new_code = assemble(tracer.output_instructions, code, co_argcount=nslots,
                             co_posonlyargcount=0, co_kwonlyargcount=0, co_flags=flags)
-    except BytecodeError:
-        if nopython:
-            raise
-        log.warning("kiln: could not assemble the transformed code of %s; it runs as is",
-                    code.co_qualname, exc_info=True)
-        reasons.append(f"could not assemble the transformed code of {code.co_qualname}")
-        return None
+    except Exception as e:  # BytecodeError: the generated code does not build
+        raise InternalError(_frame_name(code), "assembling the bytecode of", e) from e
     fn = types.FunctionType(new_code, frame_info.globals, code.co_name, None,
                             frame_info.closure)
     fn.__qualname__ = code.co_qualname
@@ -173,9 +202,12 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
     if tracer.output.shape_state is not None:
         for check in shape_checks(tracer.output.shape_state):
             tracer.output.guards.add(Guard(None, GuardKind.SHAPE_ENV, check))
-    check_fn = build_check_fn(tracer.output.guards, tracer.arg_names, frame_info.globals,
-                              name=f"check_{code.co_name}" if code.co_name.isidentifier()
-                              else "check")
+    try:
+        check_fn = build_check_fn(tracer.output.guards, tracer.arg_names, frame_info.globals,
+                                  name=f"check_{code.co_name}" if code.co_name.isidentifier()
+                                  else "check")
+    except Exception as e:
+        raise InternalError(_frame_name(code), "building the guards of", e) from e
     from .debug_print import debug_enabled, print_frame
 
     if debug_enabled():

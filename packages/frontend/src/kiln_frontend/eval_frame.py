@@ -5,7 +5,10 @@ a frame whose code has no matching cache entry.  The callback
 
 1. returns None (the frame runs as is and its code is marked "skip") for frames we never
    capture: code in torch, kiln_frontend or another kiln package, the standard library
-   (``config.skip_stdlib``), FX-generated code (``<eval_with_key>``) and ``__compiled_fn*``;
+   (``config.skip_stdlib``), FX-generated code (``<eval_with_key>``) and ``__compiled_fn*``
+   -- except the *capture roots* (``add_capture_root``: the code of what the user compiled,
+   e.g. torch's ``Sequential.forward``); each skip is counted, logged on ``kiln.skips``
+   (printed under ``config.debug``) with its reason and told to ``skip_observers``;
 2. returns None, after one warning naming the function, once the code already has
    ``config.cache_size_limit`` entries (the frame runs eagerly from then on, until ``reset``);
 3. on a guard miss with existing entries, logs why (logger ``kiln.recompiles``; printed with
@@ -45,7 +48,7 @@ from types import CodeType
 from typing import Any
 
 from . import config
-from .logging_utils import RECOMPILES, emit, reset_warnings, warn_once
+from .logging_utils import RECOMPILES, SKIPS, emit, reset_warnings, warn_once
 
 try:
     from . import _evalframe as _C
@@ -72,7 +75,8 @@ convert_frame_fn: Callable[..., Any] | None = None
 
 #: Event counts since the last reset(): "frames" the callback saw, "skipped" (never-captured
 #: files), "converts" (convert_frame calls), "compiles" (cache entries made), "recompiles"
-#: (misses on a code that had entries), "cache_limit" hits, suppressed "failures".
+#: (misses on a code that had entries), "cache_limit" hits, suppressed "failures",
+#: "internal_errors" (kiln's own bugs while capturing; see convert.py).
 counters: collections.Counter[str] = collections.Counter()
 
 
@@ -162,24 +166,82 @@ def _real(filename: str) -> str:
     return real
 
 
-def should_skip(code: CodeType) -> str | None:
-    """Why this code is never captured (a short reason), or None if it may be."""
+#: code objects captured even though their file is skipped: the root of what the user
+#: asked to compile (``compile(nn.Sequential(...))`` runs torch's ``Sequential.forward``)
+#: (keyed by id: equal code objects of different files compare equal; the code is kept, so
+#: its id stays valid)
+_capture_roots: dict[int, tuple[CodeType, str]] = {}
+
+
+def add_capture_root(code: CodeType, what: str) -> None:
+    """Always capture frames of ``code`` (``what`` names the compiled object, for logs).
+
+    Only for code the file rules skip (user code is captured anyway, and its skip mark,
+    e.g. from ``cache_size_limit``, stays).  Clears the skip mark an earlier frame of it
+    left; kept across ``reset()``, since the compiled object still exists."""
+    if id(code) in _capture_roots or _skip_reason(code) is None:
+        return
+    _capture_roots[id(code)] = (code, what)
+    unskip_code(code)
+
+
+def capture_roots() -> dict[CodeType, str]:
+    """The codes registered with ``add_capture_root`` (code -> what was compiled)."""
+    return dict(_capture_roots.values())
+
+
+def _skip_reason(code: CodeType) -> tuple[str, str] | None:
+    """(short reason, detail in words) why ``code`` is never captured, or None."""
     name = code.co_name
     if name.startswith("__compiled_fn"):
-        return "compiled graph"
+        return "compiled graph", "a graph kiln compiled"
+    if id(code) in _capture_roots:
+        return None
     filename = code.co_filename
     if filename.startswith("<"):
         if filename.startswith(("<eval_with_key>", "<frozen ", "<kiln")):
-            return "generated code"
+            return "generated code", f"generated code ({filename})"
         return None
     real = _real(filename)
     for d in _skip_dirs():
         if real.startswith(d):
-            return "library code"
+            from .trace_rules import captures_frames_of
+
+            if captures_frames_of(real):  # torch code inlined like user code (trace_rules)
+                return None
+            return "library code", f"in {_package_of_dir(d)}'s own files"
     if config.skip_stdlib and any(real.startswith(d) for d in _STDLIB_DIRS):
         if not any(real.startswith(d) for d in _SITE_DIRS) and "-packages" + os.sep not in real:
-            return "standard library"
+            return "standard library", "in the standard library (config.skip_stdlib)"
     return None
+
+
+def _package_of_dir(d: str) -> str:
+    return os.path.basename(os.path.dirname(d)) or d
+
+
+def should_skip(code: CodeType) -> str | None:
+    """Why this code is never captured (a short reason), or None if it may be."""
+    reason = _skip_reason(code)
+    return None if reason is None else reason[0]
+
+
+def skip_detail(code: CodeType) -> str | None:
+    """Why this code is never captured, in words ("in torch's own files"), or None."""
+    reason = _skip_reason(code)
+    return None if reason is None else reason[1]
+
+
+#: callables told about every frame the callback declines to capture because of its
+#: file: ``observer(code, detail)``; ``explain()`` uses this
+skip_observers: list[Callable[[CodeType, str], None]] = []
+
+
+def _report_skip(code: CodeType, detail: str) -> None:
+    counters["skipped"] += 1
+    emit(SKIPS, f"not capturing {_where(code)}: {detail}", show=config.debug)
+    for observer in list(skip_observers):
+        observer(code, detail)
 
 
 # ----------------------------------------------------------------------------------------
@@ -337,8 +399,9 @@ class CompileCallback:
     def __call__(self, frame: Any) -> tuple[Any, Any] | None:
         code = frame.code
         counters["frames"] += 1
-        if should_skip(code) is not None:
-            counters["skipped"] += 1
+        skipped = _skip_reason(code)
+        if skipped is not None:
+            _report_skip(code, skipped[1])
             return None
         entries = cache_entries(code)
         if entries:
@@ -420,7 +483,9 @@ __all__ = [
     "CompileCallback",
     "FrameInfo",
     "TensorGuard",
+    "add_capture_root",
     "add_skip_dir",
+    "capture_roots",
     "cache_entries",
     "clear_cache",
     "convert_frame_fn",
@@ -434,6 +499,8 @@ __all__ = [
     "run_without_hook",
     "set_eval_frame",
     "should_skip",
+    "skip_detail",
+    "skip_observers",
     "skip_code",
     "unskip_code",
     "with_callback",

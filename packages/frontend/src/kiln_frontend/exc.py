@@ -4,7 +4,8 @@
 symbolic interpreter met something it cannot put in a graph (a data-dependent branch, a call
 it cannot trace, ...): without ``nopython`` that becomes a graph break, with it the error
 reaches the user, its message naming the user's ``file:line``.  ``BackendCompilerFailed``
-wraps whatever a backend raised while compiling a graph.
+wraps whatever a backend raised while compiling a graph.  ``InternalError`` is kiln's own
+bug (the frame runs eagerly and the message says how to report it).
 """
 
 from __future__ import annotations
@@ -64,4 +65,30 @@ class BackendCompilerFailed(KilnError):
         super().__init__(f"backend {backend_name!r} raised {type(inner).__name__}: {inner}")
 
 
-__all__ = ["KilnError", "Unsupported", "BackendCompilerFailed"]
+#: where a kiln bug is reported (said in every internal-error message)
+BUG_REPORT_HINT = ("This is a bug in kiln, not in your code; please report it as an issue "
+                   "in the kiln repository, with the output of the run under KILN_DEBUG=1 "
+                   "KILN_VERBOSE=1 and the code that triggered it.")
+
+
+class InternalError(KilnError):
+    """kiln itself failed while capturing a frame: an exception escaped the symbolic
+    interpreter, or the code it generated (bytecode, guards) does not build.
+
+    ``frame`` names the user's frame (``qualname (file:line)``), ``phase`` what kiln was
+    doing ("tracing", "assembling bytecode", "building guards"), ``inner`` the exception."""
+
+    def __init__(self, frame: str, phase: str, inner: BaseException):
+        self.frame = frame
+        self.phase = phase
+        self.inner = inner
+        super().__init__(f"kiln internal error while {phase} {frame}: "
+                         f"{type(inner).__name__}: {inner}. {BUG_REPORT_HINT}")
+
+    @property
+    def reason(self) -> str:
+        return f"internal error while {self.phase}: {type(self.inner).__name__}: {self.inner}"
+
+
+__all__ = ["BUG_REPORT_HINT", "BackendCompilerFailed", "InternalError", "KilnError",
+           "Unsupported"]

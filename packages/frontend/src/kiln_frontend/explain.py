@@ -8,7 +8,10 @@ It forgets everything compiled so far (``reset()``), so every frame ``fn`` runs 
 afresh, with a backend that records the graphs and runs them as they are (``eager``).
 Graph breaks come from two places: a frame that was compiled in pieces (its break reason is
 the instruction that could not be captured) and a frame that could not be captured at all
-(it runs as plain Python; the reason says why).
+(it runs as plain Python; the reason says why).  Kept apart from graph breaks: frames not
+captured at all because of where their code lives (``skipped_frames``: torch's own files,
+the standard library...) and kiln's own failures (``internal_errors``: bugs in kiln, after
+which the frame ran eagerly).
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Any
 
 import torch.fx
 
-from .exc import Unsupported
+from .exc import BUG_REPORT_HINT, InternalError, Unsupported
 from .guards import Guard
 
-__all__ = ["ExplainOutput", "GraphBreak", "explain"]
+__all__ = ["ExplainOutput", "GraphBreak", "InternalErrorReport", "SkippedFrame", "explain"]
 
 
 @dataclasses.dataclass
@@ -60,6 +63,31 @@ def _op_names(gm: torch.fx.GraphModule) -> list[str]:
 
 
 @dataclasses.dataclass
+class SkippedFrame:
+    """A frame the hook did not capture because of where its code lives, and why."""
+
+    frame: str
+    filename: str
+    lineno: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.frame} ({self.filename}:{self.lineno}): {self.reason}"
+
+
+@dataclasses.dataclass
+class InternalErrorReport:
+    """kiln failed while capturing a frame (a bug in kiln); the frame ran eagerly."""
+
+    frame: str
+    phase: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.frame}: while {self.phase}: {self.error}"
+
+
+@dataclasses.dataclass
 class ExplainOutput:
     """What ``explain`` found.  ``print()`` it for a readable report."""
 
@@ -72,6 +100,11 @@ class ExplainOutput:
     out_guards: list[Guard]
     #: seconds each captured frame took to convert (tracing + backend), in capture order
     compile_times: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    #: frames not captured because of their file (torch's, the standard library...), in
+    #: the order they were first met
+    skipped_frames: list[SkippedFrame] = dataclasses.field(default_factory=list)
+    #: kiln's own failures (not graph breaks): each frame listed here ran eagerly
+    internal_errors: list[InternalErrorReport] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"Graph Count: {self.graph_count}",
@@ -91,6 +124,13 @@ class ExplainOutput:
                     lines.append(f"      {b.source_line}")
                 if not b.frame_captured:
                     lines.append("    The frame was not captured; it runs as plain Python.")
+        if self.internal_errors:
+            lines.append("Internal Errors (bugs in kiln; these frames ran eagerly):")
+            lines.extend(f"  {e}" for e in self.internal_errors)
+            lines.append(f"  {BUG_REPORT_HINT}")
+        if self.skipped_frames:
+            lines.append("Skipped Frames:")
+            lines.extend(f"  {f}" for f in self.skipped_frames)
         if self.ops_per_graph:
             lines.append("Ops per Graph:")
             for i, ops in enumerate(self.ops_per_graph, 1):
@@ -111,7 +151,7 @@ def explain(fn: Callable[..., Any], *extra_args: Any,
     """``explain(fn)(*args, **kwargs)`` runs ``fn(*args, **kwargs)`` once under kiln's frontend
     (after ``reset()``) and returns an ``ExplainOutput``.  ``extra_args``/``extra_kwargs`` are
     prepended to / merged with the call's."""
-    from . import convert
+    from . import convert, eval_frame
     from .api import optimize, reset
 
     def inner(*args: Any, **kwargs: Any) -> ExplainOutput:
@@ -120,6 +160,8 @@ def explain(fn: Callable[..., Any], *extra_args: Any,
         breaks: list[GraphBreak] = []
         guards: list[Guard] = []
         times: list[tuple[str, float]] = []
+        skipped: list[SkippedFrame] = []
+        internal: list[InternalErrorReport] = []
 
         def record_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             graphs.append(gm)
@@ -129,7 +171,11 @@ def explain(fn: Callable[..., Any], *extra_args: Any,
             code = frame_info.code
             times.append((code.co_qualname, seconds))
             if compiled is None:
-                if isinstance(reason, Unsupported):
+                if isinstance(reason, InternalError):
+                    internal.append(InternalErrorReport(
+                        reason.frame, reason.phase,
+                        f"{type(reason.inner).__name__}: {reason.inner}"))
+                elif isinstance(reason, Unsupported):
                     breaks.append(GraphBreak(reason.reason, reason.filename, reason.lineno,
                                              reason.source_line, frame=code.co_qualname,
                                              frame_captured=False))
@@ -143,17 +189,24 @@ def explain(fn: Callable[..., Any], *extra_args: Any,
                                          frame=code.co_qualname))
             guards.extend(compiled.check_fn.guards)
 
+        def skip_observer(code: Any, reason: str) -> None:
+            skipped.append(SkippedFrame(code.co_qualname, code.co_filename,
+                                        code.co_firstlineno, reason))
+
         convert.observers.append(observer)
+        eval_frame.skip_observers.append(skip_observer)
         try:
             optimize(record_backend)(fn)(*extra_args, *args, **{**extra_kwargs, **kwargs})
         finally:
             convert.observers.remove(observer)
+            eval_frame.skip_observers.remove(skip_observer)
             reset()
         ops = [_op_names(gm) for gm in graphs]
         return ExplainOutput(graphs=graphs, graph_count=len(graphs),
                              graph_break_count=len(breaks), break_reasons=breaks,
                              op_count=sum(len(o) for o in ops), ops_per_graph=ops,
-                             out_guards=guards, compile_times=times)
+                             out_guards=guards, compile_times=times,
+                             skipped_frames=skipped, internal_errors=internal)
 
     return inner
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .sources import Source
+from .sources import GUARDED_FUNCTION, LocalSource, Source
 
 # --------------------------------------------------------------------------------------
 # TensorGuard: C implementation from _evalframe when built, Python stand-in otherwise
@@ -91,6 +91,14 @@ class PyTensorGuardFallback:
                 f"{list(self.strides) if self.strides is not None else None})")
 
 
+try:  # the function whose frame is being checked (closure-cell guards read its cells)
+    from ._evalframe import guarded_function  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the build
+
+    def guarded_function() -> Any:
+        return None
+
+
 try:  # the C guard, built by H1's hatch build hook
     from ._evalframe import TensorGuard  # type: ignore[attr-defined]
 
@@ -115,6 +123,10 @@ class GuardKind(enum.Enum):
     LIST_LENGTH = "LIST_LENGTH"
     DICT_KEYS = "DICT_KEYS"
     GRAD_MODE = "GRAD_MODE"
+    #: the rest of torch's global state a graph depends on (``torch_global_state()``)
+    GLOBAL_STATE = "GLOBAL_STATE"
+    #: ``hasattr(source, name)`` is what it was; ``expected`` is ``(name, bool)``
+    HASATTR = "HASATTR"
     #: a condition on symbolic sizes (dynamic shapes); ``expected`` is a shapes.ShapeCheck
     SHAPE_ENV = "SHAPE_ENV"
 
@@ -125,10 +137,12 @@ class GuardKind(enum.Enum):
 #: order in which kinds are checked within one source depth (cheap and type checks first)
 _KIND_ORDER = {
     GuardKind.GRAD_MODE: 0,
+    GuardKind.GLOBAL_STATE: 0,
     GuardKind.ID_MATCH: 1,
     GuardKind.FUNCTION_MATCH: 1,
     GuardKind.NN_MODULE: 1,
     GuardKind.TYPE_MATCH: 2,
+    GuardKind.HASATTR: 3,
     GuardKind.CONSTANT_MATCH: 3,
     GuardKind.LIST_LENGTH: 3,
     GuardKind.DICT_KEYS: 3,
@@ -138,6 +152,43 @@ _KIND_ORDER = {
 
 #: shape guards read sizes of tensors whose TENSOR_MATCH must pass first
 _SHAPE_GUARD_DEPTH = 1 << 20
+#: where guards without a source sort: grad mode first; torch's other global state last (it
+#: rarely fails, and a miss is then found without reading it)
+_SOURCELESS_DEPTH = {GuardKind.SHAPE_ENV: _SHAPE_GUARD_DEPTH,
+                     GuardKind.GLOBAL_STATE: _SHAPE_GUARD_DEPTH + 1}
+
+
+#: what ``torch_global_state()`` reads, in order (named in failure messages)
+GLOBAL_STATE_FIELDS = (
+    "default dtype", "torch function modes (set_default_device, ...)",
+    "deterministic algorithms", "inference mode", "float32 matmul precision",
+    "autocast (cpu enabled, dtype, cuda enabled, dtype)", "global nn.Module hooks",
+)
+
+
+def torch_global_state(
+    _dtype=torch.get_default_dtype,
+    _modes=torch._C._len_torch_function_stack,
+    _deterministic=torch._C._get_deterministic_algorithms,
+    _inference=torch.is_inference_mode_enabled,
+    _precision=torch._C._get_float32_matmul_precision,
+    _any_autocast=torch._C._is_any_autocast_enabled,
+    _module_mod=torch.nn.modules.module,
+) -> tuple:
+    """torch's global settings (other than grad mode) that change what a graph computes:
+    ``torch.get_default_dtype()`` is folded while tracing, factory calls without a dtype use
+    the default one and ``set_default_device`` is a torch-function mode, autocast changes op
+    dtypes, a backend may pick kernels by the determinism and matmul-precision flags, and
+    module calls are inlined only while no global ``nn.Module`` hook is registered.  One
+    GLOBAL_STATE guard compares the tuple (about 1 us)."""
+    autocast = None
+    if _any_autocast():
+        autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+                    torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+    hooks = bool(_module_mod._global_forward_hooks or _module_mod._global_forward_pre_hooks
+                 or _module_mod._global_backward_hooks
+                 or _module_mod._global_backward_pre_hooks)
+    return (_dtype(), _modes(), _deterministic(), _inference(), _precision(), autocast, hooks)
 
 
 class _Namespace:
@@ -177,6 +228,8 @@ class Guard:
     def key(self) -> tuple:
         if self.kind is GuardKind.SHAPE_ENV:
             return (None, self.kind, self.expected.code)
+        if self.kind is GuardKind.HASATTR:
+            return (self.source, self.kind, self.expected[0])
         return (self.source, self.kind)
 
     # -- printing ---------------------------------------------------------------------
@@ -193,16 +246,20 @@ class Guard:
 
     # -- code -------------------------------------------------------------------------
 
-    def expr(self, ns: _Namespace) -> str:
-        """The guard as a Python expression in the check function."""
+    def expr(self, ns: _Namespace, x: str | None = None) -> str:
+        """The guard as a Python expression in the check function (``x``: an expression
+        for the source's value, by default its full ``guard_expr()``)."""
         k = self.kind
         if k is GuardKind.GRAD_MODE:
             fn = ns.add("grad_enabled", torch.is_grad_enabled)
             return f"{fn}() is {self.expected!r}"
+        if k is GuardKind.GLOBAL_STATE:
+            return f"{ns.add('torch_state', torch_global_state)}() == {ns.add('state', self.expected)}"
         if k is GuardKind.SHAPE_ENV:
             return self.expected.code
         assert self.source is not None
-        x = self.source.guard_expr()
+        if x is None:
+            x = self.source.guard_expr()
         if k is GuardKind.TENSOR_MATCH:
             return f"{ns.add('tg', self.expected)}({x})"
         if k in (GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH):
@@ -222,6 +279,9 @@ class Guard:
             if type(v) in (int, float, str, bytes, complex):
                 return f"type({x}) is {t} and {x} == {v!r}"
             return f"type({x}) is {t} and {x} == {ns.add('const', v)}"
+        if k is GuardKind.HASATTR:
+            attr, has = self.expected
+            return f"{'' if has else 'not '}hasattr({x}, {attr!r})"
         if k is GuardKind.LIST_LENGTH:
             typ, n = self.expected
             return f"type({x}) is {ns.add('type', typ)} and len({x}) == {n}"
@@ -236,6 +296,11 @@ class Guard:
         k = self.kind
         if k is GuardKind.GRAD_MODE:
             return f"grad mode changed: expected {'enabled' if self.expected else 'disabled'}"
+        if k is GuardKind.GLOBAL_STATE:
+            now = torch_global_state()
+            changed = [f"{name} (expected {old!r}, actual {new!r})" for name, old, new in
+                       zip(GLOBAL_STATE_FIELDS, self.expected, now, strict=True) if old != new]
+            return f"torch global state changed: {', '.join(changed) or '?'}"
         if k is GuardKind.SHAPE_ENV:
             actual = ", ".join(f"{name} = {v!r}" for name, v in (value or {}).items())
             where = f", assumed at {self.expected.where}" if self.expected.where else ""
@@ -259,6 +324,9 @@ class Guard:
             if id(value) != obj_id:
                 return f"{name} is not the module seen at compile time ({k})"
             return f"{name}.training == {training!r} (actual {value.training!r})"
+        if k is GuardKind.HASATTR:
+            attr, has = self.expected
+            return f"hasattr({name}, {attr!r}) is {has} (actual {not has})"
         if k is GuardKind.LIST_LENGTH:
             typ, n = self.expected
             if type(value) is not typ:
@@ -301,8 +369,7 @@ class GuardSet:
         """Check order: shallow sources before the attributes/items reached through them."""
         guards = list(self._guards.values())
         return sorted(guards, key=lambda g: (
-            g.source.depth() if g.source else
-            (_SHAPE_GUARD_DEPTH if g.kind is GuardKind.SHAPE_ENV else -1),
+            g.source.depth() if g.source else _SOURCELESS_DEPTH.get(g.kind, -1),
             _KIND_ORDER[g.kind]))
 
 
@@ -315,23 +382,53 @@ _check_counter = itertools.count()
 
 def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
                    f_globals: dict[str, Any], *, name: str = "check") -> Callable[..., bool]:
-    """ONE Python function ``check(<arg names>) -> bool`` that ``and``s every guard.
+    """ONE Python function ``check(<arg names>) -> bool`` that checks every guard in order.
 
+    Each source is evaluated once, into a local, when a guard first needs it, and the
+    sources reached through it start from that local (``___v3 = ___v1._modules['fc']``):
+    a module tree's guards cost one step per edge, not one walk from the root per guard.
     Any exception while checking (a missing attribute, a changed type) counts as a miss.
     The function gets ``.guards``, ``.code`` and ``.failure_reason(*args)``.
     """
     guard_list = guards.sorted() if isinstance(guards, GuardSet) else list(guards)
     ns = _Namespace()
-    exprs = [g.expr(ns) for g in guard_list]
+    exprs = [g.expr(ns) for g in guard_list]  # self-contained (failure_reason)
     params = ", ".join(arg_names)
-    body = " and\n            ".join(f"({e})" for e in exprs) if exprs else "True"
+    lines: list[str] = []
+    local_of: dict[Source, str] = {}
+
+    def value_of(source: Source) -> str:
+        """A local holding ``source``'s value (assigned now, the first time)."""
+        name_ = local_of.get(source)
+        if name_ is not None:
+            return name_
+        base = source.base()
+        try:
+            expr = source.guard_expr_on(value_of(base)) if base is not None else None
+        except NotImplementedError:
+            expr = None
+        if expr is None:
+            expr = source.guard_expr()
+        if isinstance(source, LocalSource):  # already a local
+            local_of[source] = expr
+            return expr
+        name_ = local_of[source] = f"___v{len(local_of)}"
+        lines.append(f"{name_} = {expr}")
+        return name_
+
+    for g in guard_list:
+        x = value_of(g.source) if g.source is not None else None
+        lines.append(f"if not ({g.expr(ns, x)}): return False")
+    body = "".join(f"        {line}\n" for line in lines)
     src = (f"def {name}({params}):\n"
            f"    try:\n"
-           f"        return bool({body})\n"
+           f"{body}"
+           f"        return True\n"
            f"    except Exception:\n"
            f"        return False\n")
     scope: dict[str, Any] = dict(ns.values)
     scope["G"] = f_globals
+    scope[GUARDED_FUNCTION] = guarded_function
     scope["math"] = math  # shape guards may print math.floor(...) / torch.sym_float(...)
     scope["torch"] = torch
     filename = f"<kiln guards {next(_check_counter)}>"
@@ -387,4 +484,5 @@ __all__ = [
     "USING_C_TENSOR_GUARD",
     "build_check_fn",
     "format_guards",
+    "torch_global_state",
 ]

@@ -6,6 +6,9 @@ Loggers (standard :mod:`logging`, no handlers installed by us):
 - ``kiln.recompiles`` — why a frame is compiled again (its first failing guard).
 - ``kiln.graph_breaks`` — graph breaks and their reasons.
 - ``kiln.guards`` — the guards of each new cache entry.
+- ``kiln.skips`` — frames not captured because of where their code lives, and why
+  (printed with ``config.debug`` / ``KILN_DEBUG=1``).
+- ``kiln.internal_errors`` — kiln's own failures while capturing a frame (always printed).
 
 ``emit(logger_name, message, *, show)`` logs the message at INFO and, when ``show`` is true
 (``config.log_recompiles`` etc., i.e. ``KILN_LOGS=recompiles``), also prints it to stderr, so
@@ -24,6 +27,8 @@ LOG_ROOT = "kiln"
 RECOMPILES = "kiln.recompiles"
 GRAPH_BREAKS = "kiln.graph_breaks"
 GUARDS = "kiln.guards"
+SKIPS = "kiln.skips"
+INTERNAL_ERRORS = "kiln.internal_errors"
 
 
 class KilnWarning(UserWarning):
@@ -61,9 +66,11 @@ def reset_warnings() -> None:
 __all__ = [
     "GRAPH_BREAKS",
     "GUARDS",
+    "INTERNAL_ERRORS",
     "KilnWarning",
     "LOG_ROOT",
     "RECOMPILES",
+    "SKIPS",
     "emit",
     "get_logger",
     "reset_warnings",

@@ -84,14 +84,27 @@ class LocalSource(Source):
         codegen.load_local(self.local_name)
 
 
+#: name, in check functions, of ``_evalframe.guarded_function`` (the function whose frame is
+#: being checked); see ``ClosureSource``
+GUARDED_FUNCTION = "___guarded_fn"
+
+
 @dataclasses.dataclass(frozen=True)
 class ClosureSource(Source):
     """A free variable of the frame's own code (``LOAD_DEREF`` of a ``co_freevars`` name).
 
-    The check function only sees argument slots, so these cannot be guarded."""
+    Guards read the cell of the function being called: the C hook publishes it while the
+    guards of its frame run (``_evalframe.guarded_function()``), so a closure made anew on
+    every call is checked against *its* cells, not the ones seen at compile time."""
 
     local_name: str
-    guardable = False
+    #: position of the name in ``co_freevars`` (= in ``__closure__``); -1: unknown, and then
+    #: the cell cannot be guarded
+    index: int = -1
+
+    @property
+    def guardable(self) -> bool:  # type: ignore[override]
+        return self.index >= 0
 
     def name(self) -> str:
         return f"L[{self.local_name!r}]"
@@ -100,7 +113,9 @@ class ClosureSource(Source):
         return self.local_name
 
     def guard_expr(self) -> str:
-        raise NotImplementedError("free variables of the frame cannot be guarded")
+        if self.index < 0:
+            raise NotImplementedError(f"free variable {self.local_name!r} without a cell index")
+        return f"{GUARDED_FUNCTION}().__closure__[{self.index}].cell_contents"
 
     def reconstruct(self, codegen: Any) -> None:
         codegen.load_deref(self.local_name)
@@ -194,6 +209,14 @@ class ChainedSource(Source):
     def base(self) -> Source:
         return self.base_source
 
+    def guard_expr(self) -> str:
+        return self.guard_expr_on(self.base_source.guard_expr())
+
+    def guard_expr_on(self, base: str) -> str:
+        """The guard expression with ``base`` standing for the base source's value (check
+        functions evaluate each source once into a local and reuse it)."""
+        raise NotImplementedError
+
 
 @dataclasses.dataclass(frozen=True)
 class AttrSource(ChainedSource):
@@ -211,10 +234,10 @@ class AttrSource(ChainedSource):
             return f"{self.base_source.short_name()}.{self.member}"
         return f"getattr({self.base_source.short_name()}, {self.member!r})"
 
-    def guard_expr(self) -> str:
+    def guard_expr_on(self, base: str) -> str:
         if _is_identifier(self.member) and not self.member.startswith("__"):
-            return f"{self.base_source.guard_expr()}.{self.member}"
-        return f"getattr({self.base_source.guard_expr()}, {self.member!r})"
+            return f"{base}.{self.member}"
+        return f"getattr({base}, {self.member!r})"
 
     def reconstruct(self, codegen: Any) -> None:
         self.base_source.reconstruct(codegen)
@@ -233,8 +256,8 @@ class GetItemSource(ChainedSource):
     def short_name(self) -> str:
         return f"{self.base_source.short_name()}[{self.index!r}]"
 
-    def guard_expr(self) -> str:
-        return f"{self.base_source.guard_expr()}[{self.index!r}]"
+    def guard_expr_on(self, base: str) -> str:
+        return f"{base}[{self.index!r}]"
 
     def reconstruct(self, codegen: Any) -> None:
         self.base_source.reconstruct(codegen)
@@ -265,14 +288,38 @@ class NNModuleMemberSource(ChainedSource):
     def short_name(self) -> str:
         return f"{self.base_source.short_name()}.{self.member}"
 
-    def guard_expr(self) -> str:
-        return f"{self.base_source.guard_expr()}.{self.table}[{self.member!r}]"
+    def guard_expr_on(self, base: str) -> str:
+        return f"{base}.{self.table}[{self.member!r}]"
 
     def reconstruct(self, codegen: Any) -> None:
         self.base_source.reconstruct(codegen)
         codegen.load_attr(self.table)
         codegen.load_const(self.member)
         codegen.binary_subscr()
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentitySource(ChainedSource):
+    """``base is other``: whether two sources hold the same object (``query is key`` in
+    torch's attention code).  Guarded with CONSTANT_MATCH True/False, never reloaded."""
+
+    other: Source
+
+    @property
+    def guardable(self) -> bool:  # type: ignore[override]
+        return self.base_source.guardable and self.other.guardable
+
+    def name(self) -> str:
+        return f"({self.base_source.name()} is {self.other.name()})"
+
+    def short_name(self) -> str:
+        return f"({self.base_source.short_name()} is {self.other.short_name()})"
+
+    def guard_expr(self) -> str:
+        return f"({self.base_source.guard_expr()} is {self.other.guard_expr()})"
+
+    def reconstruct(self, codegen: Any) -> None:
+        raise NotImplementedError("an identity test is guarded, not reloaded")
 
 
 def cell_contents_source(fn_source: Source, index: int) -> Source:
@@ -298,6 +345,7 @@ __all__ = [
     "AttrSource",
     "GetItemSource",
     "NNModuleMemberSource",
+    "IdentitySource",
     "module_global_name",
     "cell_contents_source",
     "defaults_source",

@@ -14,8 +14,11 @@ The two backends share the front half (``compile_inference``: debug folder, auto
 aotgrad trace, eager fallbacks) and differ in the back half: ``compile_aten`` generates code,
 ``interpret_aten`` runs loopir's interpreter.
 
-A graph the stack declines (it needs autograd, mutates aliased inputs, mutates a value that is
-not an input, has symbolic floats...) runs eagerly with one log line on logger ``kiln``.
+A graph whose inputs or parameters require grad takes the training path (``kiln.training``:
+aotgrad's joint trace and partition, then each of the forward and backward graphs through the
+same back half). A graph the stack declines (it mutates aliased inputs or an input that
+requires grad, mutates a value that is not an input, has symbolic floats...) runs eagerly
+with one log line on logger ``kiln``.
 Any other failure raises ``KilnCompileError`` naming the pipeline step that failed; the
 frontend then runs the frame eagerly with one warning (``kiln_frontend.config.suppress_errors``).
 """
@@ -23,7 +26,6 @@ frontend then runs the frame eagerly with one warning (``kiln_frontend.config.su
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -32,10 +34,16 @@ import kiln_aotgrad
 import kiln_loopir
 import kiln_runtime
 import torch
+from kiln_loopir import codegen_registry
+from kiln_loopir.codegen_registry import CodegenUnavailable
+from kiln_runtime.profile import profiled
 
+from . import cache, reduce_overhead
 from .debug import NO_TRACE, DebugTrace
-from .options import KNOWN_CODEGENS, Options
+from .options import Options
+from .passes import fold_conv_batchnorm
 from .stats import counters
+from .training import compile_training
 
 log = logging.getLogger("kiln")
 
@@ -52,15 +60,14 @@ __all__ = [
     "KilnCompileError",
 ]
 
-TRAINING_NOT_BUILT = (
-    "an input or parameter requires grad under grad mode, and kiln's training path is not built yet"
-)
-
 
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=None) -> Callable:
     """The ``kiln`` backend: ATen graph -> loop IR -> generated kernels -> a callable."""
     config = Options.from_user(options)
-    return compile_inference(gm, example_inputs, config, back_half=compile_aten)
+    return cache.compile_cached(  # a graph-level cache hit skips the whole pipeline
+        gm, example_inputs, config,
+        lambda: compile_inference(gm, example_inputs, config, back_half=compile_aten),
+    )
 
 
 def loopir_interpret_backend(
@@ -79,13 +86,20 @@ def compile_inference(
     ``back_half(aten_gm, config, trace=...)``. Graphs the stack declines run eagerly."""
     trace = DebugTrace.for_compile(config)
     trace.write("fx_graph.txt", gm)
-    if needs_autograd(gm, example_inputs):  # training path not built yet: run eagerly
-        return run_eagerly(gm, TRAINING_NOT_BUILT)
     try:
+        if needs_autograd(gm, example_inputs):  # training: compiled forward and backward
+            with pipeline_step("training (kiln_aotgrad.compile_joint)"):
+                return compile_training(
+                    gm, example_inputs, config, back_half=back_half, trace=trace
+                )
+        with pipeline_step("fold batchnorm (kiln.passes.fold_conv_batchnorm)"):
+            folded_gm, folded = fold_conv_batchnorm(gm)  # eval BN into conv weights, guarded
         with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
-            aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
+            aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
-    except kiln_aotgrad.AliasedInputMutationError as e:
+        compiled = folded.guarding(  # a folded parameter written in place: compile again
+            compiled, lambda: compile_inference(gm, example_inputs, config, back_half=back_half))
+    except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
         return run_eagerly(gm, str(e))
     except kiln_loopir.LoweringError as e:  # mutates a non-input, symbolic floats, ...
         return run_eagerly(gm, f"loopir cannot lower this graph: {e}")
@@ -108,6 +122,9 @@ def compile_aten(
     except _codegen_compile_errors() as e:  # e.g. g++ failed: run the IR on the interpreter
         compiled = _interpret_instead(schedule, e)
     trace.write_output_code(module, compiled, aten_gm)
+    cache.record_compiled(aten_gm, module, compiled)  # what the graph-level cache stores
+    compiled = profiled(compiled, aten_gm)  # KILN_LOGS=perf: time each kernel vs eager's ops
+    compiled = reduce_overhead.for_mode(compiled, aten_gm, config)  # CUDA graphs per mode
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
     return with_output_structure(aten_gm, compiled)
@@ -150,7 +167,11 @@ class KilnCompileError(RuntimeError):
 
 
 #: errors that mean "the stack declines this graph" (handled: the graph runs eagerly)
-_DECLINED = (kiln_aotgrad.AliasedInputMutationError, kiln_loopir.LoweringError)
+_DECLINED = (
+    kiln_aotgrad.AliasedInputMutationError,
+    kiln_aotgrad.MutatedGradInputError,
+    kiln_loopir.LoweringError,
+)
 
 
 @contextlib.contextmanager
@@ -158,7 +179,8 @@ def pipeline_step(step: str) -> Iterator[None]:
     """Re-raise an unexpected failure inside ``step`` as ``KilnCompileError`` naming the step
     (declined graphs and kernel compiler errors pass through unchanged)."""
     try:
-        yield
+        with kiln_runtime.compile_timer.phase(step.split(" (")[0]):  # KILN_LOGS=perf
+            yield
     except (*_DECLINED, *_codegen_compile_errors(), KilnCompileError):
         raise
     except Exception as e:
@@ -168,39 +190,20 @@ def pipeline_step(step: str) -> Iterator[None]:
 # ---------------------------------------------------------------------------------- codegens
 
 
-class CodegenUnavailable(RuntimeError):
-    """The chosen codegen's package is not installed (or has no such class)."""
-
-
 def codegen_by_name(name: str, config: Options | None = None):
-    """A fresh codegen instance: ``"cpp"`` -> kiln_codegen_cpp.CppCodegen, ``"triton"`` ->
-    kiln_codegen_triton.TritonCodegen. An unknown name raises ValueError listing the known."""
-    if name not in KNOWN_CODEGENS:
-        raise ValueError(f"unknown codegen {name!r}; known codegens: {', '.join(KNOWN_CODEGENS)}")
-    module_name, cls_name = KNOWN_CODEGENS[name].split(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError) as e:
-        dist = module_name.replace("_", "-")
-        raise CodegenUnavailable(
-            f"codegen {name!r} needs {module_name}.{cls_name} ({dist}), which is not available: {e}"
-        ) from e
-    if name == "cpp" and config is not None:
-        kwargs: dict[str, Any] = {"num_threads": config.num_threads}
-        if config.cpp_flags:
-            base = getattr(importlib.import_module(module_name), "CXXFLAGS", ())
-            kwargs["flags"] = (*base, *config.cpp_flags)
-        return cls(**kwargs)
-    return cls()
+    """A fresh codegen instance, built by the codegen registered as ``name`` in the entry-point
+    group ``kiln.codegens`` (kiln_loopir.codegen_registry). An unknown name raises ValueError
+    listing the known ones; a declared codegen that cannot load raises CodegenUnavailable."""
+    return codegen_registry.get_codegen(name).build(config if config is not None else Options())
 
 
 def codegen_for_device(device, config: Options | None = None):
-    """The codegen for a device: ``options["codegen"]`` when given, else CPU -> cpp and
-    CUDA -> triton (an error naming the package when it is not installed)."""
+    """The codegen for a device: ``options["codegen"]`` when given, else the registered
+    codegen declaring the device type (CPU -> cpp, CUDA -> triton)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     name = config.codegen if config is not None and config.codegen else None
     if name is None:
-        name = "triton" if device.type == "cuda" else "cpp"
+        name = codegen_registry.codegen_for_device_type(device.type).name
     return codegen_by_name(name, config)
 
 
@@ -208,17 +211,8 @@ def codegen_for_device(device, config: Options | None = None):
 
 
 def _codegen_compile_errors() -> tuple[type[BaseException], ...]:
-    """The codegens' "kernel did not compile" errors (for the interpreter fallback)."""
-    errors = []
-    for module, name in (
-        ("kiln_codegen_cpp", "CppCompileError"),
-        ("kiln_codegen_triton", "TritonCompileError"),
-    ):
-        try:
-            errors.append(getattr(importlib.import_module(module), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(errors)
+    """The registered codegens' "kernel did not compile" errors (for the interpreter fallback)."""
+    return codegen_registry.compile_errors()
 
 
 def _interpret_instead(schedule, error: BaseException) -> Callable:
@@ -235,8 +229,8 @@ def _interpret_instead(schedule, error: BaseException) -> Callable:
 
 def needs_autograd(gm, example_inputs: Sequence) -> bool:
     """True when grad mode is on and an input, or a parameter of ``gm``, requires grad: the
-    result must then carry autograd history, which only the training path (not built yet)
-    can give."""
+    result must then carry autograd history: the training path (``kiln.training``, compiled
+    forward and backward graphs) handles the graph."""
     if not torch.is_grad_enabled():
         return False
     if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
@@ -255,6 +249,7 @@ def run_eagerly(gm, reason: str) -> Callable:
     level = logging.INFO if _warned_eager else logging.WARNING
     _warned_eager = True
     log.log(level, "kiln: running this graph eagerly: %s", reason)
+    cache.record_eager(reason)
     counters["eager_fallbacks"] += 1
     counters[f"eager_fallback:{_reason_key(reason)}"] += 1
     return gm.forward
@@ -262,7 +257,7 @@ def run_eagerly(gm, reason: str) -> Callable:
 
 def _reason_key(reason: str) -> str:
     if "requires grad" in reason:
-        return "training path not built"
+        return "mutated input requiring grad"
     if "share memory" in reason:
         return "mutated aliased inputs"
     if reason.startswith("loopir cannot lower"):

@@ -7,13 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Options", "KNOWN_CODEGENS", "KNOWN_MODES"]
-
-#: codegen name -> "module:Class" (the module is imported only when that codegen is used)
-KNOWN_CODEGENS: dict[str, str] = {
-    "cpp": "kiln_codegen_cpp:CppCodegen",
-    "triton": "kiln_codegen_triton:TritonCodegen",
-}
+__all__ = ["Options", "KNOWN_MODES"]
 
 #: torch.compile's modes; kiln accepts them all and so far compiles the same way for each
 KNOWN_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -27,8 +21,9 @@ def _env_flag(name: str) -> bool:
 class Options:
     """Options of the ``kiln`` backend (``kiln.compile(..., options={...})``).
 
-    - ``codegen``: ``"cpp"`` or ``"triton"`` forces that code generator; ``None`` (default)
-      picks by device: CPU → cpp, CUDA → triton.
+    - ``codegen``: the name of a codegen registered in the entry-point group ``kiln.codegens``
+      (``"cpp"``, ``"triton"``) forces it; ``None`` (default) picks the codegen declaring the
+      device (CPU → cpp, CUDA → triton).
     - ``debug``: write a debug folder per compiled graph (FX graph, ATen graph, IR before and
       after fusion, output_code.py). ``None`` (default): on when ``KILN_COMPILE_DEBUG=1``.
     - ``debug_dir``: where debug folders go; default ``$KILN_DEBUG_DIR`` or ``./kiln_debug``.
@@ -36,6 +31,10 @@ class Options:
     - ``num_threads``: threads of the C++ kernels (default ``torch.get_num_threads()``).
     - ``mode``: torch.compile's ``mode`` (``compile(mode=...)`` arrives here); accepted and
       recorded, it does not change code generation yet.
+    - ``partitioner``: how training graphs are cut into forward and backward (``"min_cut"``,
+      default: save few bytes, recompute cheap pointwise ops; ``"save_all"``: for comparison).
+    - ``activation_memory_budget``: 0 < f <= 1; below 1 the min-cut saves fewer bytes and
+      recomputes more (docs/training.md).
     """
 
     codegen: str | None = None
@@ -44,12 +43,25 @@ class Options:
     cpp_flags: tuple[str, ...] = ()
     num_threads: int | None = None
     mode: str | None = None
+    partitioner: str = "min_cut"
+    activation_memory_budget: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.codegen is not None and self.codegen not in KNOWN_CODEGENS:
+        if self.partitioner not in ("min_cut", "save_all"):
             raise ValueError(
-                f"unknown codegen {self.codegen!r}; known codegens: {', '.join(KNOWN_CODEGENS)}"
+                f"unknown partitioner {self.partitioner!r}; known partitioners: min_cut, save_all"
             )
+        if not 0.0 < float(self.activation_memory_budget) <= 1.0:
+            raise ValueError(
+                f"activation_memory_budget must be in (0, 1], got {self.activation_memory_budget}"
+            )
+        if self.codegen is not None:
+            from kiln_loopir.codegen_registry import codegen_names
+
+            if self.codegen not in codegen_names():
+                raise ValueError(
+                    f"unknown codegen {self.codegen!r}; known codegens: {', '.join(codegen_names())}"
+                )
         if self.mode not in KNOWN_MODES:
             known = ", ".join(repr(m) for m in KNOWN_MODES)
             raise ValueError(f"unknown mode {self.mode!r}; known modes: {known}")

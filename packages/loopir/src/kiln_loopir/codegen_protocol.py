@@ -18,7 +18,31 @@ from typing import Any, Protocol, runtime_checkable
 
 from .ir import ExternNode, FusedGroup, Schedule
 
-__all__ = ["Codegen", "KernelDef", "GeneratedModule"]
+__all__ = ["Codegen", "KernelDef", "KernelLaunch", "GeneratedModule"]
+
+
+@dataclass
+class KernelLaunch:
+    """How the wrapper calls one kernel: ``derived`` sizes first (``xnumel = s0*s1``: name ->
+    SymPy expression over size symbols), then ``kernel(*args)``; ``args`` are wrapper
+    expressions (buffer names, ``buf0.data_ptr()``, size names). ``grid``: how the launcher
+    covers the iteration space, for people reading the wrapper (a comment)."""
+
+    kernel: str
+    args: list[str]
+    derived: dict[str, Any] = field(default_factory=dict)
+    grid: str = ""
+
+    def python(self) -> str:
+        from .sizevars import pexpr
+
+        lines = [f"{name} = {pexpr(e)}" for name, e in self.derived.items()]
+        call = f"{self.kernel}({', '.join(self.args)})"
+        lines.append(call + (f"  # grid: {self.grid}" if self.grid else ""))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.python()
 
 
 @dataclass
@@ -28,7 +52,9 @@ class KernelDef:
     ``name``: the Python name the wrapper calls it by; ``source``: its source text (C++,
     Triton, ...); ``arg_names``: what the wrapper passes, in order: buffer names (inputs,
     outputs; ``Schedule`` names) and size symbols (``"s0"``), ``group``: the FusedGroup it
-    implements; ``meta``: anything the codegen wants to keep (compile flags, launch grid, ...).
+    implements; ``launch``: the typed call the wrapper writes (when None, the wrapper asks
+    ``codegen.kernel_call``); ``plan``: loopir's KernelPlan of the group; ``meta``: anything
+    else the codegen wants to keep (compile flags, ...).
     """
 
     name: str
@@ -36,6 +62,8 @@ class KernelDef:
     arg_names: list[str]
     group: FusedGroup | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    launch: KernelLaunch | None = None
+    plan: Any = None
 
 
 @runtime_checkable
@@ -54,6 +82,10 @@ class Codegen(Protocol):
     def extern_call(self, node: ExternNode) -> str:
         """Python line(s) computing ``node.name`` (and its MultiOutputs) with the aten op."""
         ...
+
+    # optional: ``wrapper_prelude(device) -> str``: lines at the top of ``call`` for a device
+    # (stream, device guard); ``standalone_source(kernels) -> str``: Python that compiles
+    # and binds the kernels by name in a standalone output_code.py.
 
     def finalize(self, kernels: list[KernelDef]) -> dict[str, Callable]:
         """Compile/load all kernels (in parallel where possible); return ``{kernel name:

@@ -366,17 +366,19 @@ class Interpreter:
             return {k: self._arg(v) for k, v in a.items()}
         return a
 
-    def _fix_layout(self, t, layout):
+    def _check_layout(self, t, layout, name: str):
+        """An extern's result must have the layout its buffer declares: kernels index it with
+        those strides (a mismatch is a lowering bug; copying it away here would hide from the
+        oracle what the generated code gets wrong)."""
         if not isinstance(t, torch.Tensor) or layout is None:
             return t
         size = [self.size(x) for x in layout.size]
         stride = [self.size(x) for x in layout.stride]
         if list(t.shape) != size:
-            raise RuntimeError(f"extern result has size {list(t.shape)}, expected {size}")
-        if any(sz > 1 and a != b for sz, a, b in zip(size, t.stride(), stride, strict=False)):
-            out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
-            out.copy_(t)
-            return out
+            raise RuntimeError(f"extern result {name} has size {list(t.shape)}, the IR says {size}")
+        if t.numel() and any(sz > 1 and a != b for sz, a, b in zip(size, t.stride(), stride, strict=True)):
+            raise RuntimeError(f"extern result {name} has strides {list(t.stride())}, the IR says "
+                               f"{stride} (size {size})")
         return t
 
     def run_extern(self, node: ExternNode):
@@ -390,11 +392,11 @@ class Interpreter:
                 t = raw[src.buffer]
                 self.sym_env[s] = int(t.stride(src.dim) if src.stride else t.size(src.dim))
         if k.layout is not None:
-            self.env[k.name] = self._fix_layout(res, k.layout)
+            self.env[k.name] = self._check_layout(res, k.layout, k.name)
         else:
             self.env[k.name] = res
             for mo in k.outputs:
-                self.env[mo.name] = self._fix_layout(res[mo.index], mo.layout)
+                self.env[mo.name] = self._check_layout(res[mo.index], mo.layout, mo.name)
 
 
 def interpret(sched: Schedule | LoopGraph) -> Callable[..., list[torch.Tensor]]:

@@ -19,9 +19,16 @@ Realization policy (when a value gets its own buffer; everything else is inlined
 Cheap producers used several times are recomputed in each consumer (the scheduler then fuses
 consumers that share inputs).
 
-An op without a lowering, or whose lowering raises or disagrees with the node's
-``meta["val"]`` (dtype/size), becomes an ``ExternKernel`` calling the aten op (the fallback:
-always correct; logged once per op; counted in ``counters["aten_fallbacks"]``).
+One lowering per op (``@lowering`` refuses a second). The aten fallback, an ``ExternKernel``
+calling the aten op (logged once per op, counted in ``counters["aten_fallbacks"]``), is taken
+by ops declared with ``fallback(op, reason=...)`` (``lowerings/fallbacks.py``), by lowerings
+that decline their arguments (``LoweringError``) and by nodes touching dtypes loop bodies do
+not compute in. An op with neither a lowering nor a declaration raises ``MissingLowering``;
+a lowering that raises anything else, or disagrees with the node's ``meta["val"]``
+(dtype/size), raises ``LoweringBug``: both name the op.
+
+An extern's result gets the layout the op returns for its inputs' real layouts
+(``extern_result_meta``), which kernels reading it rely on.
 """
 
 from __future__ import annotations
@@ -70,6 +77,10 @@ aten = torch.ops.aten
 __all__ = [
     "lowering",
     "lowerings",
+    "fallback",
+    "fallbacks",
+    "MissingLowering",
+    "LoweringBug",
     "lower",
     "LoweringError",
     "GraphLowering",
@@ -78,6 +89,8 @@ __all__ = [
     "realize_input",
     "make_pointwise",
     "meta_val",
+    "is_dense",
+    "has_eager_strides",
     "to_dtype",
     "constant_value",
     "broadcast_to",
@@ -92,28 +105,78 @@ MAX_INLINE_OPS = 200
 
 #: op -> lowering function
 lowerings: dict[Any, Callable] = {}
+#: op -> why it runs as a call of the aten op (declared with ``fallback(op, reason=...)``)
+fallbacks: dict[Any, str] = {}
+
+
+#: in-place view ops (they change a tensor's size/strides, not its values) -> the view op
+#: computing the same view, for values the graph computed
+METADATA_MUTATIONS = {
+    getattr(getattr(aten, inplace), ov): getattr(getattr(aten, functional), ov)
+    for inplace, functional, ov in [("as_strided_", "as_strided", "default"),
+                                    ("unsqueeze_", "unsqueeze", "default"),
+                                    ("squeeze_", "squeeze", "dim"),
+                                    ("transpose_", "transpose", "int"),
+                                    ("t_", "t", "default")]
+    if hasattr(getattr(aten, inplace, None), ov) and hasattr(getattr(aten, functional, None), ov)
+}
 
 
 class LoweringError(NotImplementedError):
     """A lowering cannot handle these arguments (the node then takes the aten fallback)."""
 
 
+class MissingLowering(LookupError):
+    """An op with neither a lowering nor a declared aten fallback."""
+
+
+class LoweringBug(RuntimeError):
+    """A lowering raised something other than LoweringError, or returned a value that
+    disagrees with the node's ``meta["val"]``: a bug in that lowering, named in the message."""
+
+
+def _overloads(op) -> list:
+    """An OpOverload, or every overload of an OpOverloadPacket (None: an op this torch lacks)."""
+    if op is None:
+        return []
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [getattr(op, ov) for ov in op.overloads()]
+    return [op]
+
+
+def _refuse_duplicate(op) -> None:
+    if op in lowerings:
+        fn = lowerings[op]
+        raise ValueError(f"{_op_name(op)} already has a lowering "
+                         f"({fn.__module__}.{fn.__qualname__}): one lowering per op")
+    if op in fallbacks:
+        raise ValueError(f"{_op_name(op)} is already declared an aten fallback ({fallbacks[op]})")
+
+
 def lowering(*ops_: Any) -> Callable:
     """Register ``fn`` as the lowering of each op (an OpOverload, or an OpOverloadPacket: all
-    its overloads)."""
+    its overloads). A second registration for an op raises."""
 
     def register(fn):
         for op in ops_:
-            if op is None:
-                continue
-            if isinstance(op, torch._ops.OpOverloadPacket):
-                for ov in op.overloads():
-                    lowerings.setdefault(getattr(op, ov), fn)
-            else:
-                lowerings[op] = fn
+            for ov in _overloads(op):
+                _refuse_duplicate(ov)
+                lowerings[ov] = fn
         return fn
 
     return register
+
+
+def fallback(*ops_: Any, reason: str) -> None:
+    """Declare that each op runs as a call of the aten op (an ``ExternKernel``, counted in
+    ``counters["aten_fallbacks"]``) and why. An op with neither a lowering nor this
+    declaration fails with MissingLowering."""
+    if not reason:
+        raise ValueError("an aten fallback needs a reason")
+    for op in ops_:
+        for ov in _overloads(op):
+            _refuse_duplicate(ov)
+            fallbacks[ov] = reason
 
 
 # --------------------------------------------------------------------------------------------
@@ -534,20 +597,24 @@ class GraphLowering:
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return self._mutation(n, target, args, kwargs, meta)
         fn = lowerings.get(target)
+        if fn is None and target not in fallbacks and _supported_dtypes(n, meta):
+            raise MissingLowering(f"no lowering for {_op_name(target)} ({n.format_node()}): add "
+                                  "one with @lowering, or declare fallback(op, reason=...) in "
+                                  "kiln_loopir/lowerings/fallbacks.py")
         if fn is not None and not _supported_dtypes(n, meta):
             fn = None  # complex, float8, wide unsigned...: the aten op handles them
         out = None
         if fn is not None:
             try:
                 out = fn(*args, **kwargs)
-                self._check(n, out, meta)
-            except LoweringError as e:
+            except LoweringError as e:  # the lowering declines these arguments
                 log.debug("lowering of %s declined (%s): aten fallback", _op_name(target), e)
                 out = None
-            except Exception as e:  # a lowering bug must not break the program: fall back
-                log.warning("lowering of %s failed (%s: %s); using the aten fallback",
-                            _op_name(target), type(e).__name__, e)
-                out = None
+            except Exception as e:
+                raise LoweringBug(f"lowering of {_op_name(target)} failed on {n.format_node()}: "
+                                  f"{type(e).__name__}: {e}") from e
+            else:
+                self._check(n, out, meta)
         if out is None:
             out = self.fallback(target, args, kwargs, meta)
         return self._post(n, out)
@@ -561,24 +628,34 @@ class GraphLowering:
             if isinstance(dst, InputBuffer):
                 self.pending_copies.append((dst, src, meta))
                 return dst
+        view_op = METADATA_MUTATIONS.get(target)
+        if view_op is not None and not isinstance(args[0], InputBuffer):
+            # ``x.as_strided_(...)`` on a value the graph computed (a decomposition restriding
+            # a pooled result): the view op's value, which every later reader of x sees too
+            out = lowerings[view_op](*args, **kwargs)
+            self._check(n, out, meta)
+            self.env[n.args[0]] = out
+            return out
         raise LoweringError(f"{n.format_node()}: the graph mutates a value that is not a graph "
                             "input (functionalize it first)")
 
     def _check(self, n, out, meta):
+        """The lowering's value agrees with the traced one (dtype, sizes), else LoweringBug."""
+        where = f"lowering of {_op_name(n.target)} ({n.format_node()})"
         if isinstance(meta, torch.Tensor) and isinstance(out, IRNode):
             if out.get_dtype() != meta.dtype:
-                raise LoweringError(f"dtype {out.get_dtype()} != meta {meta.dtype}")
+                raise LoweringBug(f"{where}: dtype {out.get_dtype()} != meta {meta.dtype}")
             want = [self.expr(s) for s in meta.shape]
             have = out.get_size()
             if len(want) != len(have) or not all(self._same_size(a, b) for a, b in zip(want, have, strict=False)):
-                raise LoweringError(f"size {have} != meta {want}")
+                raise LoweringBug(f"{where}: size {have} != meta {want}")
         elif isinstance(meta, (tuple, list)) and isinstance(out, (tuple, list)):
             for m, o in zip(meta, out, strict=False):
                 if isinstance(o, IRNode) or o is None:
                     if isinstance(o, IRNode):
                         self._check(n, o, m)
         elif isinstance(meta, torch.Tensor) and not isinstance(out, IRNode):
-            raise LoweringError(f"lowering returned {type(out).__name__}, expected a tensor")
+            raise LoweringBug(f"{where}: returned {type(out).__name__}, expected a tensor")
 
     def _same_size(self, a, b) -> bool:
         if statically_known_equal(a, b):
@@ -609,7 +686,7 @@ class GraphLowering:
             try:
                 stride = [self.expr(s) for s in meta.stride()]
                 size = out.get_size()
-                if _is_dense(size, stride):
+                if is_dense(size, stride):
                     return stride
             except Exception:
                 pass
@@ -624,7 +701,7 @@ class GraphLowering:
             want = [self.expr(st) for st in meta.stride()]
         except Exception:
             return False
-        if not _is_dense(sv.layout.size, want):
+        if not is_dense(sv.layout.size, want):
             return False
         return any(not statically_known_equal(sz, 1) and not statically_known_equal(a, b)
                    for sz, a, b in zip(sv.layout.size, sv.layout.stride, want, strict=True))
@@ -647,7 +724,7 @@ class GraphLowering:
                     stride = None
                     if isinstance(meta, torch.Tensor):
                         st = [self.expr(s) for s in meta.stride()]
-                        if _is_dense(v.get_size(), st):
+                        if is_dense(v.get_size(), st):
                             stride = st
                     r = realize(v, stride)
                     sv = as_storage_view(r)
@@ -692,6 +769,7 @@ def make_extern(op, args, kwargs, meta, fallback=False):
 
     cargs = conv(list(args))
     ckwargs = conv(dict(kwargs))
+    meta, cargs, ckwargs = extern_result_meta(g, op, cargs, ckwargs, meta)
     if isinstance(meta, torch.Tensor):
         k = ExternKernel(g.graph.new_name(), g.layout_of(meta), op, cargs, ckwargs, fallback)
         g.graph.register_buffer(k)
@@ -720,6 +798,149 @@ def make_extern(op, args, kwargs, meta, fallback=False):
     raise LoweringError(f"cannot call {op} as an extern kernel: result {type(meta).__name__}")
 
 
+# --------------------------------------------------------------------------------------------
+# the layout of an extern's result
+# --------------------------------------------------------------------------------------------
+
+
+class _NoFakeInput(Exception):
+    """An extern input whose real layout cannot be given to a fake tensor."""
+
+
+def extern_result_meta(g: GraphLowering, op, cargs, ckwargs, meta):
+    """``(meta, cargs, ckwargs)`` with ``meta`` describing what ``op`` really returns for the
+    layouts its realized inputs have.
+
+    The node's ``meta["val"]`` was traced with eager's input layouts, but lowering may give an
+    input another one (a value eager keeps permuted realized contiguous, a channels-last conv
+    input), and many ops' result layout follows their inputs' (SDPA returns ``[b, h, t, d]``
+    laid out like its query, convolution follows the memory format, most aten fallbacks
+    preserve strides). Kernels index an extern's result with its buffer's layout, so that
+    layout must be the real one: the op is rerun on fake tensors of the real input layouts.
+    Where a real layout cannot be faked (a non-dense view under symbolic sizes), that input
+    is copied into eager's layout instead, so that the traced ``meta`` holds."""
+    node = g.current_node
+    if (node is None or node.op != "call_function" or node.target is not op
+            or not _tensors_in(meta)):
+        return meta, cargs, ckwargs
+    pairs: list = []  # (realized input, its traced fake tensor) of inputs whose layout differs
+    _mismatched_inputs(cargs, list(node.args), pairs)
+    _mismatched_inputs(ckwargs, dict(node.kwargs), pairs)
+    if not pairs:
+        return meta, cargs, ckwargs
+    fake_mode = _fake_mode_of(meta)
+    try:
+        fakes = {id(c): _fake_like(c, f, fake_mode) for c, f in pairs}
+        fargs = _fake_args(cargs, list(node.args), fakes)
+        fkwargs = _fake_args(ckwargs, dict(node.kwargs), fakes)
+        with fake_mode:
+            new_meta = op(*fargs, **fkwargs)
+    except Exception as e:  # noqa: BLE001  (any failure: fall back to eager's layouts below)
+        log.debug("%s: cannot rerun on the real input layouts (%s: %s); copying the inputs "
+                  "into eager's layouts", _op_name(op), type(e).__name__, e)
+    else:
+        return new_meta, cargs, ckwargs
+    copies = {id(c): _copy_into_layout(g, c, f, op) for c, f in pairs}
+    return meta, _replace_inputs(cargs, copies), _replace_inputs(ckwargs, copies)
+
+
+def has_eager_strides(g: GraphLowering, layout: Layout, fake: torch.Tensor) -> bool:
+    """``layout`` has the traced tensor ``fake``'s strides on every dim of size > 1 (a size-1 dim's stride is never multiplied by a
+    nonzero index); tensors without elements have no layout to disagree on."""
+    size = [g.expr(s) for s in fake.shape]
+    if len(size) != len(layout.size) or any(statically_known_equal(s, 0) for s in size):
+        return len(size) == len(layout.size)
+    want = [g.expr(s) for s in fake.stride()]
+    return all(statically_known_equal(sz, 1) or statically_known_equal(a, b)
+               for sz, a, b in zip(size, layout.stride, want, strict=True))
+
+
+def _mismatched_inputs(cargs, fx_args, out: list) -> None:
+    """Walk a realized argument structure beside the FX node's: collect (input, fake) pairs
+    whose layouts differ."""
+    if isinstance(cargs, (Buffer, ReinterpretView)):
+        fake = fx_args.meta.get("val") if isinstance(fx_args, torch.fx.Node) else None
+        lay = cargs.layout
+        if isinstance(fake, torch.Tensor) and lay is not None and not has_eager_strides(current(), lay, fake):
+            out.append((cargs, fake))
+    elif isinstance(cargs, (list, tuple)) and isinstance(fx_args, (list, tuple)):
+        for c, f in zip(cargs, fx_args, strict=False):
+            _mismatched_inputs(c, f, out)
+    elif isinstance(cargs, dict) and isinstance(fx_args, dict):
+        for k, c in cargs.items():
+            _mismatched_inputs(c, fx_args.get(k), out)
+
+
+def _fake_mode_of(meta):
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    for t in _tensors_in(meta):
+        if isinstance(t, FakeTensor):
+            return t.fake_mode
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def _fake_like(c, fake: torch.Tensor, fake_mode) -> torch.Tensor:
+    """A fake tensor with ``fake``'s (possibly symbolic) sizes and ``c``'s real layout."""
+    lay = c.layout
+    size, stride = [sympify(s) for s in lay.size], [sympify(s) for s in lay.stride]
+    with fake_mode:
+        if all(e.is_Integer for e in size + stride):
+            return torch.empty_strided([int(s) for s in size], [int(s) for s in stride],
+                                       dtype=fake.dtype, device=fake.device)
+        order = _dense_order(size, stride)
+        if order is None:
+            raise _NoFakeInput(f"{c.name}: layout {lay} is not dense")
+        return torch.empty_permuted(fake.shape, order, dtype=fake.dtype, device=fake.device)
+
+
+def _dense_order(size, stride) -> list[int] | None:
+    """Dims from outermost to innermost if ``size``/``stride`` is a permuted contiguous layout."""
+    if not is_dense(size, stride):
+        return None
+    hint = {s: 7 + 3 * k for k, s in enumerate(sorted(
+        set().union(*[sympify(e).free_symbols for e in size + stride]), key=lambda s: s.name))}
+    keys = [(-int(sympify(st).subs(hint)), -int(sympify(sz).subs(hint)) if sympify(sz) != 1 else 1)
+            for sz, st in zip(size, stride, strict=True)]
+    return sorted(range(len(size)), key=lambda d: keys[d])
+
+
+def _fake_args(cargs, fx_args, fakes: dict):
+    """The FX node's arguments as the op sees them under fake mode, with each mismatched
+    input replaced by its fake of the real layout."""
+    if id(cargs) in fakes:
+        return fakes[id(cargs)]
+    if isinstance(fx_args, torch.fx.Node):
+        return fx_args.meta["val"]
+    if isinstance(fx_args, (list, tuple)):
+        cs = cargs if isinstance(cargs, (list, tuple)) and len(cargs) == len(fx_args) else [None] * len(fx_args)
+        return type(fx_args)(_fake_args(c, f, fakes) for c, f in zip(cs, fx_args, strict=True))
+    if isinstance(fx_args, dict):
+        cs = cargs if isinstance(cargs, dict) else {}
+        return {k: _fake_args(cs.get(k), f, fakes) for k, f in fx_args.items()}
+    return fx_args
+
+
+def _copy_into_layout(g: GraphLowering, c, fake: torch.Tensor, op) -> Buffer:
+    """``c`` copied into a new buffer with ``fake``'s (eager's) strides."""
+    stride = [g.expr(s) for s in fake.stride()]
+    if not is_dense(c.get_size(), stride):
+        raise NotImplementedError(
+            f"extern {_op_name(op)}: input {c.name} has layout {c.layout}, eager's strides "
+            f"{stride} are not dense, and the op cannot be rerun on the real layout")
+    return realize(Pointwise(c.get_device(), c.get_dtype(), c.get_size(), c.make_loader()), stride)
+
+
+def _replace_inputs(cargs, copies: dict):
+    if id(cargs) in copies:
+        return copies[id(cargs)]
+    if isinstance(cargs, (list, tuple)):
+        return type(cargs)(_replace_inputs(c, copies) for c in cargs)
+    if isinstance(cargs, dict):
+        return {k: _replace_inputs(v, copies) for k, v in cargs.items()}
+    return cargs
+
+
 #: dtypes loop bodies compute in; nodes touching others take the aten fallback
 SUPPORTED_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
                               torch.int64, torch.float16, torch.bfloat16, torch.float32,
@@ -741,7 +962,7 @@ def _bind_data_dependent_sizes(g: GraphLowering, buf: Buffer) -> None:
             g.sizevars.sources[sz] = SizeVarSource(buffer=buf.name, dim=d)
 
 
-def _is_dense(size, stride) -> bool:
+def is_dense(size, stride) -> bool:
     """size/stride is a permutation of a contiguous layout (non-overlapping and dense)."""
     dims = [(sympify(st), sympify(sz)) for sz, st in zip(size, stride, strict=False) if sympify(sz) != 1]
     if not dims:

@@ -779,6 +779,10 @@ def _plan_memory(sched: Schedule) -> None:
             continue
         frees_at.setdefault(k, []).append(nm)
     internal = {nm for s in sched.steps if isinstance(s, FusedGroup) for nm in s.internal_buffers}
+    # an extern whose result may alias an input (a view-returning aten op): that input's
+    # storage lives as long as the result, so it is never lent to a later buffer
+    aliased = {nm for s in sched.steps if isinstance(s, ExternNode) and _returns_alias(s.kernel.op)
+               for nm in s.reads}
     pool: list[tuple[int, str]] = []  # (freed after step, name) of reusable ComputedBuffers
     for k, s in enumerate(sched.steps):
         s.frees = sorted(frees_at.get(k, []), key=lambda n: (len(n), n))
@@ -801,5 +805,11 @@ def _plan_memory(sched: Schedule) -> None:
         for nm in s.frees:
             b = graph.name_to_buffer.get(nm)
             # an internal buffer may never have had storage (a codegen keeps it in registers)
-            if isinstance(b, ComputedBuffer) and nm not in internal:
+            if isinstance(b, ComputedBuffer) and nm not in internal and nm not in aliased:
                 pool.append((k, nm))
+
+
+def _returns_alias(op) -> bool:
+    """The op's schema says a result may share storage with an input (``Tensor(a)``)."""
+    schema = getattr(op, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)

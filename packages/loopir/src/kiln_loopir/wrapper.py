@@ -186,6 +186,11 @@ class _WrapperWriter:
             self.emit(f"{', '.join(args)}{',' if len(args) == 1 else ''} = args")
             self.emit("args.clear()")
         self.live.update(args)
+        prelude = getattr(self.codegen, "wrapper_prelude", None)
+        if prelude is not None:
+            text = prelude(self.graph.device)
+            if text:
+                self.emit(text)
         for sym in sorted(self.graph.sizevars, key=lambda s: int(s.name[1:])):
             src = self.graph.sizevars[sym]
             if getattr(src, "buffer", None) is None:
@@ -200,7 +205,10 @@ class _WrapperWriter:
                 if a.internal and a.name not in needed:
                     continue  # the kernel keeps it in registers
                 self.emit_allocation(a)
-            self.emit(self.codegen.kernel_call(kernel))
+            if kernel.launch is not None:
+                self.emit(kernel.launch.python())
+            else:
+                self.emit(self.codegen.kernel_call(kernel))
         elif isinstance(step, ExternNode):
             for a in step.allocations:
                 self.emit_allocation(a)
@@ -323,9 +331,17 @@ def output_code(module: GeneratedModule, sched: Schedule, codegen) -> str:
             parts.append(f"# ---- kernels ({codegen.name}) " + "-" * 60)
             parts.append(standalone(module.kernels))
     if graph.constants:
-        parts.append("# ---- graph constants (random values of the right layout) ----")
-        for b in graph.constant_buffers:
-            parts.append(f"{b.name} = {_random_tensor_text(b.layout, hints)}")
+        lines = [
+            "# ---- graph constants: constants.pt beside this file (KILN_COMPILE_DEBUG writes it),",
+            "# else random values of the right layout ----",
+            "import os as _os",
+            "_constants = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), 'constants.pt')",
+            "if _os.path.exists(_constants):",
+            "    globals().update(torch.load(_constants, weights_only=False))",
+            "else:",
+        ]
+        lines += [f"    {b.name} = {_random_tensor_text(b.layout, hints)}" for b in graph.constant_buffers]
+        parts.append("\n".join(lines))
     n = getattr(graph, "num_placeholders", 0) or len(graph.inputs)
     by_pos = {b.position: b for b in graph.inputs}
     inputs = []
@@ -353,6 +369,8 @@ def output_code(module: GeneratedModule, sched: Schedule, codegen) -> str:
         "",
         "",
         'if __name__ == "__main__":',
+        "    for _i, _out in enumerate(call(make_inputs())):",
+        "        print(_i, tuple(_out.shape), _out.dtype, _out.device)",
         '    print(f"{benchmark() * 1e3:.4f} ms per call")',
     ]
     return "\n\n".join(p.rstrip("\n") for p in parts) + "\n" + "\n".join(main) + "\n"

@@ -4,14 +4,18 @@
 - ``disk_cache``: artifacts by (kind, key) on disk; atomic writes; corrupt entries rebuilt.
 - ``load(module, config=None)``: exec a generated wrapper with its kernels -> callable.
 - ``launch``: helpers generated wrappers call (``empty_strided_cpu``, ``reinterpret_tensor``).
-- ``counters``: cache hits/misses/corrupt entries, wrappers loaded.
+- ``counters``: cache hits/misses/corrupt entries (also per kind), wrappers loaded.
+- ``save_cache_artifacts()`` / ``load_cache_artifacts(blob)``: ship the entries a process used.
+- ``compile_timer``: named compile phases per graph (``KILN_LOGS=perf`` prints them).
+- ``cudagraphs``: CUDA-graph record/replay (``mode="reduce-overhead"``), imported on use.
 
 Depends only on torch; it receives plain data (Python source + a namespace dict).
 """
 
 from __future__ import annotations
 
-from . import disk_cache, launch
+from . import compile_timer, disk_cache, launch
+from .artifacts import load_cache_artifacts, save_cache_artifacts
 from .counters import counters, reset_counters
 from .disk_cache import DiskCache, cache_dir, hash_key
 from .launch import (
@@ -28,6 +32,7 @@ __all__ = [
     "DiskCache",
     "assert_size_stride",
     "cache_dir",
+    "compile_timer",
     "counters",
     "disk_cache",
     "empty_strided",
@@ -36,6 +41,16 @@ __all__ = [
     "hash_key",
     "launch",
     "load",
+    "load_cache_artifacts",
     "reinterpret_tensor",
     "reset_counters",
+    "save_cache_artifacts",
 ]
+
+
+def __getattr__(name: str):
+    if name == "cudagraphs":  # only mode="reduce-overhead" needs it
+        import importlib
+
+        return importlib.import_module(".cudagraphs", __name__)
+    raise AttributeError(f"module 'kiln_runtime' has no attribute {name!r}")

@@ -12,16 +12,24 @@ first rename wins and the loser uses the winner's entry (after checking it) and 
 own. Readers never see a half-written entry under the final name.
 
 Counters (``kiln_runtime.counters``): ``disk_cache_hits``, ``disk_cache_misses``,
-``disk_cache_corrupt``.
+``disk_cache_corrupt``, and the same per kind (``disk_cache_hits:graph``,
+``disk_cache_misses:cpp``, ...). A corrupt entry is logged (logger ``kiln.cache``).
+
+``touched()`` lists the (kind, key) entries this process read or wrote: ``pack(entries)``
+turns them into one blob (a deployment ships it) and ``unpack(blob)`` installs a blob's
+entries into this machine's cache (each checked against its manifest).
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
+import logging
 import os
 import shutil
+import tarfile
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,6 +39,16 @@ from .counters import counters
 
 MANIFEST = "MANIFEST.json"
 _FORMAT = 1
+
+log = logging.getLogger("kiln.cache")
+
+#: (kind, key) of every entry this process read (a hit) or wrote, in first-seen order
+_touched: dict[tuple[str, str], None] = {}
+
+
+def _count(what: str, kind: str) -> None:
+    counters[f"disk_cache_{what}"] += 1
+    counters[f"disk_cache_{what}:{kind}"] += 1
 
 
 def cache_dir() -> Path:
@@ -99,13 +117,15 @@ class DiskCache:
         A corrupt entry is removed, so the caller rebuilds it."""
         path = self.entry_dir(kind, key)
         if not path.exists():
-            counters["disk_cache_misses"] += 1
+            _count("misses", kind)
             return None
         if self._valid(path, key):
-            counters["disk_cache_hits"] += 1
+            _count("hits", kind)
+            _touched[(kind, key)] = None
             return path
-        counters["disk_cache_corrupt"] += 1
-        counters["disk_cache_misses"] += 1
+        _count("corrupt", kind)
+        _count("misses", kind)
+        log.warning("kiln: corrupt %s cache entry %s ignored; it is rebuilt", kind, path)
         self._discard(path)
         return None
 
@@ -146,7 +166,9 @@ class DiskCache:
             }
             manifest = {"format": _FORMAT, "key": key, "files": files}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-            return self._publish(tmp, final, key)
+            published = self._publish(tmp, final, key)
+            _touched[(kind, key)] = None
+            return published
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -171,11 +193,79 @@ class DiskCache:
             return hit
         return self.build(kind, key, builder)
 
+    def discard(self, kind: str, key: str) -> None:
+        """Remove one entry (a stale one its reader could not use), so it is rebuilt."""
+        path = self.entry_dir(kind, key)
+        if path.exists():
+            self._discard(path)
+
     def clear(self, kind: str | None = None) -> None:
         """Delete every entry (of one kind, or all)."""
         target = self.root / kind if kind else self.root
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
+
+
+    # -- shipping entries ------------------------------------------------------------
+    def pack(self, entries) -> bytes:
+        """One blob (an uncompressed tar) holding the given (kind, key) entries that are
+        valid here; the others are skipped."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for kind, key in entries:
+                path = self.entry_dir(kind, key)
+                if not path.exists() or not self._valid(path, key):
+                    continue
+                for f in sorted(path.iterdir()):
+                    if f.is_file():
+                        tar.add(str(f), arcname=f"{kind}/{key}/{f.name}", recursive=False)
+        return buf.getvalue()
+
+    def unpack(self, blob: bytes) -> list[tuple[str, str]]:
+        """Install the entries of a ``pack`` blob; returns the (kind, key) installed. An entry
+        already valid here is kept; one whose files fail its manifest is dropped (logged)."""
+        by_entry: dict[tuple[str, str], dict[str, bytes]] = {}
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if not member.isfile() or len(parts) != 3:
+                    raise ValueError(f"not a kiln cache blob (member {member.name!r})")
+                kind, key, name = parts
+                _check_key(kind)
+                _check_key(key)
+                _check_key(name)
+                data = tar.extractfile(member)
+                by_entry.setdefault((kind, key), {})[name] = data.read() if data else b""
+        installed = []
+        for (kind, key), files in by_entry.items():
+            final = self.entry_dir(kind, key)
+            if final.exists() and self._valid(final, key):
+                installed.append((kind, key))
+                continue
+
+            def write(tmp: Path, files=files) -> None:
+                for name, data in files.items():
+                    (tmp / name).write_bytes(data)
+
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
+            try:
+                write(tmp)
+                if not self._valid(tmp, key):
+                    log.warning("kiln: cache blob entry %s/%s fails its manifest; skipped", kind, key)
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    continue
+                self._publish(tmp, final, key)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            installed.append((kind, key))
+        return installed
+
+
+def touched() -> list[tuple[str, str]]:
+    """(kind, key) of every entry this process hit or wrote, first seen first."""
+    return list(_touched)
 
 
 _default = DiskCache()
@@ -203,3 +293,15 @@ def entry_dir(kind: str, key: str) -> Path:
 
 def clear(kind: str | None = None) -> None:
     _default.clear(kind)
+
+
+def discard(kind: str, key: str) -> None:
+    _default.discard(kind, key)
+
+
+def pack(entries) -> bytes:
+    return _default.pack(entries)
+
+
+def unpack(blob: bytes) -> list[tuple[str, str]]:
+    return _default.unpack(blob)

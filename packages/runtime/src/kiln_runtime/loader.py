@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import torch
 
+from . import compile_timer
 from .counters import counters
 from .launch import HELPERS
 
@@ -58,14 +59,16 @@ def load(module: ModuleLike, config: Any = None) -> CompiledGraph:
     """Exec the module's wrapper source with its namespace (kernels are compiled/loaded when
     the namespace is built) plus the launch helpers (``launch.HELPERS``), and return its
     ``call`` wrapped so that ``compiled(*inputs)`` works. The source is registered with ``linecache`` so tracebacks show its lines."""
-    source, extra, entry = _source_and_namespace(module)
+    with compile_timer.phase("kernel compile"):  # the codegen compiles/loads its kernels here
+        source, extra, entry = _source_and_namespace(module)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     filename = f"<kiln-wrapper-{digest}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {"__name__": f"kiln_wrapper_{digest}", "torch": torch}
     namespace.update(HELPERS)
     namespace.update(extra)
-    exec(compile(source, filename, "exec"), namespace)
+    with compile_timer.phase("wrapper exec"):
+        exec(compile(source, filename, "exec"), namespace)
     call = namespace.get(entry)
     if not callable(call):
         raise ValueError(f"generated wrapper {filename} defines no {entry}(args) function")

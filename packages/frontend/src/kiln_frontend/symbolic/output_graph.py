@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,8 @@ from torch._subclasses.fake_tensor import (
 from torch.fx.proxy import GraphAppendingTracer
 
 from ..exc import BackendCompilerFailed, Unsupported
-from ..guards import Guard, GuardKind, GuardSet, TensorGuard
-from ..sources import KILN_GLOBAL_PREFIX, Source
+from ..guards import Guard, GuardKind, GuardSet, TensorGuard, torch_global_state
+from ..sources import KILN_GLOBAL_PREFIX, GlobalSource, Source
 from .variables.base import VariableTracker
 
 #: process-wide counters, as TorchDynamo numbers __compiled_fn_N / __resume_at_OFF_N
@@ -70,6 +71,7 @@ class OutputGraph:
                  frame_state: dict | None = None, use_shape_env: bool = False):
         self.f_globals = f_globals
         self.compiler_fn = compiler_fn
+        self.started_at = time.perf_counter()  # capture time, reported by backends
         self.code_name = code_name
         self.graph = torch.fx.Graph()
         self.tracer = GraphAppendingTracer(self.graph)
@@ -91,6 +93,7 @@ class OutputGraph:
         #: mutations of objects that outlive the frame, replayed after the graph
         self.side_effects = SideEffects(self)
         self.guards.add(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
+        self.guards.add(Guard(None, GuardKind.GLOBAL_STATE, torch_global_state()))
         #: (placeholder node, source, real tensor), in placeholder order
         self.graph_inputs: list[tuple[torch.fx.Node, Source, torch.Tensor]] = []
         self.source_cache: dict[Source, VariableTracker] = {}
@@ -99,6 +102,7 @@ class OutputGraph:
         self.attr_tensors: dict[str, torch.Tensor] = {}
         self._attr_names: dict[int, str] = {}
         self.installed_globals: dict[str, Any] = {}
+        self._pinned: dict[int, str] = {}
         #: GraphModules sent to the backend (at most one per frame today)
         self.graphs: list[torch.fx.GraphModule] = []
         self.compiled_fn_names: list[str] = []
@@ -115,6 +119,17 @@ class OutputGraph:
         name = f"{KILN_GLOBAL_PREFIX}{prefix}_{next(_global_object_counter)}"
         self.install_global(name, value)
         return name
+
+    def pinned_source(self, value: Any) -> Source:
+        """A source for an object the frame reached without one (a method found on a class,
+        a property's getter): the object itself, kept as a global.  Its identity was fixed
+        by the guards on the way to it; what can still change in it (defaults, closure
+        cells) is guarded through this source."""
+        name = self._pinned.get(id(value))
+        if name is None:
+            name = self.install_global_object("pinned", value)
+            self._pinned[id(value)] = name
+        return GlobalSource(name)
 
     # -- graph inputs -----------------------------------------------------------------
 
@@ -154,6 +169,7 @@ class OutputGraph:
         cached = self.source_cache.get(source)
         if cached is not None:
             return cached
+        self.guard_attr_tensor(source, value)
         name = self._attr_names.get(id(value))
         if name is None:
             name = _sanitize(source.short_name())
@@ -170,10 +186,25 @@ class OutputGraph:
         self.source_cache[source] = vt
         return vt
 
+    def guard_attr_tensor(self, source: Source, value: torch.Tensor) -> None:
+        """A parameter or buffer the compiled code holds (a ``get_attr`` node, or one of a
+        ``call_module`` module, which a backend may bake in): a tensor assigned in its place
+        later (``m.b = torch.full(...)``) must recompile (ID_MATCH), and so must a change
+        to it that the compiled code assumed (``p.data = other``, ``requires_grad_()``:
+        TENSOR_MATCH)."""
+        self.guards.add(Guard(source, GuardKind.ID_MATCH, id(value), "tensor"))
+        self.guards.add(Guard(source, GuardKind.TENSOR_MATCH, TensorGuard(value)))
+
     def register_module(self, source: Source, module: torch.nn.Module) -> str:
         name = self._module_names.get(id(module))
         if name is not None:
             return name
+        from .variables.nn_module import path_source
+
+        for path, t in [*module.named_parameters(remove_duplicate=False),
+                        *module.named_buffers(remove_duplicate=False)]:
+            if t is not None:
+                self.guard_attr_tensor(path_source(source, module, path), t)
         name = _sanitize(source.short_name())
         base, k = name, 1
         while name in self.nn_modules or name in self.attr_tensors:
@@ -320,6 +351,7 @@ class OutputGraph:
         self.graph.lint()
         gm = torch.fx.GraphModule(root, self.graph)
         gm.meta["kiln_code_name"] = self.code_name
+        gm.meta["kiln_capture_s"] = time.perf_counter() - self.started_at  # KILN_LOGS=perf
         example_inputs = [real for _, _, real in self.graph_inputs]
         name = f"__compiled_fn_{next(_compiled_fn_counter)}"
         if debug_enabled():

@@ -337,12 +337,14 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
 
 class RootFreeVarCell(VariableTracker):
     """A free variable of the frame being compiled: its value comes from the frame's closure
-    (reloaded with LOAD_DEREF; not guardable, see sources.ClosureSource)."""
+    (reloaded with LOAD_DEREF; guarded through the called function's cell, see
+    sources.ClosureSource)."""
 
-    def __init__(self, name: str, cell: types.CellType):
+    def __init__(self, name: str, cell: types.CellType, index: int):
         super().__init__()
         self.name = name
         self.cell = cell
+        self.index = index
         self._value: VariableTracker | None = None
 
     def load(self, tx) -> VariableTracker:
@@ -352,7 +354,7 @@ class RootFreeVarCell(VariableTracker):
             except ValueError:
                 raise Unsupported(f"free variable {self.name!r} referenced before assignment") \
                     from None
-            self._value = tx.wrap_value(contents, ClosureSource(self.name))
+            self._value = tx.wrap_value(contents, ClosureSource(self.name, self.index))
         return self._value
 
     def store(self, tx, value) -> None:
@@ -387,8 +389,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         }
         closure = frame_info.closure or ()
         closure_cells: dict[str, VariableTracker] = {
-            name: RootFreeVarCell(name, cell)
-            for name, cell in zip(code.co_freevars, closure, strict=False)
+            name: RootFreeVarCell(name, cell, i)
+            for i, (name, cell) in enumerate(zip(code.co_freevars, closure, strict=False))
         }
         super().__init__(code=code, f_globals=frame_info.globals, f_builtins=f_builtins,
                          symbolic_locals=symbolic_locals, closure_cells=closure_cells,

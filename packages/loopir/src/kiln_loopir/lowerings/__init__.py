@@ -1,11 +1,11 @@
 """Lowering families; importing this package registers every lowering in
 ``kiln_loopir.lowering.lowerings``."""
 
-# Order matters where a later module overrides an op (scatter_reduce after indexing, resize
-# after pooling): the later registration wins.
+# One registration per op (a second raises): the order does not matter.
 from . import (  # noqa: F401
     creation,
     extern,
+    fallbacks,
     indexing,
     norms,
     pointwise,

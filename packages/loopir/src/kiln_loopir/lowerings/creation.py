@@ -75,6 +75,15 @@ def _ones(*args, **kwargs):
     return _filled(1)
 
 
+def _as_integer(x):
+    """A Python/SymPy number truncated toward zero as eager's scalar conversion does (SymPy
+    size expressions are integers already)."""
+    x = sympify(x)
+    if x.is_Integer or not x.is_number:
+        return x
+    return sympify(int(float(x)))
+
+
 @lowering(*_ops("arange.start_step", "arange.start", "arange.default"))
 def _arange(*args, **kwargs):
     m, size = _meta_tensor()
@@ -95,8 +104,11 @@ def _arange(*args, **kwargs):
     def inner_fn(index):
         i = index[0]
         if not cd.is_floating_point:
-            return ops.index_expr(sympify(start) + i * sympify(step), cd) if cd == torch.int64 else \
-                ops.to_dtype(ops.index_expr(sympify(start) + i * sympify(step), torch.int64), cd)
+            # integer arange: eager converts start and step to the integer type first
+            # (``arange(0, 64, 2.0, dtype=torch.int64)`` steps by 2), so the index stays integral
+            expr = _as_integer(start) + i * _as_integer(step)
+            return ops.index_expr(expr, cd) if cd == torch.int64 else \
+                ops.to_dtype(ops.index_expr(expr, torch.int64), cd)
         # floating: start + i*step computed in float64 like eager's accumulate type on CPU
         acc = torch.float64
         v = ops.add(ops.mul(ops.to_dtype(ops.index_expr(i, torch.int64), acc), constant_value(step, acc)),

@@ -1,5 +1,6 @@
 """Ops that are extern calls by design (library kernels): matmul family, convolution,
-attention. They are ``ExternKernel``s with ``fallback=False`` (not counted as fallbacks)."""
+attention (SDPA and nn.MultiheadAttention / nn.TransformerEncoderLayer's fused eval paths).
+They are ``ExternKernel``s with ``fallback=False`` (not counted as fallbacks)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,19 @@ import torch.fx
 
 from ..ir import ConstantBuffer, GenericView, Layout, Pointwise
 from ..lowering import current, lowering, make_extern, meta_val, realize
-from ..sizevars import statically_known_equal, sympify
+from ..sizevars import sympify
 
 aten = torch.ops.aten
 
 EXTERN_OPS = []
 for _name in ["mm.default", "bmm.default", "addmm.default", "baddbmm.default", "addbmm.default",
-              "convolution.default", "_convolution.default", "matmul.default",
+              "_convolution.default", "matmul.default",
               "_scaled_dot_product_flash_attention_for_cpu.default",
               "_scaled_dot_product_flash_attention.default",
               "_scaled_dot_product_efficient_attention.default",
               "_scaled_dot_product_cudnn_attention.default",
-              "scaled_dot_product_attention.default",
+              "scaled_dot_product_attention.default", "_native_multi_head_attention.default",
+              "_transformer_encoder_layer_fwd.default",
               "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default"]:
     _pkt, _, _ov = _name.partition(".")
     _p = getattr(aten, _pkt, None)
@@ -76,39 +78,18 @@ def _channels_last_constant(w: ConstantBuffer) -> ConstantBuffer:
 @lowering(aten.convolution.default)
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """An extern call; on CPU float32 2-d convolutions the input computed by the graph is
-    realized channels-last and a constant weight stored channels-last, and the output layout
-    is what torch's conv gives for those layouts (channels-last)."""
-    g = current()
-    node, meta = g.current_node, meta_val()
+    realized channels-last and a constant weight stored channels-last (``make_extern`` then
+    gives the output the layout torch's conv picks for those layouts: channels-last)."""
+    node, meta = current().current_node, meta_val()
     args = [x, weight, bias, stride, padding, dilation, transposed, output_padding, groups]
-    if not runs_channels_last(node):
-        return make_extern(aten.convolution.default, args, {}, meta, fallback=False)
-    if isinstance(x, (Pointwise, GenericView)) and not _is_graph_output(node.args[0]):
-        x = realize(x, channels_last_strides(x.get_size()))
-    if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
-        weight = _channels_last_constant(weight)
-    # the output layout torch's conv picks for these input layouts (fake tensors; the bias
-    # does not change it)
-    fx, fw = (a.meta["val"] for a in node.args[:2])
-    if _layout_is_channels_last(x):
-        fx = fx.contiguous(memory_format=torch.channels_last)
-    if _layout_is_channels_last(weight):
-        fw = fw.contiguous(memory_format=torch.channels_last)
-    rest = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args[3:]]
-    out_meta = aten.convolution.default(fx, fw, None, *rest)
-    args[0], args[1] = x, weight
-    return make_extern(aten.convolution.default, args, {}, out_meta, fallback=False)
+    if runs_channels_last(node):
+        if isinstance(x, (Pointwise, GenericView)) and not _is_graph_output(node.args[0]):
+            args[0] = realize(x, channels_last_strides(x.get_size()))
+        if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
+            args[1] = _channels_last_constant(weight)
+    return make_extern(aten.convolution.default, args, {}, meta, fallback=False)
 
 
 def _is_graph_output(n) -> bool:
     """A graph output keeps eager's layout (realized as the meta strides say)."""
     return isinstance(n, torch.fx.Node) and any(u.op == "output" for u in n.users)
-
-
-def _layout_is_channels_last(x) -> bool:
-    lay = getattr(x, "layout", None)
-    if lay is None and getattr(x, "realized", None) is not None:
-        lay = x.realized.layout
-    if lay is None or len(lay.size) != 4:
-        return False
-    return all(statically_known_equal(a, b) for a, b in zip(lay.stride, channels_last_strides(lay.size), strict=True))

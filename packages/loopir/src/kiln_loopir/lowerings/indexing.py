@@ -21,7 +21,7 @@ from ..lowering import (
     meta_val,
     to_dtype,
 )
-from ..sizevars import sympify
+from ..sizevars import contiguous_strides, sympify
 from ..virtualized import ops
 
 aten = torch.ops.aten
@@ -58,7 +58,7 @@ def _cat(tensors, dim=0):
     if not parts:
         raise LoweringError("cat of empty tensors")
     if len(parts) > MAX_CAT_INPUTS:
-        raise LoweringError(f"cat of {len(parts)} inputs (> {MAX_CAT_INPUTS})")
+        return _cat_into_slices(parts, out_size, dim, dtype)
     if len(parts) == 1:
         t = parts[0][0]
         loader = t.make_loader()
@@ -89,6 +89,37 @@ def _cat(tensors, dim=0):
         return value
 
     return Pointwise(device, dtype, out_size, inner_fn)
+
+
+def _cat_into_slices(parts, out_size, dim: int, dtype):
+    """A cat of many inputs (DenseNet's blocks concatenate up to ~30): one loop per input
+    copying it into its slice of the result (a where-chain over all inputs would load every
+    input at every element). The first loop owns the result buffer, the others are
+    ScatterBuffers writing into it; each input's pointwise producer fuses into its loop."""
+    from ..ir import ComputedBuffer, Layout, ScatterBuffer
+    from ..lowering import is_dense
+
+    g = current()
+    m = meta_val()
+    stride = [g.expr(st) for st in m.stride()]
+    if not is_dense(out_size, stride):
+        stride = contiguous_strides(out_size)
+    device = parts[0][0].get_device()
+    target = None
+    for t, off, _ in parts:
+        loader, t_dt = t.make_loader(), t.get_dtype()
+        data = Pointwise(device, dtype, [sympify(s) for s in t.get_size()],
+                         lambda idx, ld=loader, dt=t_dt: to_dtype(ld(idx), dt, dtype))
+        if target is None:  # fills the first slice (offset 0) of the result's layout
+            target = ComputedBuffer(g.graph.new_name(), Layout(device, dtype, out_size, stride), data)
+            g.graph.register_buffer(target)
+            continue
+
+        def out_indexer(idx, off=off):
+            return [i + off if k == dim else i for k, i in enumerate(idx)]
+
+        g.graph.register_buffer(ScatterBuffer(g.graph.new_name(), target, data, out_indexer, None))
+    return target
 
 
 @lowering(aten.constant_pad_nd.default)
@@ -360,8 +391,9 @@ def _scatter_add(self, dim, index, src):
     return _scatter_common(self, dim, index, src, "atomic_add")
 
 
-@lowering(aten.scatter_reduce.two)
 def _scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    """scatter_reduce(sum, include_self) as an atomic-add scatter (``scatter_reduce.py``
+    registers the lowering and calls this)."""
     if reduce != "sum" or not include_self:
         raise LoweringError(f"scatter_reduce {reduce}")
     return _scatter_add(self, dim, index, src)

@@ -49,7 +49,6 @@ for _name in ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh
 
 _register_unary([aten.abs.default], "abs", K.DEFAULT)
 _register_unary([aten.neg.default], "neg", K.DEFAULT)
-_register_unary([aten.bitwise_not.default], "bitwise_not", K.DEFAULT)
 
 
 def _int_identity_or(opname):

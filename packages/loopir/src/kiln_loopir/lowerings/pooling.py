@@ -185,8 +185,8 @@ def _avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_i
     return Pointwise(x.get_device(), dt, out_size, fn)
 
 
-@lowering(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(x, output_size):
+    """The 1x1 / evenly dividing cases (``resize._adaptive_avg_pool2d`` is the lowering)."""
     dt = x.get_dtype()
     if not dt.is_floating_point:
         raise LoweringError("adaptive_avg_pool2d of integers")

@@ -13,11 +13,13 @@ import sympy
 import torch
 import torch.fx
 
-from ..ir import GenericView, IRNode, Layout, ReinterpretView
+from ..ir import GenericView, IRNode, Layout, Pointwise, ReinterpretView
 from ..lowering import (
     LoweringError,
     as_storage_view,
     current,
+    has_eager_strides,
+    is_dense,
     lowering,
     meta_val,
     realize,
@@ -483,22 +485,39 @@ def view(x, size, *rest):
 
 @lowering(*_ops("as_strided.default", "as_strided_copy.default"))
 def as_strided(x, size, stride, storage_offset=None):
+    """A view of x's storage. Its size/stride are eager's, so x's storage must be laid out as
+    eager's: a dense x with another layout here (realized contiguous where eager kept it
+    permuted, channels-last) is first copied into eager's strides."""
+    g = current()
+    arg = g.current_node.args[0] if g.current_node is not None else None
+    m = g._meta(arg) if isinstance(arg, torch.fx.Node) else None
     sv = as_storage_view(x)
     if sv is None:
-        sv = as_storage_view(realize(x))
+        sv = as_storage_view(realize(x, _eager_dense_stride(g, m, x)))
+    elif isinstance(m, torch.Tensor) and not has_eager_strides(g, sv.layout, m):
+        eager = _eager_dense_stride(g, m, x)
+        if eager is None:
+            raise LoweringError(f"as_strided of a non-dense view laid out {sv.layout}, not as eager")
+        sv = as_storage_view(realize(Pointwise(x.get_device(), x.get_dtype(), x.get_size(), sv.make_loader()),
+                                     eager))
     lay = sv.layout
     if storage_offset is None:
         off = lay.offset
     else:
         # storage_offset is absolute in eager's storage; our offsets count from the buffer's
         # data pointer, which sits at eager offset (meta offset of x) - (our offset of x)
-        g = current()
-        arg = g.current_node.args[0] if g.current_node is not None else None
-        m = g._meta(arg) if isinstance(arg, torch.fx.Node) else None
         eager_x = g.expr(m.storage_offset()) if isinstance(m, torch.Tensor) else lay.offset
         off = sympify(storage_offset) - (eager_x - lay.offset)
     return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, [sympify(s) for s in size],
                                            [sympify(s) for s in stride], off))
+
+
+def _eager_dense_stride(g, m, x):
+    """eager's strides of x when they are a dense layout (None otherwise)."""
+    if not isinstance(m, torch.Tensor) or m.dim() != len(x.get_size()):
+        return None
+    stride = [g.expr(st) for st in m.stride()]
+    return stride if is_dense(x.get_size(), stride) else None
 
 
 # ---- flip / repeat / roll ------------------------------------------------------------------------

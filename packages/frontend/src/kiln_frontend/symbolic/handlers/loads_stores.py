@@ -186,7 +186,8 @@ def IMPORT_NAME(tx, inst):
     module = _imported(name)
     if not fromlist and "." in name:
         module = _imported(name.partition(".")[0])  # ``import a.b`` binds ``a``
-    tx.push(tx.wrap_value(module, None))
+    # pinned, so that what the frame reads from it (``math.sqrt``) is guarded
+    tx.push(tx.wrap_value(module, tx.output.pinned_source(module)))
 
 
 @handler("IMPORT_FROM")
@@ -200,4 +201,5 @@ def IMPORT_FROM(tx, inst):
     if hasattr(module, inst.argval):
         tx.push(tx.getattr(module_var, inst.argval))
     else:
-        tx.push(tx.wrap_value(_imported(f"{module.__name__}.{inst.argval}"), None))
+        sub = _imported(f"{module.__name__}.{inst.argval}")
+        tx.push(tx.wrap_value(sub, tx.output.pinned_source(sub)))

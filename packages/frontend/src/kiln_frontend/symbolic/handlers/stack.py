@@ -39,7 +39,7 @@ def BEFORE_WITH(tx, inst):
         ContextManagerVariable,
         wrap_context_object,
     )
-    from ..variables.functions import UserMethodVariable
+    from ..variables.functions import method_of_pinned_class
     from ..variables.misc import python_dunder
 
     ctx = tx.realize(tx.pop())
@@ -60,8 +60,9 @@ def BEFORE_WITH(tx, inst):
     exit_ = python_dunder(cls, "__exit__") if isinstance(cls, type) else None
     if enter is None or exit_ is None or not isinstance(exit_, types.FunctionType):
         raise Unsupported(f"`with` on {ctx.describe()}")
-    value = tx.call_function(UserMethodVariable(enter, ctx), [], {})
-    tx.push(UserMethodVariable(exit_, ctx))
+    # guarded through the class: replacing __enter__/__exit__ on it recompiles
+    value = tx.call_function(method_of_pinned_class(tx, cls, "__enter__", enter, ctx), [], {})
+    tx.push(method_of_pinned_class(tx, cls, "__exit__", exit_, ctx))
     tx.push(value)
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CONSTANT_TYPES: tuple[type, ...] = (
     int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
     torch.dtype, torch.device, torch.layout, torch.memory_format, slice, range, torch.Size,
-    frozenset, types.CodeType,
+    frozenset, types.CodeType, torch.finfo, torch.iinfo,  # (read-only machine limits)
 )
 
 #: methods of constants that are pure (safe to call at trace time)

@@ -120,13 +120,13 @@ class TupleVariable(BaseSequenceVariable):
                 raise Unsupported(f"{self.tuple_cls.__qualname__} has no attribute "
                                   f"{name!r}") from None
             if isinstance(static, types.FunctionType):
-                from .functions import UserMethodVariable
+                from .functions import method_of_pinned_class
 
-                return UserMethodVariable(static, self)
+                return method_of_pinned_class(tx, self.tuple_cls, name, static, self)
             if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-                from .functions import UserFunctionVariable
+                from .functions import call_property
 
-                return UserFunctionVariable(static.fget).call_function(tx, [self], {})
+                return call_property(tx, self.tuple_cls, name, static, self)
         raise Unsupported(f"attribute {name!r} of a tuple")
 
     def reconstruct(self, codegen):
@@ -326,9 +326,9 @@ class ConstDictVariable(VariableTracker):
 
             static = inspect.getattr_static(self.dict_cls, name, None)
             if isinstance(static, types.FunctionType):
-                from .functions import UserMethodVariable
+                from .functions import method_of_pinned_class
 
-                return UserMethodVariable(static, self)
+                return method_of_pinned_class(tx, self.dict_cls, name, static, self)
         return self.builtin_method(tx, name)
 
     def builtin_method(self, tx, name):
@@ -340,12 +340,17 @@ class ConstDictVariable(VariableTracker):
     def reconstruct(self, codegen):
         if self.source is not None:
             return self.source.reconstruct(codegen)
-        if self.dict_cls is not dict:
+        if self.dict_cls not in (dict, collections.OrderedDict):
             raise Unsupported(f"cannot rebuild a {self.dict_cls.__qualname__}")
+        if self.dict_cls is collections.OrderedDict:  # OrderedDict({k: v, ...})
+            codegen.push_null()
+            codegen.load_const_object(collections.OrderedDict)
         for k, v in self.items.items():
             codegen.load_const(k)
             codegen(v)
         codegen.build_map(len(self.items))
+        if self.dict_cls is collections.OrderedDict:
+            codegen.call_function(1)
 
     def describe(self) -> str:
         return f"ConstDictVariable(keys={list(self.items)!r})"

@@ -13,8 +13,7 @@ import torch
 
 from ...bytecode import versions
 from ...exc import Unsupported
-from ...guards import GuardKind
-from ...sources import GlobalSource
+from ...guards import Guard, GuardKind
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import (
     BINARY_OPERATORS,
@@ -27,29 +26,16 @@ from .constant import (
 _GEN_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
-def is_torch_internal_file(filename: str) -> bool:
-    import os
-
-    torch_dir = os.path.dirname(torch.__file__) + os.sep
-    return filename.startswith(torch_dir)
-
-
-def _torch_nn_modules_dir() -> str:
-    import os
-
-    return os.path.join(os.path.dirname(torch.__file__), "nn", "modules") + os.sep
-
-
 def check_inlinable(fn: types.FunctionType) -> None:
     """Python code inside torch (context managers, hooks, utilities) is not inlined: a call
-    to it is a graph break in the user's frame.  torch functions that belong in graphs are
-    TorchFunctionVariable, and torch's own modules become call_module nodes.  The methods of
-    ``torch.nn.modules`` are the exception: they are plain tensor code, reached through
-    ``super().forward(x)`` in a subclass or helpers like ``self.conv._conv_forward``."""
-    filename = fn.__code__.co_filename
-    if is_torch_internal_file(filename) and not filename.startswith(_torch_nn_modules_dir()):
-        raise Unsupported(f"call to {fn.__module__}.{fn.__qualname__} (torch internals are "
-                          "not inlined)")
+    to it is a graph break in the user's frame.  ``kiln_frontend.trace_rules`` decides per
+    function and per torch module (the methods of ``torch.nn.modules`` and a few helpers
+    that models call are inlined)."""
+    from ...trace_rules import Rule, lookup
+
+    decision = lookup(fn)
+    if decision is not None and decision.rule is not Rule.INLINE:
+        raise Unsupported(f"call to {fn.__module__}.{fn.__qualname__} ({decision.why})")
 
 
 @tracker_for(types.FunctionType)
@@ -110,30 +96,31 @@ class UserFunctionVariable(VariableTracker):
     def get_name(self) -> str:
         return self.fn.__qualname__
 
+    def function_source(self, tx):
+        """Where the function object itself is reloaded from, for guards on its defaults and
+        cells: its source, else the object pinned as a global (see
+        ``OutputGraph.pinned_source``).  Never None: a default or a cell read without a
+        guard would be baked into the compiled code."""
+        return self.source if self.source is not None else tx.output.pinned_source(self.fn)
+
     def get_defaults(self, tx) -> tuple[list[VariableTracker], dict[str, VariableTracker]]:
         from ...sources import defaults_source, kwdefaults_source
 
-        defaults = []
-        for i, d in enumerate(self.fn.__defaults__ or ()):
-            src = defaults_source(self.source, i) if self.source is not None else None
-            defaults.append(tx.wrap_value(d, src))
-        kwdefaults = {}
-        for k, d in (self.fn.__kwdefaults__ or {}).items():
-            src = kwdefaults_source(self.source, k) if self.source is not None else None
-            kwdefaults[k] = tx.wrap_value(d, src)
+        fn_src = self.function_source(tx)
+        defaults = [tx.wrap_value(d, defaults_source(fn_src, i))
+                    for i, d in enumerate(self.fn.__defaults__ or ())]
+        kwdefaults = {k: tx.wrap_value(d, kwdefaults_source(fn_src, k))
+                      for k, d in (self.fn.__kwdefaults__ or {}).items()}
         return defaults, kwdefaults
 
     def get_closure_cells(self, tx) -> dict[str, Any]:
         from ...sources import cell_contents_source
         from .misc import ClosureCellVariable
 
-        cells: dict[str, Any] = {}
-        code = self.fn.__code__
-        for i, name in enumerate(code.co_freevars):
-            cell = self.fn.__closure__[i]
-            src = cell_contents_source(self.source, i) if self.source is not None else None
-            cells[name] = ClosureCellVariable(cell, src)
-        return cells
+        fn_src = self.function_source(tx)
+        return {name: ClosureCellVariable(self.fn.__closure__[i],
+                                          cell_contents_source(fn_src, i))
+                for i, name in enumerate(self.fn.__code__.co_freevars)}
 
     def call_function(self, tx, args, kwargs):
         from .ctx_managers import decorated_context_call
@@ -157,6 +144,44 @@ class UserFunctionVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+def method_of_class(tx, fn: types.FunctionType, obj: VariableTracker, source) -> VariableTracker:
+    """``obj.<name>`` found on ``obj``'s class: the bound method, with an ID_MATCH guard on
+    ``<source>.__func__``, so that replacing the method on the class, or shadowing it with an
+    instance attribute (a monkeypatched ``forward``), recompiles."""
+    from ...guards import Guard
+    from ...sources import AttrSource
+
+    if source is not None:
+        tx.output.guards.add(Guard(AttrSource(source, "__func__"), GuardKind.ID_MATCH,
+                                   id(fn), "method"))
+    return UserMethodVariable(fn, obj, source=source)
+
+
+def method_of_pinned_class(tx, cls: type, name: str, fn: types.FunctionType,
+                           obj: VariableTracker) -> VariableTracker:
+    """``obj.<name>`` found on ``cls`` for an object without a source (made in the frame): the
+    class is pinned (``OutputGraph.pinned_source``) and ``cls.<name>`` guarded by ID_MATCH,
+    so replacing the method on the class recompiles."""
+    guard_class_member(tx, cls, name, fn)
+    return UserMethodVariable(fn, obj)
+
+
+def guard_class_member(tx, cls: type, name: str, member: Any) -> None:
+    """ID_MATCH on ``cls.<name>`` (the class pinned as a global): a method, ``__init__`` or
+    property getter that the frame inlined must still be the class's."""
+    from ...guards import Guard
+    from ...sources import AttrSource
+
+    src = AttrSource(tx.output.pinned_source(cls), name)
+    tx.output.guards.add(Guard(src, GuardKind.ID_MATCH, id(member), "class member"))
+
+
+def call_property(tx, cls: type, name: str, prop: property, obj: VariableTracker):
+    """``obj.<name>`` for a Python property of ``cls``: its getter inlined (guarded)."""
+    guard_class_member(tx, cls, name, prop)
+    return UserFunctionVariable(prop.fget).call_function(tx, [obj], {})
 
 
 class UserMethodVariable(UserFunctionVariable):
@@ -185,19 +210,13 @@ class UserMethodVariable(UserFunctionVariable):
         check_inlinable(self.fn)
         return tx.inline_call(self, [self.obj, *args], kwargs)
 
-    def get_defaults(self, tx):
-        # defaults are reached through the class, not through the bound method
-        defaults = [tx.wrap_value(d, None) for d in (self.fn.__defaults__ or ())]
-        kwdefaults = {k: tx.wrap_value(d, None)
-                      for k, d in (self.fn.__kwdefaults__ or {}).items()}
-        return defaults, kwdefaults
+    def function_source(self, tx):
+        # defaults and cells belong to the function, reached as ``<method>.__func__``
+        from ...sources import AttrSource
 
-    def get_closure_cells(self, tx):
-        from .misc import ClosureCellVariable
-
-        code = self.fn.__code__
-        return {name: ClosureCellVariable(self.fn.__closure__[i], None)
-                for i, name in enumerate(code.co_freevars)}
+        if self.source is not None:
+            return AttrSource(self.source, "__func__")
+        return tx.output.pinned_source(self.fn)
 
     def reconstruct(self, codegen):
         if self.source is not None:
@@ -323,6 +342,11 @@ class SuperVariable(VariableTracker):
             raise Unsupported(f"super() has no attribute {name!r}")
         if attr is object.__init__:
             return NoOpVariable("object.__init__")
+        if klass.__module__.split(".")[0] != "torch" and \
+                isinstance(attr, (types.FunctionType, staticmethod, property)):
+            # replacing it on the base class recompiles (torch's own classes are trusted)
+            guard_class_member(tx, klass, name, getattr(klass, name)
+                               if isinstance(attr, staticmethod) else attr)
         builtin_method = getattr(self.obj, "builtin_method", None)
         if builtin_method is not None and klass.__module__ == "builtins" and \
                 isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):
@@ -595,6 +619,12 @@ _OPERATOR_FNS = frozenset(
     })
 
 #: operators that can become graph nodes when a tensor is involved
+#: in-place operator -> the operator it means when its left operand is not a tensor
+_OUT_OF_PLACE: dict[Any, Any] = {
+    BINARY_OPERATORS[sym + "="]: BINARY_OPERATORS[sym]
+    for sym in ("+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^")
+}
+
 _TENSOR_OPERATORS = frozenset(
     set(BINARY_OPERATORS.values()) | set(COMPARE_OPERATORS.values()) | {
         operator.neg, operator.pos, operator.invert, operator.abs, operator.getitem,
@@ -616,7 +646,7 @@ class BuiltinVariable(VariableTracker):
 
         if is_torch_callable(value):
             return TorchFunctionVariable.wrap(builder, value)
-        if isinstance(builder.source, GlobalSource):
+        if builder.source is not None:  # a global, a module's or an object's attribute
             builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="builtin")
         return cls(value, source=builder.source)
 
@@ -660,6 +690,10 @@ class BuiltinVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         fn = self.fn
         handler = _BUILTIN_HANDLERS.get(fn)
+        if handler is None:
+            from .stdlib import BUILTIN_HANDLERS as stdlib_handlers
+
+            handler = stdlib_handlers.get(fn)
         if handler is not None:
             result = handler(tx, args, kwargs)
             if result is not None:
@@ -703,6 +737,10 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
     if _has_tensor(args):
         if fn not in _TENSOR_OPERATORS:
             raise Unsupported(f"operator.{name} on a tensor")
+        if fn in _OUT_OF_PLACE and not _has_tensor(args[:1]):
+            # ``n += t`` with a Python number ``n`` rebinds n to ``n + t``; FX would print
+            # the in-place form as ``0 += t``, which is not Python
+            fn = _OUT_OF_PLACE[fn]
         return tx.output.create_graph_op("call_function", fn, list(args), {})
     from ...shapes import SYM_OPERATORS, has_symnode, sym_operator
 
@@ -755,6 +793,24 @@ def _identity(v: VariableTracker) -> Any:
     return None
 
 
+def _same_input(tx, a, b) -> bool:
+    """Whether two tensors that came from the frame are one object (guarded)."""
+    from ...sources import IdentitySource
+
+    src = IdentitySource(a.source, b.source)
+    if not src.guardable:
+        raise Unsupported("`is` between two input tensors that cannot be guarded")
+    real = {node: value for node, _src, value in tx.output.graph_inputs}
+    for tv in (a, b):
+        if tv.node.op == "get_attr":
+            real[tv.node] = tx.output.attr_tensors[tv.node.target]
+    if a.node not in real or b.node not in real:
+        raise Unsupported("`is` between two input tensors")
+    same = real[a.node] is real[b.node]
+    tx.output.guards.add(Guard(src, GuardKind.CONSTANT_MATCH, same, "identity"))
+    return same
+
+
 def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> VariableTracker:
     from .tensor import TensorVariable
 
@@ -767,8 +823,8 @@ def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> Variab
         if a.node is b.node:
             return result(True)
         if a.source is not None and b.source is not None:
-            # two inputs could be the same object at run time; not guarded
-            raise Unsupported("`is` between two input tensors")
+            # two inputs may or may not be the same object: decide now, guard the answer
+            return result(_same_input(tx, a, b))
         return result(False)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return result(False)
@@ -842,6 +898,8 @@ def _b_len(tx, args, kwargs):
     if isinstance(x, (BaseSequenceVariable, ConstDictVariable)):
         return ConstantVariable(len(x.items))
     if hasattr(x, "module") and hasattr(x.module, "__len__"):
+        if hasattr(x, "guard_structure"):  # a module container: its length is guarded
+            x.guard_structure(tx)
         return ConstantVariable(len(x.module))
     if hasattr(x, "len_value"):
         return ConstantVariable(x.len_value(tx))
@@ -997,16 +1055,21 @@ def _b_hasattr(tx, args, kwargs):
     except NotConstant:
         raise Unsupported("hasattr() with a non-constant name") from None
     obj = _identity(args[0])
-    if obj is not None and not isinstance(obj, torch.Tensor):
-        return ConstantVariable(hasattr(obj, name))
     from .tensor import TensorVariable
 
-    if isinstance(args[0], TensorVariable):
+    if obj is not None and not isinstance(obj, torch.Tensor):
+        result = hasattr(obj, name)
+    elif isinstance(args[0], TensorVariable):
         return ConstantVariable(hasattr(args[0].example_value, name))
-    has = getattr(args[0], "has_attr", None)
-    if has is not None:
-        return ConstantVariable(has(tx, name))
-    return None
+    elif getattr(args[0], "has_attr", None) is not None:
+        result = args[0].has_attr(tx, name)
+    else:
+        return None
+    if args[0].source is not None:  # an attribute added or deleted later recompiles
+        from ...guards import Guard
+
+        tx.output.guards.add(Guard(args[0].source, GuardKind.HASATTR, (name, bool(result))))
+    return ConstantVariable(result)
 
 
 def _b_sum(tx, args, kwargs):
@@ -1184,6 +1247,10 @@ def _b_id(tx, args, kwargs):
     obj = _identity(args[0])
     if obj is None or args[0].mutable:
         raise Unsupported(f"id() of {args[0].describe()}")
+    if args[0].source is not None:  # the id is baked: the object must be the same one
+        from ...guards import Guard
+
+        tx.output.guards.add(Guard(args[0].source, GuardKind.ID_MATCH, id(obj), "object"))
     return ConstantVariable(id(obj))
 
 
@@ -1228,7 +1295,10 @@ BUILTIN_CLASSES = frozenset({
 
 
 def is_builtin_callable(value: Any) -> bool:
+    from .stdlib import BUILTIN_HANDLERS as stdlib_handlers
+
     return (value in _BUILTIN_HANDLERS or value in _FOLDABLE_BUILTINS or
+            value in stdlib_handlers or
             value in _OPERATOR_FNS or value in BUILTIN_CLASSES or
             getattr(value, "__module__", None) in ("builtins", "_operator", "operator"))
 

@@ -123,7 +123,7 @@ class UserDefinedClassVariable(VariableTracker):
 
         if value in BUILTIN_CLASSES:
             return BuiltinVariable(value, source=builder.source)
-        if builder.source is not None and not isinstance(builder.source, AttrSource):
+        if builder.source is not None:
             builder.install_guard(GuardKind.ID_MATCH, id(value), what="class")
         return cls(value, source=builder.source)
 
@@ -141,7 +141,9 @@ class UserDefinedClassVariable(VariableTracker):
                 from None
         if isinstance(value, (staticmethod, classmethod)):
             value = getattr(self.cls, name)
-        src = AttrSource(self.source, name) if self.source is not None else None
+        # a class reached without a source (``type(x)``, ``x.__class__``) is pinned
+        base = self.source if self.source is not None else tx.output.pinned_source(self.cls)
+        src = AttrSource(base, name)
         if self.cls.__module__.split(".")[0] == "torch":
             return tx.wrap_value(getattr(self.cls, name), src, guard=False)
         return tx.wrap_value(getattr(self.cls, name), src)
@@ -154,6 +156,13 @@ class UserDefinedClassVariable(VariableTracker):
         factory = CONTEXT_MANAGER_CLASSES.get(self.cls)
         if factory is not None:
             return factory(tx, self.cls, list(args), dict(kwargs))
+        from .stdlib import constructor_for
+
+        construct = constructor_for(self.cls)
+        if construct is not None:
+            built = construct(tx, self.cls, list(args), dict(kwargs))
+            if built is not None:
+                return built
         from .model_output import ModelOutputVariable, is_model_output_class
 
         if is_model_output_class(self.cls):
@@ -215,12 +224,13 @@ class PythonProtocolMixin:
     ``__len__``, ``__getitem__`` in Python: the method is inlined."""
 
     def _call_dunder(self, tx, name: str, args: list) -> VariableTracker:
-        from .functions import UserMethodVariable
+        from .functions import method_of_pinned_class
 
-        fn = python_dunder(self.python_type(), name)
+        cls = self.python_type()
+        fn = python_dunder(cls, name)
         if fn is None:
-            raise Unsupported(f"{self.python_type().__qualname__} has no Python {name}")
-        return tx.call_function(UserMethodVariable(fn, self), args, {})
+            raise Unsupported(f"{cls.__qualname__} has no Python {name}")
+        return tx.call_function(method_of_pinned_class(tx, cls, name, fn, self), args, {})
 
     def has_unpack_var_sequence(self, tx) -> bool:
         cls = self.python_type()
@@ -314,7 +324,7 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .functions import UserMethodVariable
+        from .functions import method_of_class
 
         obj = self.value
         src = AttrSource(self.source, name) if self.source is not None else None
@@ -329,7 +339,7 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
                                   f"{name!r}") from None
             if isinstance(value, types.MethodType) and value.__self__ is obj and \
                     isinstance(value.__func__, types.FunctionType):
-                return UserMethodVariable(value.__func__, self)
+                return method_of_class(tx, value.__func__, self, src)
             return tx.wrap_value(value, src)
         try:
             static = inspect.getattr_static(obj, name)
@@ -342,15 +352,15 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
         if name in inst_dict:
             return tx.wrap_value(inst_dict[name], src)
         if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self, source=src)
+            return method_of_class(tx, static, self, src)
         if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
             return tx.wrap_value(static.__func__, src)
         if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
-            return UserMethodVariable(static.__func__, wrap_class(type(obj)))
+            return method_of_class(tx, static.__func__, wrap_class(type(obj)), src)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            from .functions import UserFunctionVariable
+            from .functions import call_property
 
-            return UserFunctionVariable(static.fget).call_function(tx, [self], {})
+            return call_property(tx, type(obj), name, static, self)
         if is_constant_value(static) or isinstance(static, types.MemberDescriptorType) or \
                 type(static) in (dict, list, tuple):
             # constants, __slots__ members, class-level data (``__dataclass_fields__``)
@@ -424,8 +434,8 @@ def _is_frozen_dataclass(cls: type) -> bool:
 
 def construct_object(tx, cls: type, args, kwargs) -> VariableTracker:
     """``cls(*args, **kwargs)`` for a plain Python class: a new FrameObjectVariable whose
-    ``__init__`` is inlined."""
-    from .functions import UserMethodVariable
+    ``__init__`` is inlined (guarded: replacing it on the class recompiles)."""
+    from .functions import method_of_pinned_class
 
     obj = FrameObjectVariable(cls)
     init = inspect.getattr_static(cls, "__init__")
@@ -433,7 +443,8 @@ def construct_object(tx, cls: type, args, kwargs) -> VariableTracker:
         if args or kwargs:
             raise Unsupported(f"{cls.__qualname__}() takes no arguments")
     elif isinstance(init, types.FunctionType):
-        result = tx.call_function(UserMethodVariable(init, obj), list(args), dict(kwargs))
+        result = tx.call_function(method_of_pinned_class(tx, cls, "__init__", init, obj),
+                                  list(args), dict(kwargs))
         if not (result.is_python_constant() and result.as_python_constant() is None):
             raise Unsupported(f"{cls.__qualname__}.__init__ returned a value")
     else:
@@ -473,7 +484,7 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
         return name in self.attrs or hasattr(self.cls, name)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .functions import UserFunctionVariable, UserMethodVariable
+        from .functions import call_property, method_of_class, method_of_pinned_class
 
         if name in self.attrs:
             return self.attrs[name]
@@ -488,15 +499,17 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
         except AttributeError:
             raise Unsupported(f"{self.cls.__qualname__} object has no attribute {name!r}") \
                 from None
+        # read through the class, pinned: replacing the class attribute recompiles
+        class_src = AttrSource(tx.output.pinned_source(self.cls), name)
         if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self)
+            return method_of_pinned_class(tx, self.cls, name, static, self)
         if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
-            return tx.wrap_value(static.__func__, None)
+            return tx.wrap_value(static.__func__, class_src)
         if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
-            return UserMethodVariable(static.__func__, wrap_class(self.cls))
+            return method_of_class(tx, static.__func__, wrap_class(self.cls), class_src)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            return UserFunctionVariable(static.fget).call_function(tx, [self], {})
-        return tx.wrap_value(getattr(self.cls, name), None)
+            return call_property(tx, self.cls, name, static, self)
+        return tx.wrap_value(getattr(self.cls, name), class_src)
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if type(self.cls).__setattr__ is not type.__setattr__ or \

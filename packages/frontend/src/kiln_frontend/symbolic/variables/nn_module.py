@@ -88,6 +88,25 @@ def path_source(base: Source, module: nn.Module, dotted: str) -> Source:
     return src
 
 
+def guard_module_tables(tx, source: Source, module: nn.Module, tables: tuple[str, ...]) -> None:
+    """DICT_KEYS on ``module.<table>`` for each table: what was enumerated (children,
+    parameters in their order, container members) must still be exactly these names."""
+    from .builder import VariableBuilder
+
+    for table in tables:
+        d = module.__dict__.get(table)
+        if d is not None:
+            VariableBuilder(tx, AttrSource(source, table)).install_guard(
+                GuardKind.DICT_KEYS, (type(d), tuple(d.keys())))
+
+
+#: the tables whose keys each named_* method's result depends on (in every module visited)
+_NAMED_TABLES = {
+    "named_children": ("_modules",), "named_modules": ("_modules",),
+    "named_parameters": ("_modules", "_parameters"), "named_buffers": ("_modules", "_buffers"),
+}
+
+
 def wrap_module_member(tx, source: Source, value: Any) -> VariableTracker:
     """A submodule, parameter or buffer reached at ``source``."""
     import torch
@@ -120,7 +139,7 @@ class NNModuleVariable(VariableTracker):
     # -- attributes -------------------------------------------------------------------
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .functions import UserFunctionVariable, UserMethodVariable
+        from .functions import call_property, method_of_class
         from .misc import wrap_class
 
         m = self.module
@@ -156,13 +175,13 @@ class NNModuleVariable(VariableTracker):
             if static is getattr(base, name):
                 return ModuleMethodVariable(self, name)
         if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self, source=src)
+            return method_of_class(tx, static, self, src)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            return UserFunctionVariable(static.fget).call_function(tx, [self], {})
+            return call_property(tx, type(m), name, static, self)
         if isinstance(static, staticmethod):
-            return tx.wrap_value(static.__func__, None)
+            return tx.wrap_value(static.__func__, src)
         if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
-            return UserMethodVariable(static.__func__, wrap_class(type(m)))
+            return method_of_class(tx, static.__func__, wrap_class(type(m)), src)
         return tx.wrap_value(getattr(m, name), src)
 
     # -- calling ----------------------------------------------------------------------
@@ -242,7 +261,7 @@ class NNModuleVariable(VariableTracker):
         return out
 
     def call_forward(self, tx, args, kwargs, instance_forward: bool):
-        from .functions import UserMethodVariable
+        from .functions import method_of_class
 
         m = self.module
         if instance_forward:
@@ -252,19 +271,26 @@ class NNModuleVariable(VariableTracker):
             if len(args) != 1 or kwargs:
                 raise Unsupported("nn.Sequential called with more than one argument")
             x = args[0]
-            for child in self.children(tx):
+            for child in self.members(tx):
                 x = tx.call_function(child, [x], {})
             return x
         forward = inspect.getattr_static(type(m), "forward")
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(m).__qualname__}.forward is not a Python function")
-        return UserMethodVariable(forward, self, source=AttrSource(self.source, "forward")) \
+        return method_of_class(tx, forward, self, AttrSource(self.source, "forward")) \
             .call_function(tx, args, kwargs)
 
     # -- containers -------------------------------------------------------------------
 
-    def children(self, tx) -> list[VariableTracker]:
+    def guard_structure(self, tx) -> None:
+        """The container's members (their names, order and number) are what was traced."""
+        table = "_parameters" if isinstance(self.module, (nn.ParameterList, nn.ParameterDict)) \
+            else "_modules"
+        guard_module_tables(tx, self.source, self.module, (table,))
+
+    def members(self, tx) -> list[VariableTracker]:
         m = self.module
+        self.guard_structure(tx)
         if isinstance(m, (nn.Sequential, nn.ModuleList)):
             return [tx.wrap_value(child, NNModuleMemberSource(self.source, key))
                     for key, child in m._modules.items()]
@@ -279,7 +305,7 @@ class NNModuleVariable(VariableTracker):
         return isinstance(self.module, _CONTAINERS)
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
-        return self.children(tx)
+        return self.members(tx)
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         m = self.module
@@ -288,7 +314,7 @@ class NNModuleVariable(VariableTracker):
         except NotConstant:
             raise Unsupported("indexing a module container with a non-constant") from None
         if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
-            items = self.children(tx)
+            items = self.members(tx)
             if isinstance(idx, slice):
                 return ModuleSliceVariable(self, idx, items[idx])
             if isinstance(idx, int):
@@ -296,6 +322,7 @@ class NNModuleVariable(VariableTracker):
                 if not -n <= idx < n:
                     raise Unsupported(f"index {idx} out of range for {type(m).__qualname__}")
                 return items[idx]
+        self.guard_structure(tx)
         if isinstance(m, nn.ModuleDict) and isinstance(idx, str) and idx in m:
             return tx.wrap_value(m[idx], NNModuleMemberSource(self.source, idx))
         if isinstance(m, nn.ParameterDict) and isinstance(idx, str) and idx in m:
@@ -339,6 +366,7 @@ class ModuleMethodVariable(VariableTracker):
         if self.name in _DICT_METHODS:
             if cargs or ckwargs:
                 raise Unsupported(f"{type(m).__qualname__}.{self.name} with arguments")
+            mv.guard_structure(tx)
             keys = list(m.keys())
             if isinstance(m, nn.ModuleDict):
                 values = [tx.wrap_value(m[k], NNModuleMemberSource(mv.source, k)) for k in keys]
@@ -351,7 +379,11 @@ class ModuleMethodVariable(VariableTracker):
                 return ListIteratorVariable(values)
             return ListIteratorVariable([TupleVariable([ConstantVariable(k), v])
                                          for k, v in zip(keys, values, strict=True)])
-        named = getattr(m, _NAMED_METHODS[self.name])(*cargs, **ckwargs)
+        named_method = _NAMED_METHODS[self.name]
+        for path, sub in m.named_modules(remove_duplicate=False):
+            guard_module_tables(tx, path_source(mv.source, m, path), sub,
+                                _NAMED_TABLES[named_method])
+        named = getattr(m, named_method)(*cargs, **ckwargs)
         prefix = ckwargs.get("prefix", "")
         items = []
         for path, obj in named:

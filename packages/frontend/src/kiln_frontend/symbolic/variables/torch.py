@@ -3,14 +3,15 @@ the user's own modules)."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from typing import Any
 
 import torch
 
 from ...exc import Unsupported
-from ...guards import GuardKind
-from ...sources import AttrSource, GlobalSource
+from ...guards import Guard, GuardKind
+from ...sources import AttrSource, Source
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import wrap_constant_result
 
@@ -42,9 +43,25 @@ _FOLDABLE: set[Any] = {
 
 def _is_foldable(value: Any) -> bool:
     try:
-        return value in _FOLDABLE
+        if value in _FOLDABLE:
+            return True
     except TypeError:  # unhashable
         return False
+    from ...trace_rules import Rule, lookup
+
+    decision = lookup(value)
+    return decision is not None and decision.rule is Rule.CONSTANT
+
+
+#: namespaces of torch's generated bindings of ATen operators (private ones included, e.g.
+#: ``torch._native_batch_norm_legit``): every function there is one kernel
+_ATEN_BINDINGS = (torch._C._VariableFunctions, torch._C._nn, torch._C._fft, torch._C._linalg,
+                  torch._C._special)
+
+
+def _is_aten_binding(value: Any) -> bool:
+    name = getattr(value, "__name__", "")
+    return any(getattr(ns, name, None) is value for ns in _ATEN_BINDINGS)
 
 
 def is_torch_callable(value: Any) -> bool:
@@ -53,8 +70,18 @@ def is_torch_callable(value: Any) -> bool:
         return True
     if _is_foldable(value):
         return True
+    from ...trace_rules import Rule, lookup
+
+    decision = lookup(value)
+    if decision is not None and decision.rule is Rule.GRAPH:
+        return True
+    if decision is not None and decision.rule is Rule.INLINE and \
+            isinstance(value, types.FunctionType):
+        return False
     module = getattr(value, "__module__", None) or ""
     name = getattr(value, "__name__", "")
+    if isinstance(value, types.BuiltinFunctionType) and _is_aten_binding(value):
+        return True
     if isinstance(value, (types.BuiltinFunctionType, types.FunctionType)):
         if module in _GRAPH_MODULES or (module == "torch._C" and hasattr(torch, name)):
             return not name.startswith("_") or name in ("__and__", "__or__", "__xor__")
@@ -73,7 +100,7 @@ class TorchFunctionVariable(VariableTracker):
     @classmethod
     def wrap(cls, builder, value):
         # ``torch`` itself is guarded; a torch function bound to a user global is guarded
-        if isinstance(builder.source, GlobalSource):
+        if builder.source is not None:
             builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="function")
         return cls(value, source=builder.source)
 
@@ -127,7 +154,7 @@ class PythonModuleVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
-        if builder.source is not None and not isinstance(builder.source, AttrSource):
+        if builder.source is not None:  # (torch's submodules are read unguarded)
             builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="module")
         return cls(value, source=builder.source)
 
@@ -180,8 +207,88 @@ def _torch_assert(tx, args, kwargs):
     raise Unsupported("torch._assert fails while tracing")
 
 
+@dataclasses.dataclass(frozen=True)
+class TorchStateSource(Source):
+    """The value of a no-argument torch state query (``torch.is_autocast_enabled()``): a
+    folded query is guarded with CONSTANT_MATCH on it, so a change recompiles."""
+
+    module: str
+    query: str
+    scope = "global"
+
+    def name(self) -> str:
+        return f"{self.module}.{self.query}()"
+
+    def short_name(self) -> str:
+        return self.name()
+
+    def guard_expr(self) -> str:
+        return f"__import__({self.module!r}, fromlist=['_']).{self.query}()"
+
+    def reconstruct(self, codegen: Any) -> None:
+        raise Unsupported(f"cannot rebuild {self.name()} in generated code")
+
+
+def _fold_state_query(fn: Any, *, allowed: Any = None):
+    """``fn()`` folded to its value now, guarded by a TorchStateSource; ``allowed(value)``
+    says whether the value can be folded at all (else a graph break)."""
+    source = TorchStateSource(fn.__module__ if fn.__module__ != "torch._C._VariableFunctions"
+                              else "torch", fn.__name__)
+
+    def handler(tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"{source.name()} with arguments")
+        value = fn()
+        if allowed is not None and not allowed(value):
+            raise Unsupported(f"{source.name()} returned {value!r}")
+        tx.output.guards.add(Guard(source, GuardKind.CONSTANT_MATCH, value, "torch state"))
+        return wrap_constant_result(value, what=source.name())
+
+    return handler
+
+
+def _plain_tensor_type(cls: type) -> bool:
+    """``Tensor`` itself, or a class whose ``__torch_function__`` is disabled (Parameter)."""
+    return cls is torch.Tensor or \
+        getattr(cls, "__torch_function__", None) is torch._C._disabled_torch_function_impl
+
+
+def _has_torch_function(tx, args, kwargs):
+    """``torch.overrides.has_torch_function*(...)``: False when every tensor among the
+    arguments is a plain ``Tensor``/``Parameter`` (their classes are guarded by
+    TENSOR_MATCH) and no torch-function mode is active (checked while tracing)."""
+    from .tensor import TensorVariable
+
+    if kwargs:
+        raise Unsupported("has_torch_function with keyword arguments")
+    if torch._C._is_torch_function_mode_enabled():
+        raise Unsupported("has_torch_function under an active torch-function mode")
+    items = list(args)
+    if len(items) == 1 and items[0].has_unpack_var_sequence(tx) and \
+            not isinstance(items[0], TensorVariable):
+        items = items[0].unpack_var_sequence(tx)
+    for item in items:
+        item = tx.realize(item)
+        if isinstance(item, TensorVariable):
+            if not _plain_tensor_type(item.python_type()):
+                raise Unsupported("has_torch_function on a tensor subclass")
+        elif not item.is_python_constant():
+            raise Unsupported(f"has_torch_function on {item.describe()}")
+    return wrap_constant_result(False, what="has_torch_function")
+
+
 def _special_functions() -> dict[Any, Any]:
     table: dict[Any, Any] = {torch._assert: _torch_assert}
+    for fn in (torch._C._has_torch_function, torch._C._has_torch_function_unary,
+               torch._C._has_torch_function_variadic):
+        table[fn] = _has_torch_function
+    table[torch.is_autocast_enabled] = _fold_state_query(torch.is_autocast_enabled)
+    from torch.utils import _python_dispatch
+
+    # torch's attention modules ask whether make_fx is tracing: no dispatch mode while we
+    # trace, and the guard recompiles (or breaks) if one is active at run time
+    table[_python_dispatch._get_current_dispatch_mode_stack] = _fold_state_query(
+        _python_dispatch._get_current_dispatch_mode_stack, allowed=lambda stack: not stack)
     for owner, name, value in [
         (torch.jit, "is_scripting", False), (torch.jit, "is_tracing", False),
         (torch._C, "_get_tracing_state", None), (torch.cuda, "is_available", None),

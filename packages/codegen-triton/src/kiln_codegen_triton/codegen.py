@@ -1,0 +1,125 @@
+"""``TritonCodegen``: kiln_loopir's Codegen protocol for CUDA (and CPU tensors under
+``TRITON_INTERPRET=1``): one ``@triton.jit`` kernel per fused group, aten calls for externs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+from kiln_loopir.codegen_protocol import KernelDef, KernelLaunch
+from kiln_loopir.ir import ExternNode, FusedGroup, Schedule
+from kiln_loopir.kernel_plan import plan_kernel
+from kiln_loopir.wrapper import extern_call_source
+
+from .kernel import Tiling, TritonKernel, _next_pow2, interpreting
+from .launcher import KernelSpec, load_kernels
+
+
+def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool) -> list[dict]:
+    """A few block-size configs for a kernel shape (first = the default, and the interpreter's
+    choice). Sizes come from the example inputs' hints."""
+    if tiling.kind == "pointwise1d":
+        if interpret:
+            return [{"XBLOCK": min(_next_pow2(hint_x), 1024)}]
+        cands = [(1024, 4), (2048, 8), (512, 4), (4096, 8)]
+        return [{"XBLOCK": x, "num_warps": w} for x, w in cands if x <= max(_next_pow2(hint_x), 512)] \
+            or [{"XBLOCK": 1024, "num_warps": 4}]
+    if tiling.kind == "pointwise2d":
+        if interpret:
+            return [{"XBLOCK": min(_next_pow2(hint_x), 64), "YBLOCK": min(_next_pow2(hint_y), 64)}]
+        return [{"XBLOCK": x, "YBLOCK": y, "num_warps": w}
+                for x, y, w in [(64, 64, 4), (32, 32, 4), (128, 16, 4), (16, 128, 4), (64, 32, 8)]]
+    r = tiling.persistent_rblock
+    if tiling.split:
+        if interpret:
+            return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 16)), "RBLOCK": 64}]
+        return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w} for r, w in [(2048, 8), (1024, 4), (4096, 8)]]
+    if r is not None:
+        if interpret:
+            return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 4096 // r)), "RBLOCK": r}]
+        warps = 4 if r <= 512 else 8 if r <= 2048 else 16
+        xs = [x for x in (1, 2, 4, 8, 16, 32) if x * r <= 8192 and x <= _next_pow2(hint_x)] or [1]
+        return [{"XBLOCK": x, "RBLOCK": r, "num_warps": warps if x * r >= 1024 else 4} for x in xs[:4]]
+    if interpret:
+        return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 64)), "RBLOCK": 64}]
+    if hint_x >= 1024 and tiling.rnumel_hint <= 8192:
+        cands = [(8, 256, 4), (4, 512, 4), (16, 128, 4), (1, 2048, 8)]
+    else:
+        cands = [(1, 2048, 8), (1, 4096, 16), (1, 1024, 4), (2, 1024, 8)]
+    return [{"XBLOCK": x, "RBLOCK": r, "num_warps": w} for x, r, w in cands]
+
+
+class TritonCodegen:
+    """One ``@triton.jit`` kernel per FusedGroup (see kernel.py); launchers autotune and cache
+    their block sizes (see launcher.py)."""
+
+    name = "triton"
+
+    def __init__(self, interpret: bool | None = None):
+        self.interpret = interpreting() if interpret is None else interpret
+        self._count = 0
+
+    def define_kernel(self, group: FusedGroup, sched: Schedule) -> KernelDef:
+        plan = plan_kernel(group, sched)
+        kernel = TritonKernel(plan, interpret=self.interpret)
+        source = kernel.generate()
+        name = f"triton_kernel_{self._count}"
+        self._count += 1
+        args = plan.signature.names() + list(kernel.derived)
+        numels = {}
+        for key, expr in kernel.tiling.numels.items():
+            expr = sympy.sympify(expr)
+            arg = "rnumel0" if key == "rnumel" else key  # a split reduction's one node
+            numels[key] = int(expr) if expr.is_Integer else arg
+        hint_x = plan.hint(kernel.tiling.numels["xnumel"])
+        hint_y = plan.hint(kernel.tiling.numels.get("ynumel", 1))
+        spec = KernelSpec(
+            source=source,
+            tiling=kernel.tiling.kind,
+            configs=candidate_configs(kernel.tiling, hint_x, hint_y, self.interpret),
+            numels=numels,
+            arg_names=args,
+            written=[i for i, a in enumerate(plan.signature.args) if a.written],
+            arg_dtypes=[a.dtype if a.kind == "buffer" else "int" for a in plan.signature.args]
+            + ["int"] * len(kernel.derived),
+            arg_hints={**{a.name: plan.hint(sympy.Symbol(a.name)) for a in plan.signature.sizes},
+                       **{name: plan.hint(e) for name, e in kernel.derived.items()}},
+            split_dtype=kernel.split_kind[1] if kernel.tiling.split else None,
+        )
+        launch = KernelLaunch(kernel=name, args=args, derived=dict(kernel.derived), grid=str(kernel.tiling))
+        return KernelDef(name=name, source=source, arg_names=args, group=group,
+                         meta={"spec": spec, "tiling": str(kernel.tiling)}, launch=launch, plan=plan)
+
+    def kernel_call(self, kernel: KernelDef) -> str:
+        return kernel.launch.python()
+
+    def extern_call(self, node: ExternNode) -> str:
+        return extern_call_source(node)
+
+    def wrapper_prelude(self, device) -> str:
+        """The device guard of a CUDA wrapper: Triton launches on the current device, so make
+        it the graph's (only when it differs: a one-GPU program pays one integer compare)."""
+        if getattr(device, "type", None) == "cuda" and device.index is not None:
+            return (f"if torch.cuda.current_device() != {device.index}:\n"
+                    f"    torch.cuda.set_device({device.index})")
+        return ""
+
+    def finalize(self, kernels: list[KernelDef]) -> dict[str, Callable]:
+        """Import every kernel (in parallel) and return name -> launcher."""
+        return load_kernels({k.name: k.meta["spec"] for k in kernels})
+
+    def standalone_source(self, kernels: list[KernelDef]) -> str:
+        """Python that rebuilds the launchers by name (for output_code.py)."""
+        lines = ["import torch", "from kiln_codegen_triton.launcher import KernelSpec, load_kernels", "",
+                 "_triton_kernels = {"]
+        for k in kernels:
+            s = k.meta["spec"]
+            lines.append(f"    {k.name!r}: KernelSpec(source=r'''")
+            lines.append(s.source.rstrip("\n"))
+            lines.append(f"''', tiling={s.tiling!r}, configs={s.configs!r}, numels={s.numels!r}, "
+                         f"arg_names={s.arg_names!r}, written={s.written!r}, "
+                         f"split_dtype={s.split_dtype!r}),")
+            # (no arg_dtypes: a standalone file compiles each kernel at its first launch)
+        lines.append("}")
+        lines.append("globals().update(load_kernels(_triton_kernels))")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,765 @@
+"""One ``@triton.jit`` kernel per fused group, from loopir's kernel plan.
+
+How a ``KernelPlan`` becomes Triton (``TritonKernel(plan).generate()``):
+
+* Tiling. A pointwise plan with one loop (loopir collapsed every outer dim it could) is a 1-D
+  tile: ``XBLOCK`` consecutive points per program, masked by ``xindex < xnumel``. A pointwise
+  plan whose loops could not collapse (a transpose, a broadcast across non-contiguous dims)
+  is a 2-D tile ``[YBLOCK, XBLOCK]``: x over the last loop, y over the others flattened, so
+  loads and stores along either dim stay coalesced. A plan with inner loops (reductions, and
+  pointwise nodes fused over the same rows) puts ``XBLOCK`` outer points on the tile's first
+  axis and each node's inner (reduction) points on the second.
+* Reductions are *persistent* when every node with inner loops has the same static inner
+  ranges and the row fits one block (``PERSISTENT_MAX``): the row stays in registers and later
+  nodes (softmax's output) reuse what earlier ones loaded and computed. Otherwise each node
+  loops over its row in ``RBLOCK`` chunks with ``[XBLOCK, RBLOCK]`` accumulators, reduced
+  along the row after the loop.
+* Values in loop bodies are typed Triton tensors; values that depend only on the outer point
+  are computed once per node, before its row loop. Buffers the plan keeps in registers never
+  touch memory; other buffers written and read inside the kernel pass through memory with a
+  barrier between the nodes.
+* SymPy indices print as Triton integer arithmetic (``printer.texpr``); size symbols and
+  numels that are not constants are kernel arguments.
+* fp16/bf16 loads are converted to fp32 by the IR itself (``ops.to_dtype``); stores convert
+  back. max/min/argmax/argmin propagate NaN as torch does (first index wins ties).
+* Math beyond ``tl.*`` calls ``kmath.<fn>``: libdevice on a GPU, ``interp_math`` under
+  ``TRITON_INTERPRET=1`` (the interpreter cannot run extern calls).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+from kiln_loopir.kernel_plan import KernelPlan
+from kiln_loopir.ops_spec import OPS, reduction_identity, result_dtype
+from kiln_loopir.sizevars import FloorDiv, ModularIndexing, symbol_kind
+from kiln_loopir.virtualized import MissingOpError, set_ops_handler
+
+from .printer import texpr
+
+#: longest row a reduction keeps in registers (one block); longer rows loop over RBLOCK chunks
+PERSISTENT_MAX = 4096
+#: split reductions: at most this many outputs (example sizes) and at least this long a row
+SPLIT_MAX_OUTPUTS = 64
+SPLIT_MIN_RNUMEL = 65536
+SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
+KERNEL_NAME = "kiln_kernel"
+FINAL_NAME = "kiln_kernel_final"
+
+TL_DTYPES: dict[torch.dtype, str] = {
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.int8: "tl.int8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.uint8: "tl.uint8",
+    torch.uint16: "tl.uint16",
+    torch.uint32: "tl.uint32",
+    torch.uint64: "tl.uint64",
+    torch.bool: "tl.int1",
+}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    if dtype not in TL_DTYPES:
+        raise MissingOpError(f"dtype {dtype} in a Triton kernel")
+    return TL_DTYPES[dtype]
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+        return repr(v)
+    return str(int(value))
+
+
+HELPERS = '''
+@triton.jit
+def _kiln_max(a, b):
+    return tl.where(a != a, a, tl.where(a > b, a, b))
+
+
+@triton.jit
+def _kiln_min(a, b):
+    return tl.where(a != a, a, tl.where(a < b, a, b))
+
+
+@triton.jit
+def _kiln_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def _kiln_argmax(av, ai, bv, bi):
+    a_nan = av != av
+    b_nan = bv != bv
+    take_a = (av > bv) | (a_nan & ~b_nan) | ((av == bv) & (ai < bi)) | (a_nan & b_nan & (ai < bi))
+    return tl.where(take_a, av, bv), tl.where(take_a, ai, bi)
+
+
+@triton.jit
+def _kiln_argmin(av, ai, bv, bi):
+    a_nan = av != av
+    b_nan = bv != bv
+    take_a = (av < bv) | (a_nan & ~b_nan) | ((av == bv) & (ai < bi)) | (a_nan & b_nan & (ai < bi))
+    return tl.where(take_a, av, bv), tl.where(take_a, ai, bi)
+'''
+
+
+@dataclass
+class TVal:
+    """A value in the kernel: its variable, dtype and shape class ("s" scalar, "x" per outer
+    point, "xr" per (outer, inner) point)."""
+
+    name: str
+    dtype: torch.dtype
+    cls: str = "x"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass
+class Tiling:
+    """How the kernel covers its iteration space (what the launcher needs for the grid)."""
+
+    kind: str  # "pointwise1d" | "pointwise2d" | "reduction"
+    numels: dict[str, sympy.Expr] = field(default_factory=dict)  # xnumel/ynumel/rnumel
+    persistent_rblock: int | None = None  # RBLOCK of a persistent reduction (fixed)
+    rnumel_hint: int = 1
+    split: bool = False  # a split reduction: partial results per row chunk, then a final kernel
+
+    def __str__(self) -> str:
+        nums = ", ".join(f"{k}={v}" for k, v in self.numels.items())
+        p = f" persistent RBLOCK={self.persistent_rblock}" if self.persistent_rblock else ""
+        return f"{self.kind} ({nums}){p}{' split' if self.split else ''}"
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+class TritonKernel:
+    """Generates the Triton source of one kernel plan (see the module docstring)."""
+
+    def __init__(self, plan: KernelPlan, interpret: bool | None = None):
+        self.plan = plan
+        self.interpret = interpreting() if interpret is None else interpret
+        self.lines: list[str] = []  # kernel body (after the signature)
+        self.derived: dict[str, sympy.Expr] = {}  # numel args the wrapper computes
+        self._tmp = 0
+        self._ind = 0
+        self.ind_cls: dict[str, str] = {}
+        self.registers: dict[str, TVal] = {}
+        self.rows: dict[str, tuple[sympy.Expr, TVal]] = {}
+        self.written_memory: set[str] = set()
+        self.cache: dict[str, TVal] = {}  # x-scope CSE (expression text -> value)
+        self.rcache: dict[str, TVal] = {}  # row-scope CSE
+        self.names: dict[str, str] = {}  # sympy symbol name -> Triton variable
+        self.tiling = self._plan_tiling()
+
+    # ------------------------------------------------------------------------------ planning
+    def _plan_tiling(self) -> Tiling:
+        p = self.plan
+        if p.kind == "pointwise":
+            if len(p.loop_ranges) >= 2:
+                y = sympy.Mul(*p.loop_ranges[:-1])
+                return Tiling("pointwise2d", {"xnumel": p.loop_ranges[-1], "ynumel": y})
+            return Tiling("pointwise1d", {"xnumel": p.numel})
+        inner = [n.inner for n in p.nodes if n.inner]
+        rnumel = sympy.Mul(*inner[0])
+        same = all(len(i) == len(inner[0]) and all(sympy.simplify(a - b) == 0 for a, b in zip(i, inner[0], strict=True))
+                   for i in inner)
+        t = Tiling("reduction", {"xnumel": p.numel})
+        t.rnumel_hint = max(p.hint(sympy.Mul(*i)) for i in inner)
+        if same and rnumel.is_Integer and 0 < int(rnumel) <= PERSISTENT_MAX:
+            t.persistent_rblock = _next_pow2(int(rnumel))
+        elif (len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
+              and p.hint(p.numel) <= SPLIT_MAX_OUTPUTS and t.rnumel_hint >= SPLIT_MIN_RNUMEL):
+            t.split = True  # few outputs, long rows: spread each row over many programs
+            t.numels["rnumel"] = p.nodes[0].rnumel
+        return t
+
+    @property
+    def persistent(self) -> bool:
+        return self.tiling.persistent_rblock is not None
+
+    def _numel(self, name: str, expr) -> str:
+        """A numel as kernel text: the constant, or an argument the wrapper computes."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return str(int(expr))
+        self.derived[name] = expr
+        return name
+
+    # ------------------------------------------------------------------------------ emission
+    def emit(self, line: str) -> None:
+        self.target.append(line)
+
+    def new_tmp(self) -> str:
+        self._tmp += 1
+        return f"tmp{self._tmp - 1}"
+
+    def value(self, expr: str, dtype: torch.dtype, cls: str) -> TVal:
+        """Bind ``expr`` to a new variable (or reuse an identical earlier one) in the scope its
+        shape class allows: per-outer-point values go before the row loop."""
+        cache = self.rcache if cls == "xr" else self.cache
+        key = f"{expr}|{dtype}"
+        if key in cache:
+            return cache[key]
+        name = self.new_tmp()
+        line = f"{name} = {expr}"
+        if cls == "xr" or self.row_lines is None:
+            self.target.append(line)
+        else:
+            self.row_pre.append(line)
+        v = TVal(name, dtype, cls)
+        cache[key] = v
+        return v
+
+    @staticmethod
+    def join_cls(*vals) -> str:
+        classes = {v.cls for v in vals if isinstance(v, TVal)}
+        if "xr" in classes:
+            return "xr"
+        if "x" in classes:
+            return "x"
+        return "s"
+
+    # ------------------------------------------------------------------------------ driver
+    def generate(self) -> str:
+        p = self.plan
+        params = [a.name for a in p.signature.args]
+        body_start = len(self.lines)
+        self.target = self.lines
+        self.row_lines = None
+        self.row_pre = self.lines
+        self._header()
+        for k, node in enumerate(p.nodes):
+            self._node(k, node)
+        numel_params = list(self.derived)
+        consts = ["XBLOCK: tl.constexpr"]
+        if self.tiling.kind == "pointwise2d":
+            consts.append("YBLOCK: tl.constexpr")
+        if self.tiling.kind == "reduction":
+            consts.append("RBLOCK: tl.constexpr")
+        split_params = []
+        if self.tiling.split:
+            split_params = ["partial", "rchunk", "nsplit"]
+            consts.append("SPLITB: tl.constexpr")
+        sig = ", ".join(params + numel_params + split_params + consts)
+        out = [
+            "import triton",
+            "import triton.language as tl",
+            ("from kiln_codegen_triton import interp_math as kmath" if self.interpret
+             else "from triton.language.extra import libdevice as kmath"),
+            HELPERS,
+            "",
+            "@triton.jit",
+            f"def {KERNEL_NAME}({sig}):",
+        ]
+        out += ["    " + ln for ln in self.lines[body_start:]] or ["    pass"]
+        if self.tiling.split:
+            out += ["", "", "@triton.jit", f"def {FINAL_NAME}({sig}):"]
+            out += ["    " + ln for ln in self._final_kernel()]
+        return "\n".join(out) + "\n"
+
+    def _final_kernel(self) -> list[str]:
+        """Stage 2 of a split reduction: reduce the ``nsplit`` partial results of each output
+        and store it where the node stores (``self.split_store``)."""
+        rt, work_t, lit, name, index = self.split_store
+        lines: list[str] = []
+        self.target, self.row_lines, self.cache, self.rcache = lines, None, {}, {}
+        self.names = {s.name: s.name for s in self.plan.loop_symbols}
+        self._header()
+        xn = self.tiling.numels["xnumel"]
+        xn = str(int(xn)) if sympy.sympify(xn).is_Integer else "xnumel"
+        self.emit("sindex = tl.arange(0, SPLITB)[None, :]")
+        self.emit(f"parts = tl.load(partial + (sindex * {xn} + xindex), (sindex < nsplit) & xmask, other={lit})")
+        final = {"sum": "tl.sum(parts, 1)", "prod": "tl.reduce(parts, 1, _kiln_prod)",
+                 "max": "tl.reduce(parts, 1, _kiln_max)", "min": "tl.reduce(parts, 1, _kiln_min)",
+                 "any": "tl.max(parts, 1)", "all": "tl.min(parts, 1)"}[rt]
+        if rt in ("any", "all"):
+            self.emit(f"result = {final}[:, None] != 0")
+            value = TVal("result", torch.bool, "x")
+        else:
+            self.emit(f"result = {final}[:, None]")
+            value = TVal("result", work_t, "x")
+        self.tiling.split = False  # the real store now
+        self.store(name, index, value)
+        self.tiling.split = True
+        return lines
+
+    def _unflatten(self, flat: str, ranges: list[sympy.Expr], syms: list[str]) -> None:
+        """``i0, i1, ...`` from one flat index over ``ranges`` (row-major)."""
+        fs = sympy.Symbol("_flat", integer=True, nonnegative=True)
+        names = dict(self.names)
+        names["_flat"] = flat
+        for k, s in enumerate(syms):
+            below = sympy.Mul(*ranges[k + 1:]) if k + 1 < len(ranges) else sympy.Integer(1)
+            e = FloorDiv(fs, below) if k == 0 else ModularIndexing(fs, below, ranges[k])
+            self.emit(f"{s} = {texpr(e, names)}")
+
+    def _header(self) -> None:
+        p, t = self.plan, self.tiling
+        syms = [s.name for s in p.loop_symbols]
+        for s in syms:
+            self.names[s] = s
+        if t.kind == "pointwise1d":
+            xn = self._numel("xnumel", t.numels["xnumel"])
+            self.emit("xoffset = tl.program_id(0) * XBLOCK")
+            self.emit("xindex = xoffset + tl.arange(0, XBLOCK)")
+            self.emit(f"xmask = xindex < {xn}")
+            self.emit("xzero = tl.zeros([XBLOCK], tl.int32)")
+            if syms:
+                self.emit(f"{syms[0]} = xindex")
+            self.mask = {"x": "xmask", "xr": "xmask"}
+            self.zero = {"x": "xzero", "xr": "xzero"}
+        elif t.kind == "pointwise2d":
+            xn = self._numel("xnumel", t.numels["xnumel"])
+            yn = self._numel("ynumel", t.numels["ynumel"])
+            self.emit(f"xtiles = tl.cdiv({xn}, XBLOCK)")
+            self.emit("pid = tl.program_id(0)")
+            self.emit("xindex = (pid % xtiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
+            self.emit("yindex = (pid // xtiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
+            self.emit(f"xmask = (xindex < {xn}) & (yindex < {yn})")
+            self.emit("xzero = tl.zeros([YBLOCK, XBLOCK], tl.int32)")
+            self.emit(f"{syms[-1]} = xindex")
+            self._unflatten("yindex", p.loop_ranges[:-1], syms[:-1])
+            self.mask = {"x": "xmask", "xr": "xmask"}
+            self.zero = {"x": "xzero", "xr": "xzero"}
+        else:
+            xn = self._numel("xnumel", t.numels["xnumel"])
+            self.emit("xoffset = tl.program_id(0) * XBLOCK")
+            self.emit("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+            self.emit(f"xmask = xindex < {xn}")
+            self.emit("xzero = tl.zeros([XBLOCK, 1], tl.int32)")
+            if syms:
+                self._unflatten("xindex", p.loop_ranges, syms)
+            self.mask = {"x": "xmask", "xr": "rxmask"}
+            self.zero = {"x": "xzero", "xr": "rzero"}
+            if self.persistent:
+                inner = next(n for n in p.nodes if n.inner)
+                self.emit("rindex = tl.arange(0, RBLOCK)[None, :]")
+                self.emit(f"rmask = rindex < {self._numel('rnumel', inner.rnumel)}")
+                self.emit("rxmask = rmask & xmask")
+                self.emit("rzero = tl.zeros([XBLOCK, RBLOCK], tl.int32)")
+                self._unflatten("rindex", inner.inner, [s.name for s in inner.inner_symbols])
+
+    # ------------------------------------------------------------------------------ nodes
+    def _node(self, k: int, node) -> None:
+        p = self.plan
+        group_node = p.group.nodes[k]
+        if any(d.name in self.written_memory for d in node.reads):
+            self.emit("tl.debug_barrier()")
+        self.node_plan = node
+        if node.inner and not self.persistent:
+            rn = self._numel(f"rnumel{k}", node.rnumel)
+            self.row_pre = self.target  # per-outer-point values: before the loop
+            loop: list[str] = []
+            self.rcache = {}
+            self.after: list[str] = []
+            self.acc_init: list[str] = []
+            start, end = "0", rn
+            if self.tiling.split:  # this program's chunk of the row
+                self.emit("rstart = tl.program_id(1) * rchunk")
+                self.emit(f"rend = tl.minimum(rstart + rchunk, {rn})")
+                start, end = "rstart", "rend"
+            header = [f"for roffset in range({start}, {end}, RBLOCK):",
+                      "    rindex = roffset + tl.arange(0, RBLOCK)[None, :]",
+                      f"    rmask = rindex < {end}",
+                      "    rxmask = rmask & xmask",
+                      "    rzero = tl.zeros([XBLOCK, RBLOCK], tl.int32)"]
+            saved = self.target
+            self.target = loop
+            self.row_lines = loop
+            self._unflatten("rindex", node.inner, [s.name for s in node.inner_symbols])
+            self._run_body(group_node)
+            self.target = saved
+            saved.extend(self.acc_init)
+            saved.extend(header)
+            saved.extend("    " + ln for ln in loop)
+            saved.extend(self.after)
+            self.row_lines = None
+            self.rcache = {}
+        else:
+            self.row_lines = None
+            self.after = self.target
+            self.acc_init = self.target
+            if not self.persistent:
+                self.rcache = {}
+            self._run_body(group_node)
+
+    def _run_body(self, node) -> None:
+        outer = list(self.plan.outer_index)
+        inner = list(self.node_plan.inner_symbols)
+        with set_ops_handler(self):
+            node.body(outer, inner)
+
+    # ------------------------------------------------------------------------------ indices
+    def _index_cls(self, index: sympy.Expr) -> str:
+        cls = "s"
+        for s in index.free_symbols:
+            kind = symbol_kind(s)
+            if kind == "r":
+                return "xr"
+            if kind == "i":
+                cls = "x"
+            if kind == "ind":
+                c = self.ind_cls.get(s.name, "x")
+                if c == "xr":
+                    return "xr"
+                if c == "x":
+                    cls = "x"
+        return cls
+
+    def _index(self, index) -> str:
+        return texpr(sympy.sympify(index), self.names)
+
+    # ------------------------------------------------------------------------------ ops: memory
+    def load(self, name: str, index) -> TVal:
+        index = sympy.sympify(index)
+        if name in self.registers:
+            return self.registers[name]
+        if name in self.rows and self.rows[name][0] == index:
+            return self.rows[name][1]
+        arg = next((a for a in self.plan.signature.buffers if a.name == name), None)
+        if arg is None:
+            raise MissingOpError(f"load of {name}, which is not an argument of this kernel")
+        dtype = arg.dtype
+        cls = self._index_cls(index)
+        idx = self._index(index)
+        if cls == "s":
+            return self.value(f"tl.load({name} + ({idx}))", dtype, "s")
+        return self.value(f"tl.load({name} + ({idx}), {self.mask[cls]}, other=0)", dtype, cls)
+
+    def _forget(self, name: str) -> None:
+        for cache in (self.cache, self.rcache):
+            for key in [k for k in cache if k.startswith(f"tl.load({name} +")]:
+                del cache[key]
+
+    def store(self, name: str, index, value: TVal, mode=None) -> None:
+        index = sympy.sympify(index)
+        if name in self.plan.register_buffers:
+            self.registers[name] = self._as(value, self._buffer_dtype(name))
+            return
+        if self.persistent and name in self.plan.row_buffers:
+            self.rows[name] = (index, self._as(value, self._buffer_dtype(name)))
+            return
+        cls = self._index_cls(index)
+        if cls == "s":
+            cls = "xr" if value.cls == "xr" else "x"
+        idx = self._index(index)
+        if not any(symbol_kind(s) in ("i", "r") for s in index.free_symbols):
+            idx = f"{idx} + {self.zero[cls]}"
+        ptr = f"{name} + ({idx})"
+        v = self._as(value, self._buffer_dtype(name)).name
+        if mode == "atomic_add":
+            self.emit(f"tl.atomic_add({ptr}, {v}, {self.mask[cls]})")
+        elif mode is None:
+            self.emit(f"tl.store({ptr}, {v}, {self.mask[cls]})")
+        else:
+            raise MissingOpError(f"store mode {mode!r}")
+        self.written_memory.add(name)
+        self._forget(name)
+
+    def store_reduction(self, name: str, index, value: TVal) -> None:
+        if self.tiling.split:
+            rt, work_t, lit = self.split_kind
+            self.split_store = (rt, work_t, lit, name, sympy.sympify(index))
+            xn = self.tiling.numels["xnumel"]
+            xn = str(int(xn)) if sympy.sympify(xn).is_Integer else "xnumel"
+            v = value.name if rt not in ("any", "all") else f"{value.name}.to(tl.int32)"
+            self.emit(f"tl.store(partial + (tl.program_id(1) * {xn} + xindex), {v}, xmask)")
+            return
+        self.store(name, index, value)
+
+    def _buffer_dtype(self, name: str) -> torch.dtype:
+        for a in self.plan.signature.buffers:
+            if a.name == name:
+                return a.dtype
+        return _dtype_of(self.plan, name)
+
+    def _as(self, v: TVal, dtype: torch.dtype) -> TVal:
+        if v.dtype == dtype:
+            return v
+        return self.to_dtype(v, dtype)
+
+    # ------------------------------------------------------------------------------ ops: reduction
+    def reduction(self, dtype, src_dtype, reduction_type: str, value: TVal) -> TVal:
+        rt = reduction_type
+        acc_t = dtype
+        if not self.node_plan.inner:  # a reduction over no dims: one element per output
+            if rt in ("argmax", "argmin"):
+                return self.constant(0, torch.int64)
+            return self.to_dtype(value, torch.bool if rt in ("any", "all") else acc_t)
+        if rt in ("argmax", "argmin", "max", "min"):
+            work_t = value.dtype if value.dtype != torch.bool else torch.int8
+        elif rt in ("any", "all"):
+            work_t = torch.int32
+        else:
+            work_t = acc_t
+        v = self._as(value, work_t) if work_t != torch.bool else value
+        shape = "[XBLOCK, RBLOCK]"
+        vb = f"tl.broadcast_to({v.name}, {shape})"
+        if rt in ("any", "all"):
+            vb = f"tl.broadcast_to(({value.name} != 0).to(tl.int32), {shape})"
+        ident = reduction_identity(rt if rt not in ("any", "all") else "sum", work_t) \
+            if rt not in ("any", "all") else (0 if rt == "any" else 1)
+        lit = literal(ident, work_t)
+        tlt = tl_dtype(work_t)
+        self.split_kind = (rt, acc_t if rt not in ("any", "all") else torch.int32, lit)
+        masked = f"tl.where(rxmask, {vb}, {lit})"
+        res = self.new_tmp()
+        if rt in ("argmax", "argmin"):
+            ridx = f"tl.where(rxmask, tl.broadcast_to(rindex, {shape}), 2147483647)"
+            if self.persistent:
+                self.emit(f"_, {res} = tl.reduce(({masked}, {ridx}), 1, _kiln_{rt})")
+            else:
+                av, ai = f"{res}_v", f"{res}_i"
+                self.acc_init.append(f"{av} = tl.full({shape}, {lit}, {tlt})")
+                self.acc_init.append(f"{ai} = tl.full({shape}, 2147483647, tl.int32)")
+                self.emit(f"{av}, {ai} = _kiln_{rt}({av}, {ai}, {masked}, {ridx})")
+                self.after.append(f"_, {res} = tl.reduce(({av}, {ai}), 1, _kiln_{rt})")
+            self.after.append(f"{res} = {res}[:, None].to(tl.int64)")
+            self.target, self.row_lines = self.after, None
+            return TVal(res, torch.int64, "x")
+        final = {
+            "sum": lambda a: f"tl.sum({a}, 1)",
+            "prod": lambda a: f"tl.reduce({a}, 1, _kiln_prod)",
+            "max": lambda a: f"tl.reduce({a}, 1, _kiln_max)",
+            "min": lambda a: f"tl.reduce({a}, 1, _kiln_min)",
+            "any": lambda a: f"tl.max({a}, 1)",
+            "all": lambda a: f"tl.min({a}, 1)",
+        }
+        combine = {
+            "sum": lambda a, b: f"{a} + {b}",
+            "prod": lambda a, b: f"{a} * {b}",
+            "max": lambda a, b: f"_kiln_max({a}, {b})",
+            "min": lambda a, b: f"_kiln_min({a}, {b})",
+            "any": lambda a, b: f"tl.maximum({a}, {b})",
+            "all": lambda a, b: f"tl.minimum({a}, {b})",
+        }
+        if rt not in final:
+            raise MissingOpError(f"reduction {rt!r}")
+        if self.persistent:
+            self.emit(f"{res} = {final[rt](masked)}")
+        else:
+            acc = f"{res}_acc"
+            self.acc_init.append(f"{acc} = tl.full({shape}, {lit}, {tlt})")
+            self.emit(f"{acc} = {combine[rt](acc, masked)}")
+            self.after.append(f"{res} = {final[rt](acc)}")
+        out_t = torch.bool if rt in ("any", "all") else acc_t
+        if rt in ("any", "all"):
+            self.after.append(f"{res} = {res}[:, None] != 0")
+        else:
+            self.after.append(f"{res} = {res}[:, None].to({tl_dtype(out_t)})")
+        self.target, self.row_lines = self.after, None
+        return TVal(res, out_t, "x")
+
+    # ------------------------------------------------------------------------------ ops: values
+    def index_expr(self, expr, dtype) -> TVal:
+        expr = sympy.sympify(expr)
+        cls = self._index_cls(expr)
+        text = self._index(expr)
+        if cls == "s":
+            return self.value(f"tl.full([], {text}, {tl_dtype(dtype)})", dtype, "s")
+        return self.value(f"({text}).to({tl_dtype(dtype)})", dtype, cls)
+
+    def indirect_indexing(self, x: TVal, size, check=True) -> sympy.Symbol:
+        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
+        self._ind += 1
+        size_text = self._index(sympy.sympify(size))
+        v = self.value(f"tl.where({x.name} < 0, {x.name} + {size_text}, {x.name})", x.dtype, x.cls)
+        self.names[sym.name] = v.name
+        self.ind_cls[sym.name] = x.cls
+        return sym
+
+    def constant(self, value, dtype) -> TVal:
+        return self.value(f"tl.full([], {literal(value, dtype)}, {tl_dtype(dtype)})", dtype, "s")
+
+    def to_dtype(self, x: TVal, dtype, src_dtype=None) -> TVal:
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self.value(f"{x.name} != 0", dtype, x.cls)
+        return self.value(f"{x.name}.to({tl_dtype(dtype)})", dtype, x.cls)
+
+    def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:
+        return self.value(f"tl.where({cond.name}, {a.name}, {b.name})", a.dtype, self.join_cls(cond, a, b))
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name not in OPS:
+            raise AttributeError(name)
+        fmt = _MATH.get(name)
+        if fmt is None:
+            raise MissingOpError(f"Triton codegen has no op {name!r}")
+
+        def op(*args):
+            vals = [a for a in args if isinstance(a, TVal)]
+            dtype = vals[0].dtype
+            out = result_dtype(name, [v.dtype for v in vals])
+            text = fmt(*[v.name for v in vals], dtype=dtype)
+            return self.value(text, out, self.join_cls(*vals))
+
+        return op
+
+
+def _dtype_of(plan: KernelPlan, name: str) -> torch.dtype:
+    for n in plan.group.nodes:
+        buf = n.buffer
+        if buf.name == name:
+            return buf.layout.dtype
+        target = getattr(buf, "target", None)
+        if target is not None and target.name == name:
+            return target.layout.dtype
+    raise KeyError(f"dtype of buffer {name} in {plan.name}")
+
+
+# =============================================================================================
+# math ops: name -> formatter(*operand texts, dtype) (dtype: the first operand's dtype)
+# =============================================================================================
+
+
+def _is_float(dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def _tl(fn):
+    return lambda x, dtype: f"tl.{fn}({x})" if _is_float(dtype) else x
+
+
+def _km(fn):
+    return lambda *xs, dtype: f"kmath.{fn}({', '.join(xs)})"
+
+
+def _floor_like(fn):
+    return lambda x, dtype: f"{fn}({x})" if _is_float(dtype) else x
+
+
+def _floordiv(a, b, dtype):
+    if _is_float(dtype):
+        return f"tl.floor({a} / {b})"
+    return (f"({a} // {b}) - ((({a} % {b}) != 0) & ((({a} < 0) ^ ({b} < 0)) != 0)).to({tl_dtype(dtype)})")
+
+
+def _remainder(a, b, dtype):
+    if _is_float(dtype):
+        return f"tl.where(((kmath.fmod({a}, {b}) != 0) & ((kmath.fmod({a}, {b}) < 0) != ({b} < 0))), " \
+               f"kmath.fmod({a}, {b}) + {b}, kmath.fmod({a}, {b}))"
+    return f"tl.where(((({a} % {b}) != 0) & ((({a} % {b}) < 0) != ({b} < 0))), ({a} % {b}) + {b}, {a} % {b})"
+
+
+def _fmod(a, b, dtype):
+    return f"kmath.fmod({a}, {b})" if _is_float(dtype) else f"{a} % {b}"
+
+
+def _sign(x, dtype):
+    if dtype == torch.bool:
+        return x
+    t = tl_dtype(dtype)
+    return f"(({x} > 0).to({t}) - ({x} < 0).to({t}))"
+
+
+def _maxmin(helper, tlfn):
+    return lambda a, b, dtype: f"{helper}({a}, {b})" if _is_float(dtype) else f"tl.{tlfn}({a}, {b})"
+
+
+def _pow(a, b, dtype):
+    if _is_float(dtype):
+        return f"kmath.pow({a}, {b})"
+    return f"kmath.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({tl_dtype(dtype)})"
+
+
+def _logical(op):
+    return lambda a, b, dtype: f"(({a} != 0) {op} ({b} != 0))"
+
+
+_MATH = {
+    "abs": lambda x, dtype: f"tl.abs({x})" if dtype != torch.bool else x,
+    "neg": lambda x, dtype: f"-{x}",
+    "reciprocal": lambda x, dtype: f"1.0 / {x}",
+    "sqrt": _tl("sqrt"),
+    "rsqrt": lambda x, dtype: f"1.0 / tl.sqrt({x})",
+    "exp": _tl("exp"),
+    "exp2": _km("exp2"),
+    "expm1": _km("expm1"),
+    "log": _tl("log"),
+    "log2": _km("log2"),
+    "log10": _km("log10"),
+    "log1p": _km("log1p"),
+    "sin": _tl("sin"),
+    "cos": _tl("cos"),
+    "tan": _km("tan"),
+    "asin": _km("asin"),
+    "acos": _km("acos"),
+    "atan": _km("atan"),
+    "sinh": _km("sinh"),
+    "cosh": _km("cosh"),
+    "tanh": _km("tanh"),
+    "asinh": _km("asinh"),
+    "acosh": _km("acosh"),
+    "atanh": _km("atanh"),
+    "sigmoid": lambda x, dtype: f"1.0 / (1.0 + tl.exp(-{x}))",
+    "erf": _km("erf"),
+    "erfc": _km("erfc"),
+    "erfinv": _km("erfinv"),
+    "lgamma": _km("lgamma"),
+    "sign": _sign,
+    "signbit": lambda x, dtype: f"kmath.signbit({x}) != 0" if _is_float(dtype) else f"{x} < 0",
+    "floor": _floor_like("tl.floor"),
+    "ceil": _floor_like("tl.ceil"),
+    "round": _floor_like("kmath.rint"),
+    "trunc": _floor_like("kmath.trunc"),
+    "isnan": lambda x, dtype: f"{x} != {x}",
+    "isinf": lambda x, dtype: f"tl.abs({x}) == float('inf')" if _is_float(dtype) else f"{x} != {x}",
+    "isfinite": lambda x, dtype: f"tl.abs({x}) < float('inf')" if _is_float(dtype) else f"{x} == {x}",
+    "relu": lambda x, dtype: f"tl.where({x} < 0, 0, {x})" if dtype != torch.bool else x,
+    "add": lambda a, b, dtype: f"{a} + {b}" if dtype != torch.bool else f"{a} | {b}",
+    "sub": lambda a, b, dtype: f"{a} - {b}",
+    "mul": lambda a, b, dtype: f"{a} * {b}" if dtype != torch.bool else f"{a} & {b}",
+    "truediv": lambda a, b, dtype: f"{a} / {b}",
+    "floordiv": _floordiv,
+    "truncdiv": lambda a, b, dtype: f"kmath.trunc({a} / {b})" if _is_float(dtype) else f"{a} // {b}",
+    "remainder": _remainder,
+    "fmod": _fmod,
+    "pow": _pow,
+    "atan2": _km("atan2"),
+    "hypot": _km("hypot"),
+    "copysign": _km("copysign"),
+    "maximum": _maxmin("_kiln_max", "maximum"),
+    "minimum": _maxmin("_kiln_min", "minimum"),
+    "eq": lambda a, b, dtype: f"{a} == {b}",
+    "ne": lambda a, b, dtype: f"{a} != {b}",
+    "lt": lambda a, b, dtype: f"{a} < {b}",
+    "le": lambda a, b, dtype: f"{a} <= {b}",
+    "gt": lambda a, b, dtype: f"{a} > {b}",
+    "ge": lambda a, b, dtype: f"{a} >= {b}",
+    "logical_and": _logical("&"),
+    "logical_or": _logical("|"),
+    "logical_xor": _logical("^"),
+    "logical_not": lambda x, dtype: f"{x} == 0",
+    "bitwise_and": lambda a, b, dtype: f"{a} & {b}",
+    "bitwise_or": lambda a, b, dtype: f"{a} | {b}",
+    "bitwise_xor": lambda a, b, dtype: f"{a} ^ {b}",
+    "bitwise_not": lambda x, dtype: f"~{x}" if dtype != torch.bool else f"{x} == 0",
+    "bitwise_left_shift": lambda a, b, dtype: f"{a} << {b}",
+    "bitwise_right_shift": lambda a, b, dtype: f"{a} >> {b}",
+}

@@ -1,0 +1,248 @@
+"""The Triton codegen under TRITON_INTERPRET=1: every result checked against eager."""
+
+from __future__ import annotations
+
+import logging
+
+import kiln_codegen_triton.kernel as tk
+import pytest
+import torch
+from kiln_codegen_triton import TritonCodegen, compile_fx
+
+
+def run(fn, *args, **tol):
+    """Compile ``fn`` through kiln_codegen_triton.compile_fx, check it against eager; return
+    the compiled callable (its ``.module`` holds kernels and wrapper)."""
+    compiled = compile_fx(torch.fx.symbolic_trace(fn), list(args))
+    expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    actual = compiled(*args)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, equal_nan=True, **tol)
+    return compiled
+
+
+def sources(compiled) -> list[str]:
+    return [k.source for k in compiled.module.kernels]
+
+
+# ---------------------------------------------------------------- seed examples
+
+
+def test_cos_plus_sin_is_one_kernel_one_read_each_one_write():
+    c = run(lambda x, y: torch.cos(x) + torch.sin(y), torch.randn(1000), torch.randn(1000))
+    (src,) = sources(c)
+    assert src.count("tl.load(") == 2 and src.count("tl.store(") == 1
+    assert "pointwise1d" in c.module.meta["output_code"] or "pointwise1d" in c.module.wrapper_source
+
+
+def test_dynamic_sin_cos_one_kernel_two_stores_wrapper_computes_xnumel():
+    import kiln
+
+    def f(x):
+        y = x.sin()
+        z = y.cos()
+        return y, z
+
+    compiled = kiln.compile(f, dynamic=True, options={"codegen": "triton"})
+    for shape in [(3, 5), (4, 7)]:
+        x = torch.randn(shape)
+        for a, e in zip(compiled(x), f(x), strict=True):
+            torch.testing.assert_close(a, e)
+
+
+def test_dynamic_sizes_are_kernel_arguments():
+    import kiln_aotgrad
+    import kiln_loopir
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        y = x.sin()
+        return y, y.cos()
+
+    x = torch.randn(4, 6)
+    gm = make_fx(f, tracing_mode="symbolic")(x)
+    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+    module = kiln_loopir.generate_wrapper(sched, TritonCodegen())
+    assert "xnumel = s0*s1" in module.wrapper_source
+    assert "def kiln_kernel(buf0, buf1, arg0, s0, s1, xnumel" in module.kernels[0].source
+    assert module.kernels[0].source.count("tl.store(") == 2
+    import kiln_runtime
+
+    call = kiln_runtime.load(module)
+    for shape in [(4, 6), (3, 9)]:
+        x = torch.randn(shape)
+        for a, e in zip(call(x), f(x), strict=True):
+            torch.testing.assert_close(a, e)
+    del kiln_aotgrad
+
+
+# ---------------------------------------------------------------- softmax, norms, reductions
+
+
+@pytest.mark.parametrize("persistent_max", [4096, 4])  # persistent rows, then looped rows
+def test_softmax(monkeypatch, persistent_max):
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", persistent_max)
+    c = run(lambda x: torch.softmax(x, -1), torch.randn(33, 100))
+    (src,) = sources(c)
+    assert ("for roffset" in src) == (persistent_max < 100)
+
+
+@pytest.mark.parametrize("persistent_max", [4096, 4])
+def test_layernorm_gelu(monkeypatch, persistent_max):
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", persistent_max)
+    ln = torch.nn.LayerNorm(64).eval()
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = ln
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.ln(x))
+
+    m = M()
+    x = torch.randn(8, 5, 64)
+    with torch.no_grad():
+        c = compile_fx(torch.fx.symbolic_trace(m), [x])
+        torch.testing.assert_close(c(x)[0], m(x), atol=1e-5, rtol=1e-5)
+
+
+REDUCTIONS = {
+    "sum": lambda x: x.sum(1),
+    "mean": lambda x: x.mean(0),
+    "max": lambda x: x.amax(1),
+    "min": lambda x: x.amin(0),
+    "prod": lambda x: (x * 0.1 + 1).prod(1),
+    "argmax": lambda x: x.argmax(1),
+    "argmin": lambda x: x.argmin(0),
+    "var": lambda x: x.var(1),
+    "var_mean": lambda x: torch.var_mean(x, 1),
+    "any": lambda x: (x > 1.5).any(1),
+    "all": lambda x: (x > -1.5).all(0),
+    "full_sum": lambda x: x.sum(),
+}
+
+
+@pytest.mark.parametrize("persistent_max", [4096, 4])
+@pytest.mark.parametrize("kind", sorted(REDUCTIONS))
+def test_reduction_kinds(monkeypatch, kind, persistent_max):
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", persistent_max)
+    x = torch.randn(17, 50)
+    run(REDUCTIONS[kind], x, atol=1e-4, rtol=1e-4)
+
+
+def test_max_and_argmax_propagate_nan_first_index_wins():
+    x = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [2.0, 5.0, 5.0, 1.0]])
+    run(lambda x: (x.amax(1), x.argmax(1), x.argmin(1)), x)
+
+
+# ---------------------------------------------------------------- index, scatter, cat, layout
+
+
+def test_index_select_and_gather():
+    x, i = torch.randn(10, 6), torch.tensor([3, -1, 0, 9])
+    run(lambda x, i: x[i] * 2, x, i)
+    run(lambda x, i: torch.gather(x, 1, i), x, torch.randint(0, 6, (10, 3)))
+
+
+def test_index_put_accumulate_uses_atomics():
+    c = run(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+            torch.randn(8, 3), torch.tensor([1, 1, 2, 1]), torch.randn(4, 3))
+    assert any("tl.atomic_add(" in s for s in sources(c))
+
+
+def test_scatter_add():
+    x, i, src = torch.zeros(5, 4), torch.randint(0, 5, (6, 4)), torch.randn(6, 4)
+    run(lambda x, i, src: x.scatter_add(0, i, src), x, i, src)
+
+
+def test_cat():
+    run(lambda x, y: torch.cat([x.sin(), y.cos()], 1), torch.randn(4, 5), torch.randn(4, 3))
+
+
+def test_transpose_uses_a_2d_tile():
+    c = run(lambda x: x.permute(1, 0, 2).contiguous() + 1, torch.randn(6, 7, 5))
+    (src,) = sources(c)
+    assert "YBLOCK" in src
+
+
+def test_broadcast_add():
+    run(lambda x, y: (x + y).relu(), torch.randn(6, 1, 5), torch.randn(1, 4, 5))
+
+
+def test_fp16_is_computed_in_fp32_and_stored_back():
+    x = torch.randn(16, 32, dtype=torch.float16)
+    c = run(lambda x: torch.softmax(x, -1) * x, x)
+    assert "tl.float32" in sources(c)[0]
+
+
+def test_integer_semantics():
+    a = torch.tensor([-7, 7, -7, 7, 5])
+    b = torch.tensor([2, -2, -2, 2, 3])
+    run(lambda a, b: (a // b, a % b, torch.fmod(a, b), a.div(b, rounding_mode="trunc")), a, b)
+
+
+def test_mm_epilogue_fuses_into_the_next_kernel():
+    c = run(lambda x, w, b: torch.relu(x @ w + b), torch.randn(8, 16), torch.randn(16, 4), torch.randn(4))
+    assert len(c.module.kernels) == 1  # bias + relu in one Triton kernel after the aten mm
+
+
+# ---------------------------------------------------------------- kiln integration
+
+
+def test_kiln_compile_with_triton_codegen_runs_generated_kernels():
+    import kiln
+
+    before = kiln.stats().kernels_generated
+
+    def f(x):
+        return torch.tanh(x) * torch.sigmoid(x).sum(-1, keepdim=True)
+
+    compiled = kiln.compile(f, options={"codegen": "triton"})
+    x = torch.randn(9, 20)
+    torch.testing.assert_close(compiled(x), f(x))
+    assert kiln.stats().kernels_generated > before
+    assert kiln.stats().interpreter_fallbacks == 0
+
+
+def test_sources_land_in_the_debug_folder(tmp_path):
+    import kiln
+
+    compiled = kiln.compile(lambda x: x.exp() + 1, options={"codegen": "triton", "debug": True,
+                                                            "debug_dir": str(tmp_path)})
+    x = torch.randn(10)
+    torch.testing.assert_close(compiled(x), x.exp() + 1)
+    text = "\n".join(p.read_text() for p in tmp_path.rglob("output_code.py"))
+    assert "@triton.jit" in text and "def call(args)" in text
+
+
+def test_a_kernel_that_does_not_load_falls_back_to_the_interpreter(monkeypatch, caplog):
+    import kiln_codegen_triton.kernel as kmod
+
+    monkeypatch.setattr(kmod, "HELPERS", kmod.HELPERS + "\nthis is not python\n")
+    with caplog.at_level(logging.WARNING, logger="kiln"):
+        c = run(lambda x: x * 3, torch.randn(5))
+    assert "did not compile" in caplog.text
+    assert not hasattr(c, "call")  # the loopir interpreter ran it
+
+
+@pytest.mark.parametrize("kind", ["sum", "rowsum", "max", "prod", "any", "fp16_sum"])
+def test_split_reductions_for_few_outputs_and_long_rows(monkeypatch, kind):
+    monkeypatch.setattr(tk, "SPLIT_MIN_RNUMEL", 1000)
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 64)
+    fn, x = {
+        "sum": (lambda x: x.sum(), torch.randn(5000)),
+        "rowsum": (lambda x: x.sum(1), torch.randn(3, 5000)),
+        "max": (lambda x: x.amax(0), torch.randn(3000, 2)),
+        "prod": (lambda x: (x * 0.001 + 1).prod(), torch.randn(3000)),
+        "any": (lambda x: (x > 3.5).any(), torch.randn(3000)),
+        "fp16_sum": (lambda x: x.sum(), torch.randn(3000, dtype=torch.float16)),
+    }[kind]
+    c = run(fn, x, atol=1e-2, rtol=1e-3)
+    (src,) = sources(c)
+    assert "def kiln_kernel_final(" in src and "tl.program_id(1) * rchunk" in src

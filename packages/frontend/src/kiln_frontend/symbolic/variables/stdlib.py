@@ -1,0 +1,232 @@
+"""Standard-library callables traced by what they mean (issue 10): ``functools.reduce``,
+``math.*`` on Python numbers, ``dict.fromkeys``, building ``collections.OrderedDict`` /
+``defaultdict``, and building a parameter-free ``torch.nn`` module inside the frame.
+
+Two tables, each refusing duplicates: ``BUILTIN_HANDLERS`` (a C callable -> handler, merged
+into the builtins of ``functions.py``) and ``CLASS_CONSTRUCTORS`` (a class -> what calling
+it builds, consulted by ``UserDefinedClassVariable``).  A handler returns a tracker, or
+None when the call is not one it knows (the caller then graph-breaks with the name)."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...exc import Unsupported
+from .base import NotConstant, VariableTracker
+from .constant import ConstantVariable, wrap_constant_result
+from .containers import ConstDictVariable
+
+Handler = Callable[..., VariableTracker | None]
+
+#: C callable -> handler(tx, args, kwargs)
+BUILTIN_HANDLERS: dict[Any, Handler] = {}
+#: class -> constructor(tx, cls, args, kwargs)
+CLASS_CONSTRUCTORS: dict[type, Handler] = {}
+
+
+def register_builtin(fn: Any, handler: Handler) -> None:
+    if fn in BUILTIN_HANDLERS:
+        raise ValueError(f"builtin handler for {fn!r} already registered")
+    BUILTIN_HANDLERS[fn] = handler
+
+
+def register_constructor(cls: type, handler: Handler) -> None:
+    if cls in CLASS_CONSTRUCTORS:
+        raise ValueError(f"constructor for {cls.__qualname__} already registered")
+    CLASS_CONSTRUCTORS[cls] = handler
+
+
+def constructor_for(cls: type) -> Handler | None:
+    """What calling ``cls`` builds while tracing, or None."""
+    hit = CLASS_CONSTRUCTORS.get(cls)
+    if hit is not None:
+        return hit
+    if _is_stateless_torch_module(cls):
+        return _construct_torch_module
+    return None
+
+
+def _constants(args, kwargs, what: str):
+    try:
+        return ([a.as_python_constant() for a in args],
+                {k: v.as_python_constant() for k, v in kwargs.items()})
+    except NotConstant:
+        raise Unsupported(f"{what} with non-constant arguments") from None
+
+
+# -- math.* on Python numbers -----------------------------------------------------------------
+
+#: pure functions of ``math``: folded when every argument is a constant
+MATH_FUNCTIONS = tuple(
+    getattr(math, name) for name in (
+        "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "comb",
+        "copysign", "cos", "cosh", "degrees", "dist", "erf", "erfc", "exp2", "expm1",
+        "fabs", "factorial", "fmod", "frexp", "fsum", "gamma", "gcd", "hypot", "isfinite",
+        "isinf", "isnan", "isqrt", "lcm", "ldexp", "lgamma", "log10", "log1p", "log2",
+        "modf", "nextafter", "perm", "pow", "radians", "remainder", "sin", "sinh", "tan",
+        "tanh", "trunc", "ulp",
+    ) if hasattr(math, name))
+
+
+def _fold_math(fn):
+    def handler(tx, args, kwargs):
+        cargs, ckwargs = _constants(args, kwargs, f"math.{fn.__name__}")
+        try:
+            result = fn(*cargs, **ckwargs)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise Unsupported(f"math.{fn.__name__} raised {type(e).__name__}: {e}") from None
+        return wrap_constant_result(result, what=f"math.{fn.__name__}")
+
+    return handler
+
+
+for _fn in MATH_FUNCTIONS:
+    register_builtin(_fn, _fold_math(_fn))
+del _fn
+
+
+# -- functools.reduce ---------------------------------------------------------------------------
+
+_NO_INITIAL = object()
+
+
+def _reduce(tx, args, kwargs):
+    if kwargs or len(args) not in (2, 3):
+        return None
+    fn, items = args[0], [tx.realize(it) for it in tx.unpack_sequence(args[1])]
+    acc = args[2] if len(args) == 3 else _NO_INITIAL
+    if acc is _NO_INITIAL:
+        if not items:
+            raise Unsupported("functools.reduce() of an empty sequence with no initial value")
+        acc, items = items[0], items[1:]
+    for it in items:
+        acc = tx.realize(tx.call_function(fn, [acc, it], {}))
+    return acc
+
+
+register_builtin(functools.reduce, _reduce)
+
+
+# -- dicts --------------------------------------------------------------------------------------
+
+def _dict_fromkeys(dict_cls):
+    def handler(tx, args, kwargs):
+        if kwargs or len(args) not in (1, 2):
+            return None
+        value = args[1] if len(args) == 2 else ConstantVariable(None)
+        keys = []
+        for k in tx.unpack_sequence(args[0]):
+            try:
+                keys.append(tx.realize(k).as_python_constant())
+            except NotConstant:
+                raise Unsupported("dict.fromkeys with a non-constant key") from None
+        return ConstDictVariable(dict.fromkeys(keys, value), dict_cls=dict_cls)
+
+    return handler
+
+
+register_builtin(dict.fromkeys, _dict_fromkeys(dict))
+register_builtin(collections.OrderedDict.fromkeys, _dict_fromkeys(collections.OrderedDict))
+
+
+def _ordered_dict(tx, cls, args, kwargs):
+    from .functions import BuiltinVariable
+
+    plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
+    if not isinstance(plain, ConstDictVariable):
+        return None
+    return ConstDictVariable(plain.items, dict_cls=cls)
+
+
+register_constructor(collections.OrderedDict, _ordered_dict)
+
+
+class DefaultDictVariable(ConstDictVariable):
+    """A ``collections.defaultdict`` built in the frame: a missing key calls the factory."""
+
+    def __init__(self, items, factory: VariableTracker, **kwargs):
+        super().__init__(items, dict_cls=collections.defaultdict, **kwargs)
+        self.factory = factory
+
+    def children(self):
+        return [*super().children(), self.factory]
+
+    def getitem(self, tx, key):
+        try:
+            k = tx.realize(key).as_python_constant()
+        except NotConstant:
+            raise Unsupported("defaultdict key is not a constant") from None
+        if k not in self.items:
+            self.check_mutable("defaultdict item")
+            self.items[k] = tx.realize(tx.call_function(self.factory, [], {}))
+        return self.items[k]
+
+    def as_python_constant(self):
+        raise NotConstant
+
+    def reconstruct(self, codegen):
+        # defaultdict(factory, {k: v, ...})
+        codegen.push_null()
+        codegen.load_const_object(collections.defaultdict)
+        codegen(self.factory)
+        for k, v in self.items.items():
+            codegen.load_const(k)
+            codegen(v)
+        codegen.build_map(len(self.items))
+        codegen.call_function(2)
+
+    def describe(self) -> str:
+        return f"DefaultDictVariable(keys={list(self.items)!r})"
+
+
+def _default_dict(tx, cls, args, kwargs):
+    if kwargs or len(args) > 2 or cls is not collections.defaultdict:
+        return None
+    factory = args[0] if args else ConstantVariable(None)
+    if factory.is_python_constant() and factory.as_python_constant() is None:
+        return None  # a defaultdict without a factory is a dict; rare: break
+    items = {}
+    if len(args) == 2:
+        from .functions import BuiltinVariable
+
+        plain = BuiltinVariable(dict).call_function(tx, [args[1]], {})
+        items = plain.items
+    return DefaultDictVariable(items, factory)
+
+
+register_constructor(collections.defaultdict, _default_dict)
+
+
+# -- torch.nn modules built in the frame --------------------------------------------------------
+
+def _is_stateless_torch_module(cls: type) -> bool:
+    """A ``torch.nn`` module class whose instances hold no tensors when built from
+    constants (``nn.Softmax(dim)``, ``nn.ReLU()``, ``nn.Flatten()``...): checked on the built
+    instance too."""
+    from ...trace_rules import torch_module_of_file
+
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        return False
+    init = getattr(cls, "__init__", None)
+    code = getattr(init, "__code__", None)
+    return isinstance(code, types.CodeType) and \
+        (torch_module_of_file(code.co_filename) or "").startswith("torch.nn.modules")
+
+
+def _construct_torch_module(tx, cls, args, kwargs):
+    cargs, ckwargs = _constants(args, kwargs, f"{cls.__qualname__}()")
+    try:
+        module = cls(*cargs, **ckwargs)
+    except Exception as e:  # noqa: BLE001 - what the constructor raises is a break reason
+        raise Unsupported(f"{cls.__qualname__}() raised {type(e).__name__}: {e}") from None
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        # eager would build fresh (random) tensors on every call
+        raise Unsupported(f"building {cls.__qualname__} inside the frame (it holds tensors)")
+    return tx.wrap_value(module, tx.output.pinned_source(module))

@@ -1,0 +1,193 @@
+"""Fold an eval-mode BatchNorm into the convolution before it.
+
+``bn(conv(x))`` in eval mode is one convolution with weight ``W * s`` and bias
+``(b - mean) * s + beta``, ``s = gamma / sqrt(var + eps)`` per output channel: the kernel after
+the convolution then keeps only what follows the norm (an activation, a residual add), and
+the per-element normalization arithmetic disappears.
+
+The folded weights are computed once, at compile time, from the parameters and running
+statistics as they are then: they are constants of the compiled graph. ``FoldedParams`` is the
+guard that keeps that honest: it remembers each source tensor's version counter (bumped by
+every in-place write: ``load_state_dict``, an optimizer step, ``copy_``) and each BatchNorm
+module's ``training`` flag, and the backend recompiles when one changed.
+
+Matched: a ``call_module`` ``nn.Conv2d`` (zero padding mode) whose only user is an
+``nn.BatchNorm2d`` module in eval mode with running statistics, or
+``torch.nn.functional.batch_norm(conv, running_mean, running_var, weight, bias, False, ...)``
+with ``get_attr`` tensors (timm's ``BatchNormAct2d``). The input graph is left untouched (the
+backend's eager fallbacks still run it); the pass returns a new GraphModule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+import torch.fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+log = logging.getLogger("kiln")
+
+__all__ = ["FoldedParams", "fold_conv_batchnorm"]
+
+_BN_ARG_NAMES = ("input", "running_mean", "running_var", "weight", "bias", "training",
+                 "momentum", "eps")
+
+
+@dataclasses.dataclass
+class FoldedParams:
+    """The guard of a folded graph: source tensors with their versions at fold time, and the
+    BatchNorm modules that must stay in eval mode."""
+
+    sources: list[tuple[torch.Tensor, int]] = dataclasses.field(default_factory=list)
+    eval_modules: list[nn.Module] = dataclasses.field(default_factory=list)
+    folded: int = 0  # conv+batchnorm pairs folded
+
+    def still_valid(self) -> bool:
+        """False once a source tensor was written in place or a BatchNorm left eval mode."""
+        for t, version in self.sources:
+            if t._version != version:
+                return False
+        return not any(m.training for m in self.eval_modules)
+
+    def guarding(self, compiled, rebuild):
+        """``compiled`` behind this guard: a call after a source changed (or a BatchNorm left
+        eval mode) compiles again through ``rebuild()`` (which folds the new values) and
+        uses that from then on, with one log line. No fold: ``compiled`` itself."""
+        if not self.folded:
+            return compiled
+        state = {"compiled": compiled, "guard": self}
+
+        def call(*args):
+            if not state["guard"].still_valid():
+                log.info("kiln: parameters folded into conv weights changed since compile "
+                         "(or a BatchNorm left eval mode): compiling again")
+                state["compiled"] = rebuild()
+                state["guard"] = FoldedParams()  # the rebuilt graph carries its own guard
+            return state["compiled"](*args)
+
+        call.compiled = compiled
+        call.folded_params = self
+        return call
+
+    def __str__(self) -> str:
+        return (f"FoldedParams({self.folded} conv+batchnorm folded, guarding "
+                f"{len(self.sources)} tensors, {len(self.eval_modules)} modules)")
+
+
+def _attr(gm: torch.fx.GraphModule, node) -> torch.Tensor | None:
+    """The tensor a ``get_attr`` node reads (None for None; raises LookupError otherwise)."""
+    if node is None:
+        return None
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        obj = gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, torch.Tensor):
+            return obj
+    raise LookupError(node)
+
+
+def _batchnorm_params(gm, node) -> tuple | None:
+    """(input node, mean, var, gamma, beta, eps, module or None) of an eval BatchNorm node."""
+    if node.op == "call_module":
+        m = gm.get_submodule(node.target)
+        if (type(m) is not nn.BatchNorm2d or m.training or m.running_mean is None
+                or len(node.args) != 1 or node.kwargs):
+            return None
+        return node.args[0], m.running_mean, m.running_var, m.weight, m.bias, m.eps, m
+    if node.op == "call_function" and node.target is F.batch_norm:
+        bound = dict(zip(_BN_ARG_NAMES, node.args, strict=False))
+        bound.update(node.kwargs)
+        if bound.get("training", False) is not False:
+            return None
+        try:
+            mean, var = _attr(gm, bound.get("running_mean")), _attr(gm, bound.get("running_var"))
+            gamma, beta = _attr(gm, bound.get("weight")), _attr(gm, bound.get("bias"))
+        except LookupError:
+            return None
+        if mean is None or var is None or mean.dim() != 1:
+            return None
+        return bound["input"], mean, var, gamma, beta, float(bound.get("eps", 1e-5)), None
+    return None
+
+
+def _foldable_conv(gm, node) -> nn.Conv2d | None:
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_module" and len(node.users) == 1
+            and len(node.args) == 1 and not node.kwargs):
+        return None
+    m = gm.get_submodule(node.target)
+    if type(m) is not nn.Conv2d or m.padding_mode != "zeros" or m.weight.dtype not in (
+            torch.float32, torch.float64):
+        return None
+    return m
+
+
+def fold_conv_batchnorm(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, FoldedParams]:
+    """A copy of ``gm`` with every eval-mode ``bn(conv(x))`` pair folded into one
+    ``torch.conv2d`` on new constant buffers, and the guard of those constants. Returns ``gm``
+    itself (and an empty guard) when nothing folds."""
+    guard = FoldedParams()
+    if not isinstance(gm, torch.fx.GraphModule):  # a backend may be handed a plain module
+        return gm, guard
+    pairs = []
+    for node in gm.graph.nodes:
+        bn = _batchnorm_params(gm, node)
+        if bn is None:
+            continue
+        conv = _foldable_conv(gm, bn[0])
+        if conv is None or bn[1].shape[0] != conv.out_channels:
+            continue
+        pairs.append((node, bn, conv))
+    if not pairs:
+        return gm, guard
+
+    graph = torch.fx.Graph()
+    val_map: dict = {}
+    out = graph.graph_copy(gm.graph, val_map)
+    graph.output(out)
+    new_gm = torch.fx.GraphModule(gm, graph)
+    new_gm.meta = dict(getattr(gm, "meta", {}) or {})
+    for i, (bn_node, (conv_node, mean, var, gamma, beta, eps, bn_mod), conv) in enumerate(pairs):
+        with torch.no_grad():
+            scale = torch.rsqrt(var.double() + eps)
+            if gamma is not None:
+                scale = scale * gamma.double()
+            weight = (conv.weight.double() * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype)
+            bias = -mean.double() * scale
+            if conv.bias is not None:
+                bias = bias + conv.bias.double() * scale
+            if beta is not None:
+                bias = bias + beta.double()
+            bias = bias.to(conv.weight.dtype)
+        w_name, b_name = f"_kiln_folded_{i}_weight", f"_kiln_folded_{i}_bias"
+        new_gm.register_buffer(w_name, weight.contiguous())
+        new_gm.register_buffer(b_name, bias.contiguous())
+        old_bn, old_conv = val_map[bn_node], val_map[conv_node]
+        with graph.inserting_before(old_bn):
+            w = graph.get_attr(w_name)
+            b = graph.get_attr(b_name)
+            for attr_node, value in ((w, weight), (b, bias)):
+                attr_node.meta["example_value"] = value
+            fused = graph.call_function(
+                torch.conv2d,
+                (old_conv.args[0], w, b, conv.stride, conv.padding, conv.dilation, conv.groups))
+        fused.meta = dict(old_bn.meta)
+        old_bn.replace_all_uses_with(fused)
+        graph.erase_node(old_bn)
+        graph.erase_node(old_conv)
+        for t in (conv.weight, conv.bias, mean, var, gamma, beta):
+            if t is not None:
+                guard.sources.append((t, t._version))
+        if bn_mod is not None:
+            guard.eval_modules.append(bn_mod)
+        guard.folded += 1
+    graph.eliminate_dead_code()
+    graph.lint()
+    new_gm.recompile()
+    log.info("kiln: folded %d conv+batchnorm pairs into conv weights", guard.folded)
+    return new_gm, guard
+
+

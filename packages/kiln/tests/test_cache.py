@@ -1,0 +1,245 @@
+"""The graph-level compiled-artifact cache (kiln.cache) and KILN_LOGS=perf compile phases.
+
+Cross-process behaviour (a second process, a shipped blob) is in
+tests-integration/test_cache_process.py."""
+
+from __future__ import annotations
+
+import logging
+
+import kiln
+import kiln.cache
+import kiln_runtime
+import pytest
+import torch
+from kiln.backend import kiln_backend
+from kiln.options import Options
+from torch import nn
+
+
+@pytest.fixture(autouse=True)
+def graph_cache_on(tmp_path, monkeypatch, needs_cpp):
+    monkeypatch.setenv("KILN_GRAPH_CACHE", "1")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+class Net(nn.Module):
+    """A conv (its weight becomes a channels-last constant on CPU), a norm, a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.norm(self.conv(x)))
+        return self.fc(y.flatten(1)), y.mean()
+
+
+def _net(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    m = Net().eval()
+    with torch.no_grad():
+        m.norm.running_mean.uniform_(-0.5, 0.5)
+        m.norm.running_var.uniform_(0.5, 1.5)
+    return m
+
+
+def _compile(m: nn.Module, x: torch.Tensor, options=None):
+    gm = torch.fx.symbolic_trace(m)  # a fresh GraphModule each time, as a new process has
+    with torch.no_grad():
+        compiled = kiln_backend(gm, [x], options)
+    kiln.cache.flush()  # entries are written in the background
+    return compiled
+
+
+def _delta(before, after, *names):
+    return {n: getattr(after, n) - getattr(before, n) for n in names}
+
+
+X = torch.randn(2, 3, 6, 6)
+
+
+def test_second_compile_hits_and_skips_the_pipeline(monkeypatch):
+    m = _net(0)
+    first = _compile(m, X)
+    # a hit must not run any pipeline step: make them all fail
+    import kiln_aotgrad
+    import kiln_loopir
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the pipeline ran on a graph cache hit")
+
+    monkeypatch.setattr(kiln_aotgrad, "trace_inference", broken)
+    monkeypatch.setattr(kiln_loopir, "lower", broken)
+    before = kiln.stats()
+    second = _compile(m, X)
+    after = kiln.stats()
+    assert _delta(before, after, "graph_cache_hits", "graph_cache_misses", "cpp_compiles") == {
+        "graph_cache_hits": 1, "graph_cache_misses": 0, "cpp_compiles": 0}
+    assert after.kernel_cache_hits > before.kernel_cache_hits
+    with torch.no_grad():
+        expected = m(X)
+        torch.testing.assert_close(second(X), expected)
+        torch.testing.assert_close(first(X), expected)
+
+
+class ConvNet(nn.Module):
+    """No norm to fold: every constant is a parameter (or its channels-last copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def test_a_hit_uses_the_live_modules_weights():
+    torch.manual_seed(0)
+    a = ConvNet().eval()
+    b = ConvNet().eval()
+    _compile(a, X)
+    before = kiln.stats()
+    compiled_b = _compile(b, X)
+    assert kiln.stats().graph_cache_hits == before.graph_cache_hits + 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled_b(X), b(X))
+        assert not torch.allclose(compiled_b(X), a(X))
+
+
+def test_weights_folded_into_constants_are_part_of_the_key():
+    # BatchNorm folded into the conv: the compiled graph holds tensors computed from weights
+    a, b = _net(0), _net(1)
+    _compile(a, X)
+    before = kiln.stats()
+    compiled_b = _compile(b, X)
+    assert kiln.stats().graph_cache_misses == before.graph_cache_misses + 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled_b(X), b(X))
+    again = _compile(b, X)
+    assert kiln.stats().graph_cache_hits == before.graph_cache_hits + 1
+    with torch.no_grad():
+        torch.testing.assert_close(again(X), b(X))
+        b.norm.running_var.mul_(4.0)  # in place: the folded constants are stale now
+        torch.testing.assert_close(again(X), b(X))
+
+
+def test_key_normalizes_names_and_sees_inputs_and_options():
+    m = _net(0)
+
+    def key(gm, x, options=None, grad=False):
+        with torch.set_grad_enabled(grad):
+            return kiln.cache.graph_key(gm, [x], Options.from_user(options))[0]
+
+    gm = torch.fx.symbolic_trace(m)
+    base = key(gm, X)
+    renamed = torch.fx.symbolic_trace(m)
+    for n in renamed.graph.nodes:  # names of nodes do not matter
+        if n.op == "placeholder":
+            n.name = n.target = "input_renamed"
+    renamed.recompile()
+    assert key(renamed, X) == base
+    assert key(gm, X.double()) != base
+    assert key(gm, torch.randn(3, 3, 6, 6)) != base
+    assert key(gm, X, {"num_threads": 1}) != base
+    assert key(gm, X, grad=True) != base
+    m.conv.stride = (2, 2)  # a module attribute changes what the graph computes
+    assert key(torch.fx.symbolic_trace(m), X) != base
+
+
+def test_corrupt_entry_is_rebuilt_with_a_log_line(graph_cache_on, caplog):
+    m = ConvNet().eval()
+    _compile(m, X)
+    (artifact,) = graph_cache_on.glob(f"{kiln.cache.KIND}/*/*/{kiln.cache.ARTIFACT}")
+    artifact.write_bytes(artifact.read_bytes()[:100])  # a truncated file
+    before = kiln.stats()
+    with caplog.at_level(logging.WARNING, logger="kiln.cache"):
+        rebuilt = _compile(m, X)
+    assert any("corrupt" in r.getMessage() for r in caplog.records)
+    after = kiln.stats()
+    assert _delta(before, after, "graph_cache_misses", "cache_corrupt") == {
+        "graph_cache_misses": 1, "cache_corrupt": 1}
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(X), m(X))
+    _compile(m, X)  # the rebuilt entry is valid
+    assert kiln.stats().graph_cache_hits == after.graph_cache_hits + 1
+
+
+def test_stale_entry_is_rebuilt_with_a_log_line(caplog):
+    m = ConvNet().eval()
+    with torch.no_grad():
+        key, _ = kiln.cache.graph_key(torch.fx.symbolic_trace(m), [X], Options())
+    # a valid manifest around an artifact this version cannot use
+    kiln_runtime.disk_cache.put(kiln.cache.KIND, key, {kiln.cache.ARTIFACT: b"not a pickle"})
+    before = kiln.stats()
+    with caplog.at_level(logging.WARNING, logger="kiln.cache"):
+        compiled = _compile(m, X)
+    assert any("stale" in r.getMessage() for r in caplog.records)
+    assert kiln.stats().graph_cache_stale == before.graph_cache_stale + 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(X), m(X))
+    _compile(m, X)
+    assert kiln.stats().graph_cache_hits == before.graph_cache_hits + 1
+
+
+def test_saved_artifacts_make_an_empty_cache_warm(tmp_path, monkeypatch):
+    m = _net(0)
+    _compile(m, X)
+    blob = kiln.save_cache_artifacts()
+    assert isinstance(blob, bytes) and blob
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "fresh-machine"))
+    assert kiln.load_cache_artifacts(blob) >= 2  # the graph and its kernels
+    before = kiln.stats()
+    compiled = _compile(m, X)
+    after = kiln.stats()
+    assert _delta(before, after, "graph_cache_hits", "cpp_compiles", "kernel_cache_misses") == {
+        "graph_cache_hits": 1, "cpp_compiles": 0, "kernel_cache_misses": 0}
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(X), m(X))
+
+
+def test_load_cache_artifacts_rejects_other_bytes():
+    with pytest.raises(ValueError, match="not a kiln cache blob"):
+        kiln.load_cache_artifacts(b"definitely not a tar file" * 40)
+
+
+def test_module_with_a_hook_is_compiled_but_not_cached():
+    m = _net(0)
+    m.fc.register_forward_hook(lambda mod, args, out: out * 2)
+    before = kiln.stats()
+    compiled = _compile(m, X)
+    compiled_again = _compile(m, X)
+    after = kiln.stats()
+    assert after.graph_cache_hits == before.graph_cache_hits
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(X), m(X))
+        torch.testing.assert_close(compiled_again(X), m(X))
+
+
+def test_debug_folder_bypasses_the_cache(tmp_path):
+    m = _net(0)
+    _compile(m, X)
+    before = kiln.stats()
+    _compile(m, X, {"debug": True, "debug_dir": str(tmp_path / "dbg")})
+    assert kiln.stats().graph_cache_hits == before.graph_cache_hits
+    assert list((tmp_path / "dbg").rglob("output_code.py"))
+
+
+def test_perf_log_prints_where_compile_time_goes(monkeypatch, capsys):
+    monkeypatch.setenv("KILN_LOGS", "perf")
+    m = _net(0)
+    compiled = _compile(m, X)
+    err = capsys.readouterr().err
+    assert "[kiln.perf] compile of" in err
+    for phase in ("trace", "lower", "schedule", "codegen", "kernel compile", "cache store"):
+        assert phase in err, phase
+    report = kiln_runtime.compile_timer.last_report()
+    assert report.total >= sum(report.phases.values()) - 1e-6
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(X), m(X))
+    _compile(m, X)
+    assert "graph cache hit" in capsys.readouterr().err

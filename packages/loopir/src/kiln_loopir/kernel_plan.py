@@ -1,0 +1,324 @@
+"""What every codegen needs to know about one fused group, computed once: its kernel plan.
+
+``plan_kernel(group, sched) -> KernelPlan`` gives:
+
+* the **iteration space**: the group's outer ranges collapsed into as few loops as possible
+  (adjacent dims merge when no memory index gets a division or modulo by doing so:
+  ``i1 + 8*i0`` over ``[n, 8]`` becomes ``i0`` over ``[8*n]``), the pointwise numel, and per
+  node its inner (reduction) ranges, reduction numel and reduction kind;
+* the **loads and stores** of each node, with their SymPy index in the collapsed loop
+  symbols ``i0, i1, ...`` and the node's inner symbols ``r0, r1, ...``;
+* which internal buffers stay in **registers** (``register_buffers``: written once per outer
+  point by a reduction or by a node without inner loops, read back only later at the index
+  they were stored at) and which could live in a per-outer-point **row** (``row_buffers``:
+  written by a pointwise node over inner loops and read only by later nodes over the same
+  inner ranges at the same index; a codegen keeps them on chip when the row fits);
+* the **signature** (``KernelSignature``): the kernel's arguments, buffers then size symbols,
+  each with its dtype and whether the kernel reads and/or writes it.
+
+``print(plan)`` is its text form (golden-tested in loopir's tests). Codegens read the plan;
+they do not re-derive it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+
+from .analysis import body_deps
+from .ir import FusedGroup, InputBuffer, MemoryDep, Schedule, dtype_str
+from .sizevars import (
+    FloorDiv,
+    ModularIndexing,
+    free_size_symbols,
+    index_symbol,
+    reduction_symbol,
+    sexpr,
+    simplify_index,
+    statically_known_equal,
+    symbol_kind,
+)
+
+__all__ = ["KernelArg", "KernelSignature", "NodePlan", "KernelPlan", "plan_kernel",
+           "collapse_outer_loops", "on_chip_buffers"]
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One kernel argument: a buffer (``kind="buffer"``) or a size symbol (``kind="size"``)."""
+
+    name: str
+    kind: str  # "buffer" | "size"
+    dtype: torch.dtype
+    read: bool = False
+    written: bool = False
+
+    def __str__(self) -> str:
+        if self.kind == "size":
+            return f"{self.name}: int64"
+        rw = ("r" if self.read else "") + ("w" if self.written else "")
+        return f"{self.name}: {dtype_str(self.dtype)} {rw}"
+
+
+@dataclass
+class KernelSignature:
+    """The kernel's arguments in order: buffers written, buffers only read, size symbols."""
+
+    args: list[KernelArg]
+
+    @property
+    def buffers(self) -> list[KernelArg]:
+        return [a for a in self.args if a.kind == "buffer"]
+
+    @property
+    def sizes(self) -> list[KernelArg]:
+        return [a for a in self.args if a.kind == "size"]
+
+    def names(self) -> list[str]:
+        return [a.name for a in self.args]
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(str(a) for a in self.args) + ")"
+
+
+@dataclass
+class NodePlan:
+    """One node of the group: its kind, inner ranges and memory accesses (collapsed symbols)."""
+
+    name: str
+    kind: str  # "pointwise" | "reduction"
+    inner: list[sympy.Expr]
+    reduction_type: str | None
+    reads: list[MemoryDep]
+    writes: list[MemoryDep]
+    indirect: int = 0  # how many indirect index symbols (ind*) its body makes
+
+    @property
+    def inner_symbols(self) -> list[sympy.Symbol]:
+        return [reduction_symbol(k) for k in range(len(self.inner))]
+
+    @property
+    def rnumel(self) -> sympy.Expr:
+        return sympy.Mul(*self.inner) if self.inner else sympy.Integer(1)
+
+    def text(self) -> list[str]:
+        head = f"{self.name}: {self.kind}"
+        if self.inner:
+            head += f" inner [{', '.join(sexpr(r) for r in self.inner)}] rnumel {sexpr(self.rnumel)}"
+        if self.reduction_type:
+            head += f" {self.reduction_type}"
+        lines = [head]
+        lines += [f"  load {d}" for d in self.reads]
+        lines += [f"  store {d}" for d in self.writes]
+        return lines
+
+
+@dataclass
+class KernelPlan:
+    """See the module docstring. ``outer_index[k]``: original outer dim ``k`` as an expression
+    of the collapsed loop symbols (what a node body is called with)."""
+
+    group: FusedGroup
+    outer: list[sympy.Expr]
+    loop_ranges: list[sympy.Expr]
+    outer_index: list[sympy.Expr]
+    nodes: list[NodePlan]
+    register_buffers: set[str]
+    row_buffers: set[str]
+    signature: KernelSignature
+    size_hints: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+    @property
+    def loop_symbols(self) -> list[sympy.Symbol]:
+        return [index_symbol(k) for k in range(len(self.loop_ranges))]
+
+    @property
+    def var_ranges(self) -> dict:
+        return dict(zip(self.loop_symbols, self.loop_ranges, strict=True))
+
+    @property
+    def numel(self) -> sympy.Expr:
+        """Pointwise numel: the number of outer points."""
+        return sympy.Mul(*self.loop_ranges) if self.loop_ranges else sympy.Integer(1)
+
+    @property
+    def kind(self) -> str:
+        """``"pointwise"`` when no node has inner loops, else ``"reduction"`` (a reduction
+        node, or a pointwise node over inner loops fused with one)."""
+        return "reduction" if any(n.inner for n in self.nodes) else "pointwise"
+
+    @property
+    def reduction_types(self) -> list[str]:
+        return [n.reduction_type for n in self.nodes if n.reduction_type]
+
+    @property
+    def size_symbols(self) -> list[sympy.Symbol]:
+        return [sympy.Symbol(a.name, integer=True, positive=True) for a in self.signature.sizes]
+
+    def hint(self, expr) -> int:
+        """``expr`` at the example inputs' sizes (size symbols from ``size_hints``)."""
+        expr = sympy.sympify(expr)
+        subs = {s: self.size_hints.get(s.name, 8) for s in expr.free_symbols}
+        return int(expr.subs(subs))
+
+    def __str__(self) -> str:
+        lines = [
+            f"KernelPlan {self.name} ({self.kind})",
+            f"  outer [{', '.join(sexpr(o) for o in self.outer)}] -> loops "
+            f"[{', '.join(sexpr(r) for r in self.loop_ranges)}] numel {sexpr(self.numel)}",
+        ]
+        if self.outer_index != self.loop_symbols:
+            lines.append(f"  outer index [{', '.join(sexpr(e) for e in self.outer_index)}]")
+        for n in self.nodes:
+            lines += ["  " + ln for ln in n.text()]
+        if self.register_buffers:
+            lines.append(f"  registers: {', '.join(sorted(self.register_buffers))}")
+        if self.row_buffers:
+            lines.append(f"  rows: {', '.join(sorted(self.row_buffers))}")
+        lines.append(f"  signature {self.signature}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+# =============================================================================================
+# planning
+# =============================================================================================
+
+
+def _node_deps(group: FusedGroup, outer_index, loop_vr: dict):
+    out = []
+    for node in group.nodes:
+        inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
+        vr = loop_vr | dict(zip(inner_syms, node.inner, strict=True))
+        out.append(body_deps(node.body, outer_index, inner_syms, var_ranges=vr))
+    return out
+
+
+def _build_loops(outer: list[sympy.Expr], groups: list[list[int]]):
+    syms = [index_symbol(k) for k in range(len(groups))]
+    ranges, index = [], [None] * len(outer)
+    for sym, dims in zip(syms, groups, strict=True):
+        ranges.append(sympy.Mul(*[outer[d] for d in dims]))
+        inner = sympy.Integer(1)
+        for d in reversed(dims):
+            if d == dims[0]:
+                index[d] = sym if inner == 1 else FloorDiv(sym, inner)
+            else:
+                index[d] = ModularIndexing(sym, inner, outer[d])
+            inner = inner * outer[d]
+    vr = dict(zip(syms, ranges, strict=True))
+    return ranges, [simplify_index(e, vr) for e in index], vr
+
+
+def collapse_outer_loops(group: FusedGroup):
+    """Merge adjacent outer dims (innermost first) while every memory index stays free of
+    division/modulo by the merged loop. Returns (loop ranges, outer index, node deps)."""
+    outer = [sympy.sympify(r) for r in group.outer]
+    groups = [[k] for k in range(len(outer))]
+
+    def deps_if_clean(trial):
+        ranges, index, vr = _build_loops(outer, trial)
+        merged = {index_symbol(k) for k, dims in enumerate(trial) if len(dims) > 1}
+        deps = _node_deps(group, index, vr)
+        for d in deps:
+            for m in list(d.reads) + list(d.writes):
+                for f in m.index.atoms(FloorDiv, ModularIndexing):
+                    if f.free_symbols & merged:
+                        return None
+        return deps
+
+    while len(groups) > 1:
+        trial = groups[:-2] + [groups[-2] + groups[-1]]
+        if deps_if_clean(trial) is None:
+            break
+        groups = trial
+    ranges, index, vr = _build_loops(outer, groups)
+    return ranges, index, _node_deps(group, index, vr)
+
+
+def _same_inner(a, b) -> bool:
+    return len(a.inner) == len(b.inner) and all(
+        statically_known_equal(x, y) for x, y in zip(a.inner, b.inner, strict=True))
+
+
+def on_chip_buffers(group: FusedGroup, nodes) -> tuple[set[str], set[str]]:
+    """(register buffers, row buffers) among the group's internal buffers; ``nodes``: per
+    group node, anything with ``reads``/``writes`` MemoryDeps (NodePlans, DepsHandlers)."""
+    stores: dict[str, tuple[int, sympy.Expr]] = {}
+    loads: dict[str, list[tuple[int, sympy.Expr]]] = {}
+    for k, n in enumerate(nodes):
+        for d in n.reads:
+            loads.setdefault(d.name, []).append((k, d.index))
+        for d in n.writes:
+            # written twice or accumulated: stays in memory
+            stores[d.name] = (-1, d.index) if (d.name in stores or d.mode is not None) else (k, d.index)
+    registers, rows = set(), set()
+    for name in sorted(set(group.internal_buffers or ())):
+        if name not in stores:
+            continue
+        k, idx = stores[name]
+        if k < 0 or any(symbol_kind(s) == "ind" for s in idx.free_symbols):
+            continue
+        readers = loads.get(name, [])
+        if not all(j > k and lidx == idx for j, lidx in readers):
+            continue
+        writer = group.nodes[k]
+        if writer.kind == "reduction" or not writer.inner:
+            registers.add(name)
+        elif all(_same_inner(group.nodes[j], writer) for j, _ in readers):
+            rows.add(name)
+    return registers, rows
+
+
+def plan_kernel(group: FusedGroup, sched: Schedule) -> KernelPlan:
+    """The kernel plan of one fused group of ``sched`` (see the module docstring)."""
+    graph = sched.graph
+    ranges, outer_index, deps = collapse_outer_loops(group)
+    nodes = [
+        NodePlan(name=n.name, kind=n.kind, inner=list(n.inner), reduction_type=n.reduction_type,
+                 reads=list(d.reads), writes=list(d.writes), indirect=len(d.indirect))
+        for n, d in zip(group.nodes, deps, strict=True)
+    ]
+    registers, rows = on_chip_buffers(group, nodes)
+    written: list[str] = []
+    read: list[str] = []
+    for n in nodes:
+        for d in n.writes:
+            if d.name not in registers and d.name not in written:
+                written.append(d.name)
+        for d in n.reads:
+            if d.name not in registers and d.name not in read:
+                read.append(d.name)
+    args = []
+    for name in written + [r for r in read if r not in written]:
+        buf = graph.get_buffer(name)
+        args.append(KernelArg(name, "buffer", buf.layout.dtype, read=name in read, written=name in written))
+    exprs = list(ranges) + [e for n in nodes for e in n.inner]
+    exprs += [d.index for n in nodes for d in (*n.reads, *n.writes)]
+    sizes = free_size_symbols(exprs)
+    args += [KernelArg(s.name, "size", torch.int64, read=True) for s in sizes]
+    hints = {str(k): int(v) for k, v in (getattr(graph, "size_hints", None) or {}).items()}
+    return KernelPlan(
+        group=group,
+        outer=[sympy.sympify(r) for r in group.outer],
+        loop_ranges=ranges,
+        outer_index=outer_index,
+        nodes=nodes,
+        register_buffers=registers,
+        row_buffers=rows,
+        signature=KernelSignature(args),
+        size_hints=hints,
+    )
+
+
+def written_inputs(plan: KernelPlan, sched: Schedule) -> set[str]:
+    """Graph inputs the kernel writes (input mutations): they may alias other arguments."""
+    inputs = {b.name for b in sched.graph.inputs if isinstance(b, InputBuffer)}
+    return {a.name for a in plan.signature.buffers if a.written and a.name in inputs}

@@ -1,0 +1,77 @@
+"""The declared aten fallbacks: ops that run as a call of the aten op (an ``ExternKernel``,
+counted in ``counters["aten_fallbacks"]``), each with why. An op of an ATen graph with neither
+a lowering nor a line here fails with ``MissingLowering`` naming it; a lowering that declines
+some arguments (``LoweringError``) also takes the aten call."""
+
+from __future__ import annotations
+
+import torch
+
+from ..lowering import fallback
+
+aten = torch.ops.aten
+
+
+def _op(name: str):
+    """``aten.<packet>.<overload>``, or None where this torch lacks it."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(aten, packet, None), overload or "default", None)
+
+
+_DECLARED = {
+    "data-dependent output size (known only once the op ran)": [
+        "nonzero.default", "masked_scatter.default", "_local_scalar_dense.default",
+        "masked_select.default", "_unique2.default", "unique_dim.default",
+        "unique_consecutive.default", "repeat_interleave.Tensor", "item.default",
+    ],
+    "sorting and selection: a library kernel (no sort in the loop IR)": [
+        "sort.default", "topk.default", "randperm.default",
+    ],
+    "random numbers: eager's generator, so that results match eager's stream": [
+        "rand.default", "randn.default", "native_dropout.default", "rand_like.default",
+        "randn_like.default", "randint.default", "randint.low", "randint_like.default",
+        "randint_like.low_dtype", "bernoulli.default", "bernoulli.p", "normal.Tensor_Tensor",
+        "normal.float_Tensor", "normal.Tensor_float", "normal.float_float", "uniform.default",
+        "exponential.default", "multinomial.default", "poisson.default",
+    ],
+    "FFT: a library kernel": ["_fft_r2c.default", "_fft_c2r.default"],
+    "pairwise distances and embedding bags: reductions over gathered rows, not lowered yet": [
+        "_cdist_forward.default", "_pdist_forward.default", "_embedding_bag.default",
+    ],
+    "3-d pooling, bilinear sampling and upsampling of vec overloads: not lowered yet": [
+        "avg_pool3d.default", "max_pool3d_with_indices.default", "grid_sampler_2d.default",
+        "upsample_bilinear2d.vec", "upsample_nearest2d.vec",
+    ],
+    "backward of pooling and convolution: not lowered yet (training graphs)": [
+        "_adaptive_avg_pool2d_backward.default", "avg_pool2d_backward.default",
+        "max_pool2d_with_indices_backward.default", "convolution_backward.default",
+    ],
+}
+
+#: whole op packets (every overload), for families torch spells with many overloads
+_DECLARED_PACKETS = {
+    "special functions without a formula in the loop IR's ops: the aten kernel": [
+        "i0", "igamma", "igammac", "mvlgamma", "special_airy_ai", "special_bessel_j0",
+        "special_bessel_j1", "special_bessel_y0", "special_bessel_y1",
+        "special_chebyshev_polynomial_t", "special_chebyshev_polynomial_u",
+        "special_chebyshev_polynomial_v", "special_chebyshev_polynomial_w", "special_entr",
+        "special_erfcx", "special_hermite_polynomial_h", "special_hermite_polynomial_he",
+        "special_i0e", "special_i1", "special_i1e", "special_laguerre_polynomial_l",
+        "special_legendre_polynomial_p", "special_log_ndtr", "special_modified_bessel_i0",
+        "special_modified_bessel_i1", "special_modified_bessel_k0", "special_modified_bessel_k1",
+        "special_ndtr", "special_ndtri", "special_scaled_modified_bessel_k0",
+        "special_scaled_modified_bessel_k1", "special_shifted_chebyshev_polynomial_t",
+        "special_shifted_chebyshev_polynomial_u", "special_shifted_chebyshev_polynomial_v",
+        "special_shifted_chebyshev_polynomial_w", "special_spherical_bessel_j0",
+        "special_xlog1py", "special_zeta",
+    ],
+    "order statistics, histograms and binary searches: library kernels": [
+        "kthvalue", "median", "nanmedian", "mode", "histc", "bincount", "bucketize",
+        "searchsorted",
+    ],
+}
+
+for _reason, _names in _DECLARED.items():
+    fallback(*[_op(n) for n in _names], reason=_reason)
+for _reason, _names in _DECLARED_PACKETS.items():
+    fallback(*[getattr(aten, n, None) for n in _names], reason=_reason)

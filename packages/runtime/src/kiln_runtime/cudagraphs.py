@@ -1,0 +1,502 @@
+"""CUDA graphs for compiled graphs (``mode="reduce-overhead"``): record once, replay cheaply.
+
+``CudaGraphRunner(fn, name=...)`` wraps a compiled callable ``fn(list_of_inputs) ->
+list[Tensor]`` (a ``CompiledGraph``'s ``call``):
+
+1. The first call runs ``fn`` as is (warm-up: lazy initialization, autotuning, library
+   handles) and checks that every tensor is on the engine's device.
+2. Later calls look up an **entry** by the inputs' sizes, strides and dtypes. A new entry
+   allocates static input buffers, copies the inputs in and records ``fn`` into a graph.
+   Inputs named in ``static_inputs`` (parameters, buffers: stable addresses) are used in
+   place; their addresses are part of the entry's signature.
+3. **Outputs a user still holds are never overwritten.** Each entry has up to
+   ``config.alias_slots`` recorded copies of the graph (slots), each with its own outputs.
+   A call replays a slot none of whose outputs is still referenced (liveness: the use count
+   of the output's storage against the count the runner itself holds) and hands out views of
+   its outputs. When every slot's outputs are held, one more *copy slot* is replayed and its
+   outputs are **copied out** (cloned) before they are returned, so it is never held either.
+4. **One memory pool** per device is shared by every recorded graph (a model's graphs and
+   their slots): a graph's temporaries reuse memory that another graph's temporaries used.
+   The one hazard of sharing, a graph recorded *later* keeping its outputs where an earlier
+   graph keeps its temporaries, is ruled out by bookkeeping: a slot is replayed only while no
+   output of a slot recorded after it is held; otherwise a fresh slot is recorded, or the
+   call runs without a graph.
+5. **Dynamic shapes**: each new input signature records a new entry, at most
+   ``config.max_recordings`` per runner; past that the runner logs once and calls ``fn``
+   directly. With ``config.buckets`` (e.g. ``(1, 2, 4, 8, 16)``; ``KILN_CUDAGRAPH_BUCKETS``)
+   and ``bucketed=True`` (the caller promises dim 0 of every tensor input is a batch whose rows
+   are independent, and ``fn`` takes any size), dim 0 is padded with zeros up to the next
+   bucket and outputs whose dim 0 is the bucket are sliced back.
+6. **Skips** (``fn`` runs as is, the reason logged once on ``kiln.cudagraphs`` and counted in
+   ``skips``): tensors not on the engine's device ("CPU tensors"), data-dependent shapes,
+   mutated inputs that share memory with another input, a failed capture. Mutated inputs are
+   otherwise handled: the static buffer's new value is copied back into the caller's tensor.
+
+``recordings()`` lists every recorded graph with its device memory (``kiln.stats()`` shows
+them). The graph engine is pluggable: ``CudaGraphEngine`` records with ``torch.cuda.CUDAGraph``;
+tests drive the same bookkeeping on CPU with an engine whose "replay" reruns the function into
+the recorded output buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+__all__ = [
+    "CudaGraphConfig",
+    "CudaGraphEngine",
+    "CudaGraphRunner",
+    "GraphEngine",
+    "Recording",
+    "config",
+    "recordings",
+    "reset",
+    "skips",
+]
+
+log = logging.getLogger("kiln.cudagraphs")
+
+
+def _env_buckets() -> tuple[int, ...] | None:
+    raw = os.environ.get("KILN_CUDAGRAPH_BUCKETS", "").strip()
+    if not raw:
+        return None
+    try:
+        sizes = tuple(sorted({int(s) for s in raw.split(",") if s.strip()}))
+    except ValueError as e:
+        raise ValueError(f"KILN_CUDAGRAPH_BUCKETS must be comma-separated sizes, got {raw!r}") from e
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"KILN_CUDAGRAPH_BUCKETS sizes must be >= 1, got {raw!r}")
+    return sizes
+
+
+@dataclasses.dataclass
+class CudaGraphConfig:
+    """``buckets``: sizes dim 0 is padded up to (None: record each size as it comes);
+    ``max_recordings``: input signatures recorded per runner; ``alias_slots``: replays whose
+    outputs may be held at once before outputs are copied out."""
+
+    buckets: tuple[int, ...] | None = dataclasses.field(default_factory=_env_buckets)
+    max_recordings: int = 8
+    alias_slots: int = 2
+
+
+config = CudaGraphConfig()
+
+
+@dataclasses.dataclass
+class Recording:
+    """One recorded graph: ``runner`` name, ``signature`` (input sizes), ``slot`` ("alias 0",
+    "copy"), ``output_bytes`` (its outputs' memory), ``input_bytes`` (the entry's static
+    inputs, counted on its first slot) and ``pool_bytes`` (memory the pool grew by)."""
+
+    runner: str
+    signature: str
+    slot: str
+    output_bytes: int
+    input_bytes: int
+    pool_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.output_bytes + self.input_bytes + self.pool_bytes
+
+
+_recordings: list[Recording] = []
+#: why graphs were not used: reason -> count (a runner counts each reason once)
+skips: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def recordings() -> list[Recording]:
+    with _lock:
+        return list(_recordings)
+
+
+def reset() -> None:
+    """Forget the records and skip counts (recorded graphs stay with their runners)."""
+    with _lock:
+        _recordings.clear()
+    skips.clear()
+
+
+# ============================================================================ engines
+
+
+class GraphEngine(Protocol):
+    """How graphs are recorded and replayed. ``device_type``: where inputs must live;
+    ``pool``: the memory pool shared by everything it records."""
+
+    device_type: str
+    pool: Any
+
+    def capture(self, fn: Callable, inputs: list) -> tuple[Any, list, int]:
+        """Record ``fn(inputs)``: (graph handle, its outputs, bytes the pool grew by)."""
+        ...
+
+    def replay(self, handle: Any) -> None: ...
+
+
+class CudaGraphEngine:
+    """``torch.cuda.CUDAGraph`` recording into one memory pool per device."""
+
+    device_type = "cuda"
+    _pools: dict[int, Any] = {}
+
+    def __init__(self, device: torch.device | int | None = None):
+        index = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        self.device = index
+        with _lock:
+            if index.index not in self._pools:
+                self._pools[index.index] = torch.cuda.graph_pool_handle()
+            self.pool = self._pools[index.index]
+
+    def capture(self, fn: Callable, inputs: list) -> tuple[Any, list, int]:
+        torch.cuda.synchronize(self.device)
+        before = torch.cuda.memory_reserved(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self.pool):
+            outputs = fn(list(inputs))
+        torch.cuda.synchronize(self.device)
+        return graph, list(outputs), torch.cuda.memory_reserved(self.device) - before
+
+    def replay(self, handle: Any) -> None:
+        handle.replay()
+
+
+# ============================================================================ bookkeeping
+
+
+def _use_count(t: torch.Tensor) -> int:
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return (t.device, t.untyped_storage().data_ptr())
+
+
+_capture_order = itertools.count()
+
+
+class _Slot:
+    """One recorded copy of a graph: its handle, outputs, and which of them are handed out as
+    views (``graph`` outputs), copied (outputs that alias a static input buffer) or returned as
+    is (outputs that alias a stable input)."""
+
+    def __init__(self, handle: Any, outputs: list, kinds: list[str], label: str):
+        self.handle = handle
+        self.outputs = outputs
+        self.kinds = kinds
+        self.label = label
+        self.order = next(_capture_order)
+        # one representative tensor per storage of a graph output, with the use count the
+        # runner's own references give it
+        reps: dict[tuple, torch.Tensor] = {}
+        for out, kind in zip(outputs, kinds, strict=True):
+            if kind == "graph":
+                reps.setdefault(_storage_key(out), out)
+        self.baselines = [(t, _use_count(t)) for t in reps.values()]
+
+    def outputs_held(self) -> bool:
+        """Whether a user still references an output (or a view of one) of the last replay."""
+        return any(_use_count(t) > base for t, base in self.baselines)
+
+    def output_bytes(self) -> int:
+        return sum(t.untyped_storage().nbytes() for t, _ in self.baselines)
+
+
+class _PoolSlots:
+    """Every slot recorded into one pool, in capture order (weakly: a dropped runner's slots
+    go away with it)."""
+
+    def __init__(self) -> None:
+        self.slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
+
+    def later_outputs_held(self, slot: _Slot) -> bool:
+        return any(s.order > slot.order and s.outputs_held() for s in list(self.slots))
+
+
+_pool_slots: dict[Any, _PoolSlots] = {}
+
+
+def _slots_of_pool(pool: Any) -> _PoolSlots:
+    key = pool if isinstance(pool, tuple | int | str) else id(pool)
+    with _lock:
+        return _pool_slots.setdefault(key, _PoolSlots())
+
+
+@dataclasses.dataclass
+class _Entry:
+    signature: str
+    static_inputs: list  # tensor buffers (None for stable and non-tensor inputs)
+    padded: int | None  # the bucket dim 0 is padded to
+    slots: list = dataclasses.field(default_factory=list)
+    copy_slot: _Slot | None = None
+    input_bytes: int = 0
+
+
+# ============================================================================ the runner
+
+
+class CudaGraphRunner:
+    """``runner(*inputs) -> list[Tensor]``, recording ``fn`` into graphs (module docstring).
+
+    ``static_inputs``: positions of inputs with stable addresses (used in place);
+    ``mutated_inputs``: positions the graph writes (copied back after a replay);
+    ``bucketed``: dim 0 may be padded to ``config.buckets`` (``fn`` must take any size);
+    ``skip_reason``: do not record at all (logged once), e.g. data-dependent shapes."""
+
+    def __init__(
+        self,
+        fn: Callable[[list], list],
+        *,
+        name: str = "graph",
+        engine: GraphEngine | None = None,
+        static_inputs: Sequence[int] = (),
+        mutated_inputs: Sequence[int] = (),
+        bucketed: bool = False,
+        skip_reason: str | None = None,
+        settings: CudaGraphConfig | None = None,
+    ):
+        self.fn = fn
+        self.name = name
+        self._engine = engine
+        self.static_inputs = frozenset(static_inputs)
+        self.mutated_inputs = tuple(mutated_inputs)
+        self.bucketed = bucketed
+        self.settings = settings
+        self.entries: dict[str, _Entry] = {}
+        self.warmed_up = False
+        self.skip_reason: str | None = None
+        self._logged: set[str] = set()
+        if skip_reason is not None:
+            self._skip(skip_reason)
+
+    def __repr__(self) -> str:
+        state = f"skipped: {self.skip_reason}" if self.skip_reason else f"{len(self.entries)} entries"
+        return f"<CudaGraphRunner {self.name}: {state}>"
+
+    @property
+    def config(self) -> CudaGraphConfig:
+        return self.settings or config
+
+    @property
+    def engine(self) -> GraphEngine:
+        if self._engine is None:
+            self._engine = CudaGraphEngine()
+        return self._engine
+
+    # -- logging ------------------------------------------------------------------------
+    def _skip(self, reason: str) -> None:
+        self.skip_reason = reason
+        skips[reason.split(":")[0]] += 1
+        log.info("kiln: CUDA graphs skipped for %s: %s", self.name, reason)
+
+    def _once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            skips[key] += 1
+            log.info(message, *args)
+
+    # -- calling ------------------------------------------------------------------------
+    def __call__(self, *inputs: Any) -> list:
+        if self.skip_reason is not None:
+            return self.fn(list(inputs))
+        device_type = self.engine.device_type
+        if not self.warmed_up:
+            outputs = self.fn(list(inputs))
+            self.warmed_up = True
+            tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
+            if any(t.device.type != device_type for t in tensors):
+                self._skip(f"CPU tensors: a graph input or output is not on {device_type}")
+            return outputs
+        if self._mutated_input_aliases(inputs):
+            self._once("mutated input aliases another input",
+                       "kiln: %s runs without a CUDA graph for this call: a mutated input shares "
+                       "memory with another input", self.name)
+            return self.fn(list(inputs))
+        padded, real = self._bucket(inputs)
+        signature = self._signature(inputs, padded)
+        entry = self.entries.get(signature)
+        if entry is None:
+            if len(self.entries) >= self.config.max_recordings:
+                self._once("re-recording limit",
+                           "kiln: %s saw more than %d input signatures; new ones run without a "
+                           "CUDA graph (set kiln_runtime.cudagraphs.config.buckets to pad sizes)",
+                           self.name, self.config.max_recordings)
+                return self.fn(list(inputs))
+            entry = self._new_entry(signature, inputs, padded)
+            log.debug("kiln: %s records a CUDA graph for inputs %s", self.name, signature)
+        self._copy_in(entry, inputs, real)
+        try:
+            slot, copy_out = self._pick_slot(entry, inputs)
+        except _CaptureFailed as e:
+            self._skip(f"capture failed: {e}")
+            return self.fn(list(inputs))
+        if slot is None:
+            self._once("outputs held",
+                       "kiln: %s runs without a CUDA graph for this call: outputs of every "
+                       "recorded copy are still held", self.name)
+            return self.fn(list(inputs))
+        self.engine.replay(slot.handle)
+        self._copy_back(entry, inputs, real)
+        return self._hand_out(entry, slot, copy_out, real)
+
+    # -- steps --------------------------------------------------------------------------
+    def _mutated_input_aliases(self, inputs: Sequence) -> bool:
+        if not self.mutated_inputs:
+            return False
+        keys = Counter(_storage_key(t) for t in inputs if isinstance(t, torch.Tensor))
+        return any(isinstance(inputs[i], torch.Tensor) and keys[_storage_key(inputs[i])] > 1
+                   for i in self.mutated_inputs)
+
+    def _bucket(self, inputs: Sequence) -> tuple[int | None, int | None]:
+        """(padded dim-0 size, real dim-0 size), or (None, None) when not bucketing."""
+        buckets = self.config.buckets
+        if not self.bucketed or not buckets:
+            return None, None
+        dims = {t.shape[0] for i, t in enumerate(inputs)
+                if isinstance(t, torch.Tensor) and i not in self.static_inputs and t.dim() > 0}
+        if len(dims) != 1:
+            return None, None
+        (real,) = dims
+        padded = next((b for b in buckets if b >= real), None)
+        if padded is None or any(isinstance(t, torch.Tensor) and not t.is_contiguous()
+                                 for i, t in enumerate(inputs) if i not in self.static_inputs):
+            return None, None
+        return padded, real
+
+    def _signature(self, inputs: Sequence, padded: int | None) -> str:
+        parts = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                shape = list(x.shape)
+                if padded is not None and i not in self.static_inputs and shape:
+                    shape[0] = padded
+                where = f"@{x.data_ptr():#x}" if i in self.static_inputs else ""
+                stride = "c" if padded is not None else tuple(x.stride())
+                parts.append(f"{x.dtype}{shape}{stride}{where}")
+            else:
+                parts.append(repr(x))
+        return ", ".join(parts)
+
+    def _new_entry(self, signature: str, inputs: Sequence, padded: int | None) -> _Entry:
+        static, nbytes = [], 0
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor) or i in self.static_inputs:
+                static.append(None)
+                continue
+            if padded is not None and x.dim() > 0:
+                buf = torch.zeros((padded, *x.shape[1:]), dtype=x.dtype, device=x.device)
+            else:
+                buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+            static.append(buf)
+            nbytes += buf.untyped_storage().nbytes()
+        entry = _Entry(signature, static, padded, input_bytes=nbytes)
+        self.entries[signature] = entry
+        return entry
+
+    def _graph_inputs(self, entry: _Entry, inputs: Sequence) -> list:
+        return [inputs[i] if buf is None else buf for i, buf in enumerate(entry.static_inputs)]
+
+    def _copy_in(self, entry: _Entry, inputs: Sequence, real: int | None) -> None:
+        for x, buf in zip(inputs, entry.static_inputs, strict=True):
+            if buf is None or x.data_ptr() == buf.data_ptr():
+                continue
+            if real is not None and entry.padded is not None and buf.dim() > 0:
+                buf[:real].copy_(x)
+                if real < entry.padded:
+                    buf[real:].zero_()
+            else:
+                buf.copy_(x)
+
+    def _copy_back(self, entry: _Entry, inputs: Sequence, real: int | None) -> None:
+        for i in self.mutated_inputs:
+            buf = entry.static_inputs[i]
+            if buf is None or inputs[i].data_ptr() == buf.data_ptr():
+                continue
+            inputs[i].copy_(buf[:real] if real is not None and entry.padded is not None else buf)
+
+    def _pick_slot(self, entry: _Entry, inputs: Sequence) -> tuple[_Slot | None, bool]:
+        """(slot to replay, whether its outputs are copied out)."""
+        pool = _slots_of_pool(self.engine.pool)
+        for slot in entry.slots:
+            if not slot.outputs_held() and not pool.later_outputs_held(slot):
+                return slot, False
+        if len(entry.slots) < self.config.alias_slots:
+            slot = self._record(entry, f"alias {len(entry.slots)}", inputs)
+            entry.slots.append(slot)
+            return slot, False
+        if entry.copy_slot is None:
+            entry.copy_slot = self._record(entry, "copy", inputs)
+        if pool.later_outputs_held(entry.copy_slot):
+            return None, True
+        return entry.copy_slot, True
+
+    def _record(self, entry: _Entry, label: str, inputs: Sequence) -> _Slot:
+        # stable inputs are recorded in place (their addresses are in the entry's signature)
+        graph_inputs = self._graph_inputs(entry, inputs)
+        try:
+            handle, outputs, pool_bytes = self.engine.capture(self.fn, graph_inputs)
+        except Exception as e:  # e.g. a synchronizing op inside the capture
+            raise _CaptureFailed(f"{type(e).__name__}: {e}") from e
+        kinds = self._output_kinds(entry, graph_inputs, outputs)
+        slot = _Slot(handle, outputs, kinds, label)
+        _slots_of_pool(self.engine.pool).slots.add(slot)
+        record = Recording(
+            runner=self.name,
+            signature=entry.signature,
+            slot=label,
+            output_bytes=slot.output_bytes(),
+            input_bytes=entry.input_bytes if not entry.slots and entry.copy_slot is None else 0,
+            pool_bytes=max(int(pool_bytes), 0),
+        )
+        with _lock:
+            _recordings.append(record)
+        return slot
+
+    def _output_kinds(self, entry: _Entry, graph_inputs: list, outputs: list) -> list[str]:
+        copied = {_storage_key(b) for b in entry.static_inputs if b is not None}
+        stable = {_storage_key(x) for i, x in enumerate(graph_inputs)
+                  if isinstance(x, torch.Tensor) and entry.static_inputs[i] is None}
+        kinds = []
+        for out in outputs:
+            if not isinstance(out, torch.Tensor):
+                kinds.append("value")
+            elif _storage_key(out) in copied:
+                kinds.append("copy")
+            elif _storage_key(out) in stable:
+                kinds.append("stable")
+            else:
+                kinds.append("graph")
+        return kinds
+
+    def _hand_out(self, entry: _Entry, slot: _Slot, copy_out: bool, real: int | None) -> list:
+        result = []
+        for out, kind in zip(slot.outputs, slot.kinds, strict=True):
+            if kind in ("value", "stable"):
+                result.append(out)
+                continue
+            view = out
+            if real is not None and entry.padded is not None and out.dim() > 0 \
+                    and out.shape[0] == entry.padded:
+                view = out[:real]
+            if copy_out or kind == "copy":
+                result.append(view.clone())
+            else:
+                result.append(view.detach() if view is out else view)
+        return result
+
+
+class _CaptureFailed(RuntimeError):
+    pass
