@@ -1,8 +1,10 @@
 """Frame capture on real models: graphs and cold capture time, kiln's frontend vs
 torch.compile's (TorchDynamo), both with a backend that runs the graphs as they are.
 
-For each model (timm resnet18, vit_tiny_patch16_224, mobilenetv3_small_100; transformers
-BERT, GPT-2 and Llama from small configs, no downloads) it runs, in one process:
+For each model (``MODELS``: 35 architectures: timm convnets with depthwise convolutions,
+vision transformers and mixers; transformers encoder-only, decoder-only and encoder-decoder
+LMs, a ViT and two speech models, all built from small configs, no downloads) it runs, in
+one process:
 
 * eager, to get the reference output;
 * ``kiln_frontend.optimize(backend)`` — cold first call (capture + graphs + the run), then a
@@ -51,51 +53,114 @@ def _torchvision_importable() -> None:
     _torchvision_shim.install()
 
 
-def _timm(name: str) -> Callable:
+def _timm(name: str, size: int = 224, **kw) -> Callable:
     def build():
         _torchvision_importable()
         import timm
 
-        model = timm.create_model(name, pretrained=False)
-        return model, (torch.randn(2, 3, 224, 224),)
+        model = timm.create_model(name, pretrained=False, **kw)
+        return model, (torch.randn(2, 3, size, size),), {}
 
     return build
 
 
-def _bert():
-    _torchvision_importable()
-    from transformers import BertConfig, BertModel
+def _hf(config_cls: str, model_cls: str, inputs: Callable[[], dict], **config) -> Callable:
+    """A transformers model built from a small config (random weights, no download);
+    ``inputs()`` gives its keyword arguments."""
 
-    config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=256, vocab_size=1000, max_position_embeddings=128)
-    return BertModel(config), (torch.randint(0, 1000, (2, 32)),)
+    def build():
+        _torchvision_importable()
+        import transformers
 
+        cfg = getattr(transformers, config_cls)(**config)
+        return getattr(transformers, model_cls)(cfg), (), inputs()
 
-def _gpt2():
-    _torchvision_importable()
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config(n_embd=128, n_layer=2, n_head=2, n_positions=128, vocab_size=1000)
-    return GPT2LMHeadModel(config), (torch.randint(0, 1000, (2, 32)),)
+    return build
 
 
-def _llama():
-    _torchvision_importable()
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _ids(vocab: int = 1000, batch: int = 2, seq: int = 32) -> Callable[[], dict]:
+    return lambda: {"input_ids": torch.randint(0, vocab, (batch, seq))}
 
-    config = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                         max_position_embeddings=128)
-    return LlamaForCausalLM(config), (torch.randint(0, 1000, (2, 32)),)
+
+def _seq2seq(vocab: int = 1000) -> Callable[[], dict]:
+    return lambda: {"input_ids": torch.randint(0, vocab, (2, 16)),
+                    "decoder_input_ids": torch.randint(0, vocab, (2, 8))}
+
+
+#: small decoder-only / encoder-only sizes shared by the LM configs
+_LM = {"vocab_size": 1000, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+       "intermediate_size": 256, "max_position_embeddings": 128}
+_BART = {"vocab_size": 1000, "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+         "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 128,
+         "decoder_ffn_dim": 128, "max_position_embeddings": 64}
+_T5 = {"vocab_size": 1000, "d_model": 64, "d_ff": 128, "d_kv": 32, "num_layers": 2,
+       "num_decoder_layers": 2, "num_heads": 2}
 
 
 MODELS: dict[str, Callable] = {
+    # timm: convnets (depthwise: mobilenets, efficientnet, convnext, ghostnet, edgenext)
     "resnet18": _timm("resnet18"),
-    "vit_tiny_patch16_224": _timm("vit_tiny_patch16_224"),
     "mobilenetv3_small_100": _timm("mobilenetv3_small_100"),
-    "bert": _bert,
-    "gpt2": _gpt2,
-    "llama": _llama,
+    "mobilenetv2_050": _timm("mobilenetv2_050", 96),
+    "efficientnet_b0": _timm("efficientnet_b0", 96),
+    "convnext_atto": _timm("convnext_atto", 96),
+    "ghostnet_100": _timm("ghostnet_100", 96),
+    "regnetx_002": _timm("regnetx_002", 96),
+    "edgenext_xx_small": _timm("edgenext_xx_small", 96),
+    "poolformer_s12": _timm("poolformer_s12", 64),
+    # timm: vision transformers and MLP mixers
+    "vit_tiny_patch16_224": _timm("vit_tiny_patch16_224"),
+    "deit_tiny_patch16_224": _timm("deit_tiny_patch16_224", 64, img_size=64),
+    "mixer_s16_224": _timm("mixer_s16_224", 64, img_size=64),
+    "levit_128s": _timm("levit_128s"),
+    # transformers: encoder-only LMs
+    "bert": _hf("BertConfig", "BertModel", _ids(), **_LM),
+    "roberta": _hf("RobertaConfig", "RobertaModel", _ids(), **{**_LM, "max_position_embeddings": 130}),
+    "distilbert": _hf("DistilBertConfig", "DistilBertModel", _ids(), vocab_size=1000, dim=128,
+                      n_layers=2, n_heads=4, hidden_dim=256, max_position_embeddings=128),
+    "albert": _hf("AlbertConfig", "AlbertModel", _ids(), embedding_size=64, **_LM),
+    "electra": _hf("ElectraConfig", "ElectraModel", _ids(), embedding_size=64, **_LM),
+    "deberta_v2": _hf("DebertaV2Config", "DebertaV2Model", _ids(), **_LM),
+    "mobilebert": _hf("MobileBertConfig", "MobileBertModel", _ids(), vocab_size=1000,
+                      hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, embedding_size=64, intra_bottleneck_size=64,
+                      true_hidden_size=64, max_position_embeddings=128),
+    "vit_hf": _hf("ViTConfig", "ViTModel", lambda: {"pixel_values": torch.randn(2, 3, 32, 32)},
+                  image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=128),
+    # transformers: decoder-only LMs
+    "gpt2": _hf("GPT2Config", "GPT2LMHeadModel", _ids(), n_embd=128, n_layer=2, n_head=2,
+                n_positions=128, vocab_size=1000, bos_token_id=0, eos_token_id=1),
+    "llama": _hf("LlamaConfig", "LlamaForCausalLM", _ids(), num_key_value_heads=2, **_LM),
+    "mistral": _hf("MistralConfig", "MistralForCausalLM", _ids(), num_key_value_heads=2, **_LM),
+    "qwen2": _hf("Qwen2Config", "Qwen2ForCausalLM", _ids(), num_key_value_heads=2, **_LM),
+    "gemma": _hf("GemmaConfig", "GemmaForCausalLM", _ids(), num_key_value_heads=2, head_dim=32,
+                 **_LM),
+    "phi": _hf("PhiConfig", "PhiForCausalLM", _ids(), **_LM),
+    "gpt_neox": _hf("GPTNeoXConfig", "GPTNeoXForCausalLM", _ids(), **_LM),
+    "opt": _hf("OPTConfig", "OPTForCausalLM", _ids(), vocab_size=1000, hidden_size=128,
+               num_hidden_layers=2, num_attention_heads=4, ffn_dim=256, word_embed_proj_dim=128,
+               max_position_embeddings=128),
+    # transformers: encoder-decoder LMs
+    "t5": _hf("T5Config", "T5Model", _seq2seq(), **_T5),
+    "t5_no_cache": _hf("T5Config", "T5Model", _seq2seq(), use_cache=False, **_T5),
+    "bart": _hf("BartConfig", "BartModel", _seq2seq(), **_BART),
+    "mbart": _hf("MBartConfig", "MBartModel", _seq2seq(), **_BART),
+    # transformers: speech
+    "whisper": _hf("WhisperConfig", "WhisperModel",
+                   lambda: {"input_features": torch.randn(1, 80, 64),
+                            "decoder_input_ids": torch.randint(0, 1000, (1, 8))},
+                   vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2,
+                   encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128,
+                   decoder_ffn_dim=128, num_mel_bins=80, max_source_positions=32,
+                   max_target_positions=64, pad_token_id=0, bos_token_id=0, eos_token_id=1,
+                   decoder_start_token_id=1),
+    "wav2vec2": _hf("Wav2Vec2Config", "Wav2Vec2Model",
+                    lambda: {"input_values": torch.randn(1, 4000)},
+                    hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=128, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2),
+                    conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+                    num_conv_pos_embedding_groups=2),
 }
 
 
@@ -143,20 +208,21 @@ def _dynamo():
     return importlib.import_module("torch._dynamo")
 
 
-def measure(kind: str, model: torch.nn.Module, inputs: tuple, expected: list) -> Run:
+def measure(kind: str, model: torch.nn.Module, inputs: tuple, kwargs: dict,
+            expected: list) -> Run:
     run = Run()
     backend = RecordingBackend()
     try:
         fn = _compiled(kind, model, backend)
         with torch.no_grad():
             t0 = time.perf_counter()
-            out = fn(*inputs)
+            out = fn(*inputs, **kwargs)
             run.first_s = time.perf_counter() - t0
             graphs_after_first = len(backend.graphs)
             cached = []
             for _ in range(3):
                 t0 = time.perf_counter()
-                out2 = fn(*inputs)
+                out2 = fn(*inputs, **kwargs)
                 cached.append(time.perf_counter() - t0)
             run.second_s = statistics.median(cached)
         for got in (out, out2):
@@ -211,7 +277,8 @@ def main(argv=None) -> int:
     results: dict[str, dict[str, Run]] = {}
     for name in names:
         try:
-            model, inputs = MODELS[name]()
+            torch.manual_seed(0)
+            model, inputs, kwargs = MODELS[name]()
         except Exception as e:  # noqa: BLE001
             progress.write(f"{name}: cannot build ({first_line(e)})")
             results[name] = {k: Run(error=f"build: {first_line(e)}") for k in ("kiln", "torch")}
@@ -220,17 +287,19 @@ def main(argv=None) -> int:
             continue
         model.eval()
         with torch.no_grad():
-            expected = tensors_of(model(*inputs))
+            expected = tensors_of(model(*inputs, **kwargs))
         results[name] = {}
         for kind in ("kiln", "torch"):
             progress.step(f"{name} under {'kiln_frontend' if kind == 'kiln' else 'torch.compile'}")
-            results[name][kind] = r = measure(kind, copy.deepcopy(model), inputs, expected)
+            results[name][kind] = r = measure(kind, copy.deepcopy(model), inputs, kwargs,
+                                                expected)
             progress.write(f"  {name} {kind}: graphs={r.graphs} capture={_fmt_s(r.capture_s)}"
                            f"{' ERROR ' + r.error if r.error else ''}")
             progress.done()
     progress.close()
 
-    header = ["model", "graphs kiln", "graphs torch.compile", "capture kiln",
+    header = ["model", "correct kiln", "correct torch", "graphs kiln", "graphs torch.compile",
+              "capture kiln",
               "capture torch.compile", "kiln / torch", "1st call kiln", "1st call torch",
               "ops kiln", "ops torch", "notes"]
     rows = []
@@ -239,11 +308,18 @@ def main(argv=None) -> int:
         ratio = (f"{k.capture_s / t.capture_s:.2f}" if k.capture_s is not None
                  and t.capture_s else "-")
         notes = "; ".join(f"{kind}: {x.error}" for kind, x in r.items() if x.error)
-        rows.append([name, k.graphs if k.graphs is not None else "-",
+        rows.append([name, "yes" if k.ok else "NO", "yes" if t.ok else "NO",
+                     k.graphs if k.graphs is not None else "-",
                      t.graphs if t.graphs is not None else "-", _fmt_s(k.capture_s),
                      _fmt_s(t.capture_s), ratio, _fmt_s(k.first_s), _fmt_s(t.first_s), k.ops if k.ops is not None else "-",
                      t.ops if t.ops is not None else "-", notes])
     print(markdown_table(header, rows))
+    graph_misses = [n for n, r in results.items()
+                    if not (r["kiln"].ok and r["torch"].ok
+                            and r["kiln"].graphs <= r["torch"].graphs)]
+    print(f"\ncorrect with graphs <= torch.compile's on {len(results) - len(graph_misses)}/"
+          f"{len(results)} models" + (f"; not on: {', '.join(graph_misses)}"
+                                      if graph_misses else ""))
     misses = [n for n, r in results.items()
               if not (r["kiln"].ok and r["torch"].ok and r["kiln"].graphs <= r["torch"].graphs
                       and r["kiln"].capture_s <= 0.5 * r["torch"].capture_s)]

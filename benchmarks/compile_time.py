@@ -13,6 +13,10 @@ graphs. Prints a table with ratios (torch.compile / kiln) and writes
 ``benchmarks/results/compile_time.json`` (or ``$OUT/compile_time.json``).
 
 Targets (issue 13): kiln cold <= 1/5 of torch.compile's cold; kiln warm < 1 s for resnet18.
+
+``--pin-kiln-sources``: kiln's cache key holds a hash of its packages' sources, so in a checkout
+someone is editing while this runs, warm runs miss; the flag pins that hash in the children
+(measurement only: a real install never changes under a running process).
 Benchmarks only: torch.compile is the reference here, never in product code.
 """
 
@@ -80,9 +84,13 @@ def _build(name: str, device: str):
     return LastHidden(model).eval().to(device), (ids,)
 
 
-def child(name: str, compiler: str, device: str) -> dict:
+def child(name: str, compiler: str, device: str, pin_sources: bool = False) -> dict:
     import torch
 
+    if pin_sources:
+        import kiln.cache
+
+        kiln.cache._sources_hash = lambda: "pinned-by-benchmark"
     model, inputs = _build(name, device)
 
     def sync():
@@ -134,12 +142,14 @@ def child(name: str, compiler: str, device: str) -> dict:
 # ------------------------------------------------------------------------- the parent
 
 
-def run_child(name: str, compiler: str, device: str, cache_root: str, timeout: int) -> dict:
+def run_child(name: str, compiler: str, device: str, cache_root: str, timeout: int,
+              pin: bool = False) -> dict:
     env = dict(os.environ)
     env["KILN_CACHE_DIR"] = os.path.join(cache_root, "kiln")
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_root, "inductor")
     env.pop("KILN_COMPILE_DEBUG", None)
     cmd = [sys.executable, __file__, "--child", name, compiler, "--device", device]
+    cmd += ["--pin-kiln-sources"] if pin else []
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -165,9 +175,11 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "COMPILER"))
+    ap.add_argument("--pin-kiln-sources", action="store_true")
     args = ap.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child(args.child[0], args.child[1], args.device)), flush=True)
+        result = child(args.child[0], args.child[1], args.device, args.pin_kiln_sources)
+        print("RESULT " + json.dumps(result), flush=True)
         return
 
     models = [m for m in args.models.split(",") if m]
@@ -180,11 +192,15 @@ def main() -> None:
             for temp in ("cold", "warm"):
                 print(f"[compile_time] {name} {compiler} {temp} ...", flush=True)
                 try:
-                    r = run_child(name, compiler, args.device, root, args.timeout)
+                    r = run_child(name, compiler, args.device, root, args.timeout,
+                                  args.pin_kiln_sources)
                 except Exception as e:  # keep going: one row per failure
                     r = {"error": f"{type(e).__name__}: {e}"}
                 row[f"{compiler}_{temp}"] = r
-                msg = r.get("error") or f"compile {r['compile_s']:.2f} s (first call {r['first_call_s']:.2f} s)"
+                msg = r.get("error") or (
+                    f"compile {r['compile_s']:.2f} s (first call {r['first_call_s']:.2f} s)"
+                    + (f", graph cache hits {r['graph_cache_hits']}/{r['graphs']}"
+                       if "graphs" in r else ""))
                 print(f"[compile_time]   {msg}", flush=True)
 
     header = ["model", "kiln cold", "kiln warm", "torch cold", "torch warm", "cold ratio",

@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, {here!r})
     import _torchvision_shim
     _torchvision_shim.install()
-    import torch, timm, kiln, kiln_runtime
+    import torch, timm, kiln, kiln.cache, kiln_runtime
 
     out_path, load_blob, save_blob = sys.argv[1], sys.argv[2], sys.argv[3]
     if load_blob != "-":
@@ -51,6 +51,7 @@ CHILD = textwrap.dedent(
         "graph_cache_misses": s.graph_cache_misses,
         "cpp_compiles": s.cpp_compiles,
         "eager_fallbacks": s.eager_fallbacks,
+        "kiln_sources": kiln.cache._sources_hash()[:16],  # in the key: an edit means a miss
     }}))
     """
 ).format(here=str(HERE))

@@ -28,7 +28,8 @@ TOY_IF_LINE = toy_example.__code__.co_firstlineno + 2
 
 
 def test_explain_toy_example():
-    out = kiln_frontend.explain(toy_example)(torch.randn(10), torch.randn(10))
+    # b.sum() > 0: the branch is not taken, so the resume graph is the one multiply
+    out = kiln_frontend.explain(toy_example)(torch.randn(10), torch.rand(10) + 0.1)
     assert isinstance(out, kiln_frontend.ExplainOutput)
     assert out.graph_count == 2 and len(out.graphs) == 2
     assert out.graph_break_count == 1

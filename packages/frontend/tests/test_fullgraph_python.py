@@ -4,6 +4,7 @@ each function compiles to exactly one graph and agrees with eager."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import math
 
@@ -167,3 +168,155 @@ def test_module_compiled_with_a_local_backend_does_not_pickle():
     cm = kiln_compile(nn.ReLU(), backend=lambda gm, ex: gm.forward)
     with pytest.raises((AttributeError, pickle.PicklingError, TypeError)):
         pickle.dumps(cm)
+
+
+# -- try / except ----------------------------------------------------------------------------
+
+def _helper_that_raises(x):
+    if x.dim() == 2:
+        raise ValueError("two dims", 2)
+    return x
+
+
+def test_raise_and_catch_in_one_graph():
+    def f(x):
+        try:
+            raise ValueError("no")
+        except (TypeError, ValueError) as e:
+            x = x + len(e.args)
+        try:
+            y = _helper_that_raises(x)  # raised in an inlined call, caught here
+        except ValueError as e:
+            y = x * e.args[1]
+        finally:
+            y = y - 1
+        return y
+
+    one_graph(f, torch.randn(2, 3))
+
+
+def test_key_error_caught():
+    def f(x, d):
+        try:
+            scale = d["missing"]
+        except KeyError:
+            scale = d["present"]
+        return x * scale
+
+    one_graph(f, torch.randn(3), {"present": 3})
+
+
+def test_uncaught_raise_is_a_break_and_raises_like_eager():
+    def f(x):
+        y = x + 1
+        try:
+            raise KeyError("k")
+        except ValueError:
+            y = y * 2
+        return y
+
+    with pytest.raises(Exception, match="KeyError raised in captured code"):
+        kiln_compile(f, backend="eager", fullgraph=True)(torch.randn(3))
+    reset()
+    with pytest.raises(KeyError):
+        kiln_compile(f, backend="eager")(torch.randn(3))
+
+
+def test_raise_inside_with_runs_exit():
+    class Flag:
+        def __init__(self):
+            self.exited = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.exited += 1
+            return True  # swallow
+
+    def f(x, flag):
+        with flag:
+            x = x + 1
+            raise ValueError
+        return x * 2
+
+    eager_flag, flag = Flag(), Flag()
+    expected = f(torch.ones(2), eager_flag)
+    out = kiln_compile(f, backend="eager")(torch.ones(2), flag)
+    torch.testing.assert_close(out, expected)
+    assert flag.exited == eager_flag.exited == 1
+
+
+# -- @contextlib.contextmanager -------------------------------------------------------------
+
+@contextlib.contextmanager
+def _scoped(log, scale):
+    log.append("enter")
+    try:
+        yield scale * 2
+    finally:
+        log.append("exit")
+
+
+def test_contextmanager_generator_one_graph_in_order():
+    """The code after ``yield`` runs when the block is left, not at entry: the body sees
+    one entry in the log, the code after the block two."""
+
+    def f(x, log):
+        with _scoped(log, 3) as k:
+            y = x * k + len(log)
+        return y * 10 + len(log)
+
+    eager_log, log = [], []
+    expected = f(torch.ones(2), eager_log)
+    graphs = []
+
+    def backend(gm, ex):
+        graphs.append(gm)
+        return gm.forward
+
+    out = kiln_compile(f, backend=backend, fullgraph=True)(torch.ones(2), log)
+    torch.testing.assert_close(out, expected)
+    assert len(graphs) == 1
+    assert log == eager_log == ["enter", "exit"]
+
+
+def test_contextmanager_with_a_graph_break_inside_is_correct():
+    def f(x, log):
+        with _scoped(log, 2) as k:
+            y = x * k
+            print(end="")  # graph break inside the block
+            y = y + len(log)
+        return y * 10 + len(log)
+
+    eager_log, log = [], []
+    expected = f(torch.ones(2), eager_log)
+    out = kiln_compile(f, backend="eager")(torch.ones(2), log)
+    torch.testing.assert_close(out, expected)
+    assert log == eager_log
+
+
+# -- NumPy scalars ---------------------------------------------------------------------------
+
+def test_numpy_scalars_are_guarded_constants():
+    np = pytest.importorskip("numpy")
+    scale = {"s": np.float32(2.0)}
+
+    def f(x):
+        return x * scale["s"] + np.float64(0.5) * np.pi
+
+    gm = one_graph(f, torch.randn(3))
+    assert "np." not in gm.code  # the graph code names no module it does not import
+    scale["s"] = np.float32(3.0)  # CONSTANT_MATCH on the value: recompiles, stays correct
+    compiled = kiln_compile(f, backend="eager")
+    torch.testing.assert_close(compiled(torch.ones(3)), f(torch.ones(3)))
+
+
+def test_dict_update_from_pairs():
+    def f(x):
+        d = {"a": 1}
+        d.update(zip(["b", "c"], [x, x * 2]))
+        d.update([("a", 3)], z=4)
+        return d["b"] + d["c"] * d["a"] + d["z"]
+
+    one_graph(f, torch.randn(3))

@@ -36,6 +36,15 @@ def _graph_backend(gm, example_inputs):
     return gm.forward
 
 
+def _baking_backend(gm, example_inputs):
+    """Like a real compiler (kiln's bakes parameters into its compiled code): runs a copy of
+    the graph module made at compile time, so a module's tensors replaced later are not
+    seen unless a guard recompiles."""
+    import copy
+
+    return copy.deepcopy(gm).forward
+
+
 @dataclasses.dataclass
 class Case:
     #: what eager runs
@@ -53,6 +62,7 @@ class Case:
     compiled: Callable[..., Any] | None = None
     #: undo a mutation of process-wide state (math.sqrt, default dtype)
     restore: Callable[[], None] | None = None
+    backend: Callable[..., Any] = _graph_backend
 
 
 CASES: dict[str, tuple[str, Callable[[], Case]]] = {}
@@ -972,6 +982,76 @@ def _():
     return Case(m, (_x(),), [go])
 
 
+@case("leaf_module_weight_replaced", "parameter")
+def _():
+    m = _Scaled()  # self.lin is a torch-defined leaf: one call_module node
+    return Case(m, (_x(),), [_set_attr(m.lin, "weight", nn.Parameter(torch.randn(4, 4)))],
+                backend=_baking_backend)
+
+
+@case("leaf_module_buffer_replaced", "buffer")
+def _():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4).eval()
+
+        def forward(self, x):
+            return self.bn(x)
+
+    m = M().eval()
+    return Case(m, (_x(2, 4),), [_set_attr(m.bn, "running_mean", torch.full((4,), 2.0))],
+                backend=_baking_backend)
+
+
+@case("leaf_module_setting_changed", "object attribute")
+def _():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+
+        def forward(self, x):
+            return self.bn(x)
+
+    m = M().eval()
+    with torch.no_grad():
+        m.bn.running_var.fill_(0.01)
+    return Case(m, (_x(2, 4),), [_set_attr(m.bn, "eps", 0.5)], backend=_baking_backend)
+
+
+@case("module_converted_to_float64", "parameter")
+def _():
+    m = _Affine()
+    x64 = _x().double()
+
+    def go():
+        m.double()  # swaps each parameter's .data: same objects, new dtype
+
+    def run(mod):
+        def call(x):
+            return mod(x64 if next(m.parameters()).dtype == torch.float64 else x)
+        return call
+
+    compiled = kiln_frontend.compile(m, backend=_baking_backend)
+    return Case(run(m), (_x(),), [go], compiled=run(compiled))
+
+
+@case("leaf_module_requires_grad_toggled", "parameter")
+def _():
+    m = _Scaled()
+
+    def run(mod):
+        def call(x):
+            out = mod(x)
+            return out, out.requires_grad
+        return call
+
+    compiled = kiln_frontend.compile(m, backend=_graph_backend)
+    return Case(run(m), (_x(),), [lambda: m.lin.requires_grad_(False)],
+                compiled=run(compiled))
+
+
 @case("submodule_forward_monkeypatched", "method")
 def _():
     m = _Outer()
@@ -1253,7 +1333,7 @@ def test_state_change_is_seen(name):
     kiln_frontend.reset()
     c = factory()
     compiled = c.compiled or kiln_frontend.compile(
-        c.target if c.target is not None else c.fn, backend=_graph_backend)
+        c.target if c.target is not None else c.fn, backend=c.backend)
     try:
         _run(c, compiled, "first call")
         assert counters["compiles"] >= 1, "nothing was compiled"
@@ -1321,3 +1401,42 @@ def test_recompile_log_names_the_changed_state(caplog, mutate, expected):
         kiln_frontend.reset()
     messages = "\n".join(r.getMessage() for r in caplog.records if r.name == "kiln.recompiles")
     assert expected in messages, messages
+
+
+def test_guards_read_the_called_functions_own_cells():
+    """The C hook publishes the function whose frame it checks (``guarded_function``), so a
+    guard on a closure cell reads the cells of *this* call's closure: two closures of one
+    code share a cache but never each other's entries."""
+    import types as types_
+
+    from kiln_frontend import _evalframe as C
+
+    def make(k):
+        def f(x):
+            return x * k
+        return f
+
+    compiled_for = []
+
+    def callback(info):
+        if info.code is not make(0).__code__:
+            return None
+        k0 = info.closure[0].cell_contents
+
+        def check(x):
+            return C.guarded_function().__closure__[0].cell_contents == k0
+
+        fn = types_.FunctionType(info.code.replace(), info.globals, "f_compiled", None,
+                                 info.closure)
+        compiled_for.append(k0)
+        return check, fn
+
+    prev = C.set_eval_frame(callback)
+    try:
+        results = [make(3)(2), make(3)(2), make(5)(2), make(5)(2), make(3)(2)]
+    finally:
+        C.set_eval_frame(prev)
+        kiln_frontend.reset()
+    assert results == [6, 6, 10, 10, 6]
+    assert compiled_for == [3, 5]  # one entry per cell value, each reused
+    assert C.guarded_function() is None  # only set while guards or the callback run

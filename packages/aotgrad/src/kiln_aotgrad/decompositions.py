@@ -7,8 +7,8 @@ One rule table, built once:
 2. add torch's decompositions for the composite ops that loopir should see as their pieces
    (softmax, the norms, gelu & friends: see ``_FROM_TORCH``);
 3. add kiln's own rules (``@_rule``) where torch's decomposition leaves ``prims`` ops in the
-   graph (var / var_mean) or where it has none (lift_fresh_copy, the CPU flash-attention
-   backward of training graphs);
+   graph (var / var_mean) or where it has none (lift_fresh_copy, the backward of the fused
+   attention kernels in training graphs);
 4. remove the ops kiln keeps whole as extern-call candidates (``KEEP``: matmul family,
    convolution, scaled-dot-product attention kernels).
 
@@ -160,6 +160,42 @@ def _lift_fresh_copy(x):
     return aten.clone.default(x)
 
 
+def _attention_backward(grad_out, query, key, value, out, logsumexp, is_causal, attn_mask, scale):
+    """Grads of q, k, v of softmax attention, in matmuls and pointwise ops: the probabilities
+    are recomputed from the forward's ``logsumexp`` as flash attention does, so the forward
+    stays one extern kernel and saves no ``L x S`` matrix."""
+    dtype = query.dtype
+    if dtype in (torch.float16, torch.bfloat16):  # computed in float32, as the kernels do
+        grad_out, query, key, value, out = (t.float() for t in (grad_out, query, key, value, out))
+    L, S = query.shape[-2], key.shape[-2]
+    s = scale if scale is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-2, -1)) * s
+    if is_causal:
+        keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask.float()
+    # the CUDA memory-efficient kernel pads logsumexp's last dim to a multiple of 32
+    lse = logsumexp[..., :L].float()
+    probs = torch.exp(scores - lse.unsqueeze(-1))
+    grad_value = torch.matmul(probs.transpose(-2, -1), grad_out)
+    grad_probs = torch.matmul(grad_out, value.transpose(-2, -1))
+    delta = (grad_out * out).sum(-1, keepdim=True)
+    grad_scores = probs * (grad_probs - delta) * s
+    grad_query = torch.matmul(grad_scores, key)
+    grad_key = torch.matmul(grad_scores.transpose(-2, -1), query)
+    return grad_query.to(dtype), grad_key.to(dtype), grad_value.to(dtype)
+
+
+def _grouped_heads(query, key) -> bool:
+    return key.dim() < 3 or key.shape[-3] != query.shape[-3]
+
+
+# The backward of the fused attention kernels (training graphs), which loopir does not lower.
+# With dropout (a random mask only the kernel knows) or grouped heads the op is kept.
 @_rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def _flash_attention_cpu_backward(
     grad_out,
@@ -174,37 +210,61 @@ def _flash_attention_cpu_backward(
     attn_mask=None,
     scale=None,
 ):
-    """The backward of CPU flash attention in matmuls and pointwise ops (training graphs):
-    the probabilities are recomputed from the saved ``logsumexp`` as flash attention does,
-    so the forward stays one extern kernel and saves no ``L x S`` matrix. With dropout, or
-    grouped heads, the op is kept (the aten fallback)."""
-    if dropout_p != 0.0 or key.shape[-3] != query.shape[-3]:
+    if dropout_p != 0.0 or _grouped_heads(query, key):
         return NotImplemented
-    dtype = query.dtype
-    up = [
-        t.float() if dtype in (torch.float16, torch.bfloat16) else t
-        for t in (grad_out, query, key, value, out)
-    ]
-    grad_out, query, key, value, out = up
-    s = scale if scale is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-2, -1)) * s
-    if is_causal:
-        L, S = query.shape[-2], key.shape[-2]
-        keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
-        else:
-            scores = scores + attn_mask
-    probs = torch.exp(scores - logsumexp.unsqueeze(-1))
-    grad_value = torch.matmul(probs.transpose(-2, -1), grad_out)
-    grad_probs = torch.matmul(grad_out, value.transpose(-2, -1))
-    delta = (grad_out * out).sum(-1, keepdim=True)
-    grad_scores = probs * (grad_probs - delta) * s
-    grad_query = torch.matmul(grad_scores, key)
-    grad_key = torch.matmul(grad_scores.transpose(-2, -1), query)
-    return grad_query.to(dtype), grad_key.to(dtype), grad_value.to(dtype)
+    return _attention_backward(
+        grad_out, query, key, value, out, logsumexp, is_causal, attn_mask, scale
+    )
+
+
+@_rule(aten._scaled_dot_product_flash_attention_backward.default)
+def _flash_attention_cuda_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    philox_offset,
+    *,
+    scale=None,
+):
+    if dropout_p != 0.0 or _grouped_heads(query, key):
+        return NotImplemented
+    return _attention_backward(grad_out, query, key, value, out, logsumexp, is_causal, None, scale)
+
+
+@_rule(aten._scaled_dot_product_efficient_attention_backward.default)
+def _efficient_attention_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    out,
+    logsumexp,
+    philox_seed,
+    philox_offset,
+    dropout_p,
+    grad_input_mask,
+    is_causal=False,
+    *,
+    scale=None,
+):
+    if dropout_p != 0.0 or _grouped_heads(query, key) or grad_input_mask[3]:
+        return NotImplemented
+    bias = None
+    if attn_bias is not None:
+        bias = attn_bias[..., : query.shape[-2], : key.shape[-2]]
+    grads = _attention_backward(grad_out, query, key, value, out, logsumexp, is_causal, bias, scale)
+    return (*grads, None)
 
 
 # ---------------------------------------------------------------- torch-function-level rules

@@ -204,10 +204,13 @@ class CompiledFunction(torch.autograd.Function):
 
 
 def _is_input(t, primals) -> bool:
-    if not isinstance(t, torch.Tensor):
+    """Does output ``t`` share memory with a primal (then it is cloned)? Dense tensors only."""
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
         return False
     storage = t.untyped_storage().data_ptr()
-    return any(
-        isinstance(p, torch.Tensor) and p.untyped_storage().data_ptr() == storage and storage != 0
+    return storage != 0 and any(
+        isinstance(p, torch.Tensor)
+        and p.layout == torch.strided
+        and p.untyped_storage().data_ptr() == storage
         for p in primals
     )

@@ -1282,7 +1282,7 @@ _MATH = {
     "acosh": _fp("acosh"),
     "atanh": _fp("atanh"),
     "sigmoid": _sigmoid,
-    "erf": _fp("erf"),
+    "erf": lambda x, dtype: f"kiln_erf({x})" if dtype == torch.float32 else _fp("erf")(x, dtype=dtype),
     "erfc": _fp("erfc"),
     "erfinv": lambda x, dtype: f"kiln_erfinv({x})",
     "lgamma": _fp("lgamma"),

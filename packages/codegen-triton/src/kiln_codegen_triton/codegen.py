@@ -37,9 +37,13 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     if r is not None:
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 4096 // r)), "RBLOCK": r}]
-        warps = 4 if r <= 512 else 8 if r <= 2048 else 16
-        xs = [x for x in (1, 2, 4, 8, 16, 32) if x * r <= 8192 and x <= _next_pow2(hint_x)] or [1]
-        return [{"XBLOCK": x, "RBLOCK": r, "num_warps": warps if x * r >= 1024 else 4} for x in xs[:4]]
+        # the largest few row counts per program that keep the tile within 4096 elements
+        xs = [x for x in (1, 2, 4, 8, 16, 32, 64, 128) if x * r <= 4096 and x <= _next_pow2(hint_x)] or [1]
+        configs = [{"XBLOCK": x, "RBLOCK": r, "num_warps": 4 if x * r <= 1024 else 8 if x * r <= 2048 else 16}
+                   for x in reversed(xs[-3:])]
+        if len(configs) == 1 and r >= 2048:  # one row per program: try fewer warps too
+            configs.append({"XBLOCK": 1, "RBLOCK": r, "num_warps": 8})
+        return configs
     if interpret:
         return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 64)), "RBLOCK": 64}]
     if hint_x >= 1024 and tiling.rnumel_hint <= 8192:

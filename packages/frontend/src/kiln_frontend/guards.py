@@ -2,10 +2,11 @@
 
 While the symbolic interpreter runs it records ``Guard`` objects (a ``Source`` and a kind:
 ``TENSOR_MATCH``, ``TYPE_MATCH``, ``ID_MATCH``, ``CONSTANT_MATCH``, ``FUNCTION_MATCH``,
-``NN_MODULE``, ``LIST_LENGTH``, ``DICT_KEYS``, ``GRAD_MODE``).  When the frame is done they are
-compiled into ONE check function per cache entry: Python source for
-``def check(<argument slot names>):`` that ``and``s every guard's expression is generated and
-exec'd once.  Tensor checks call ``TensorGuard`` objects (C, from ``kiln_frontend._evalframe``;
+``NN_MODULE``, ``LIST_LENGTH``, ``DICT_KEYS``, ``HASATTR``, ``GRAD_MODE``, ``GLOBAL_STATE``,
+``SHAPE_ENV``; docs/frontend-capture.md "Guard kinds" says what each protects).  When the
+frame is done they are compiled into ONE check function per cache entry: Python source for
+``def check(<argument slot names>):`` that tests every guard in turn (each source evaluated
+once, into a local) is generated and exec'd once.  Tensor checks call ``TensorGuard`` objects (C, from ``kiln_frontend._evalframe``;
 a pure-Python stand-in with the same interface is used only while the C extension is not
 built).
 
@@ -215,8 +216,9 @@ class Guard:
 
     ``expected`` depends on the kind: the constant (CONSTANT_MATCH), the object id
     (ID_MATCH/FUNCTION_MATCH), ``(id, training)`` (NN_MODULE), the type (TYPE_MATCH),
-    ``(type, length)`` (LIST_LENGTH), ``(type, keys)`` (DICT_KEYS), a TensorGuard
-    (TENSOR_MATCH), the flag (GRAD_MODE; source None)."""
+    ``(type, length)`` (LIST_LENGTH), ``(type, keys)`` (DICT_KEYS), ``(name, bool)``
+    (HASATTR), a TensorGuard (TENSOR_MATCH), the flag (GRAD_MODE; source None), the
+    ``torch_global_state()`` tuple (GLOBAL_STATE; source None)."""
 
     source: Source | None
     kind: GuardKind

@@ -322,6 +322,27 @@ class IdentitySource(ChainedSource):
         raise NotImplementedError("an identity test is guarded, not reloaded")
 
 
+@dataclasses.dataclass(frozen=True)
+class AttrTupleSource(ChainedSource):
+    """``(base.a, base.b, ...)``: several plain attributes of one object read as one tuple, so
+    one CONSTANT_MATCH covers them (a torch-defined module's settings: ``eps``, ``stride``,
+    ``p``...). Guarded, never reloaded."""
+
+    members: tuple[str, ...]
+
+    def name(self) -> str:
+        return f"{self.base_source.name()}.{{{', '.join(self.members)}}}"
+
+    def short_name(self) -> str:
+        return f"{self.base_source.short_name()}.{{{', '.join(self.members)}}}"
+
+    def guard_expr_on(self, base: str) -> str:
+        return "(" + "".join(f"{base}.{m}, " for m in self.members) + ")"
+
+    def reconstruct(self, codegen: Any) -> None:
+        raise NotImplementedError("an attribute tuple is guarded, not reloaded")
+
+
 def cell_contents_source(fn_source: Source, index: int) -> Source:
     """The contents of closure cell ``index`` of the function at ``fn_source``."""
     return AttrSource(GetItemSource(AttrSource(fn_source, "__closure__"), index), "cell_contents")
@@ -343,6 +364,7 @@ __all__ = [
     "BuiltinSource",
     "ModuleSource",
     "AttrSource",
+    "AttrTupleSource",
     "GetItemSource",
     "NNModuleMemberSource",
     "IdentitySource",

@@ -15,7 +15,8 @@
 - ``kiln.reset()``: forget everything compiled in this process (like ``torch.compiler.reset()``).
 - ``kiln.save_cache_artifacts()`` / ``kiln.load_cache_artifacts(blob)``: ship a warm cache.
 - ``kiln.backend``: the ``kiln`` and ``loopir_interpret`` backends (entry points
-  ``kiln.backends``), ``compile_aten``, ``codegen_for_device``.
+  ``kiln.backends``), ``compile_aten``, ``codegen_for_device`` (codegens are plug-ins found
+  through the entry points ``kiln.codegens``: cpp for CPU, triton for CUDA).
 
 See docs/kiln.md.
 """

@@ -93,7 +93,7 @@ def compile_inference(
                     gm, example_inputs, config, back_half=back_half, trace=trace
                 )
         with pipeline_step("fold batchnorm (kiln.passes.fold_conv_batchnorm)"):
-            folded_gm, folded = fold_conv_batchnorm(gm)  # eval BN into conv weights, guarded
+            folded_gm, folded = fold_conv_batchnorm(gm, example_inputs)  # eval BN into conv weights, guarded
         with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)

@@ -16,9 +16,12 @@ checkout never hits an old entry), Python, torch, triton (when installed), the C
 
 **Entry** (kind ``graph``): ``artifact.pt`` with either the decision to run the graph eagerly
 (and why) or the wrapper source, the kernels (name, source, arguments, codegen meta), where
-each graph constant comes from (a parameter/buffer of the live module, by normalized name, or
-a tensor stored in the entry), the output structure and the facts the CUDA-graph wrapper
-needs.
+each graph constant comes from (a parameter/buffer of the live module by normalized name, a
+copy of one in another layout, or a tensor stored in the entry), the output structure and
+the facts the CUDA-graph wrapper needs. Stored tensors may be computed from the weights
+(BatchNorm folded into a conv): such an entry goes under a key that adds a hash of the
+weights' values, and a hit re-checks their version counters at each call. Entries are
+pickled and written by a background thread (``flush()`` waits for it).
 
 Not cached (compiled every time, logged on logger ``kiln.cache`` at DEBUG): graphs whose
 description holds an object without a stable text (a lambda's address, a module hook),
@@ -67,9 +70,12 @@ __all__ = [
     "NotCacheable",
     "compile_cached",
     "enabled",
+    "flush",
+    "graph_facts",
     "graph_key",
     "record_compiled",
     "record_eager",
+    "restore_structure",
 ]
 
 #: the disk-cache kind of graph-level artifacts
@@ -611,7 +617,7 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _weights_hash(gm) -> str:
     """A hash of the values of every parameter and buffer of ``gm`` (by name)."""
-    h = hashlib.blake2b(digest_size=32)
+    h = hashlib.sha256()  # OpenSSL: SHA extensions make it the fastest here
     seen: set[int] = set()
     for name, t in itertools.chain(gm.named_parameters(), gm.named_buffers()):
         if id(t) in seen:

@@ -830,11 +830,12 @@ def extern_result_meta(g: GraphLowering, op, cargs, ckwargs, meta):
         return meta, cargs, ckwargs
     fake_mode = _fake_mode_of(meta)
     try:
-        fakes = {id(c): _fake_like(c, f, fake_mode) for c, f in pairs}
+        fakes = {id(c): _fake_like(c, f, fake_mode) for c, f in pairs} | {"mode": fake_mode}
         fargs = _fake_args(cargs, list(node.args), fakes)
         fkwargs = _fake_args(ckwargs, dict(node.kwargs), fakes)
         with fake_mode:
             new_meta = op(*fargs, **fkwargs)
+        _same_sizes(g, new_meta, meta)  # e.g. a fresh unbacked size: keep the traced one
     except Exception as e:  # noqa: BLE001  (any failure: fall back to eager's layouts below)
         log.debug("%s: cannot rerun on the real input layouts (%s: %s); copying the inputs "
                   "into eager's layouts", _op_name(op), type(e).__name__, e)
@@ -844,15 +845,39 @@ def extern_result_meta(g: GraphLowering, op, cargs, ckwargs, meta):
     return meta, _replace_inputs(cargs, copies), _replace_inputs(ckwargs, copies)
 
 
+def _same_sizes(g: GraphLowering, new_meta, meta) -> None:
+    """The rerun's results have the traced results' sizes (else _NoFakeInput)."""
+    new, old = _tensors_in(new_meta), _tensors_in(meta)
+    if len(new) != len(old) or any(
+            [g.expr(s) for s in a.shape] != [g.expr(s) for s in b.shape] for a, b in zip(new, old, strict=True)):
+        raise _NoFakeInput("the rerun's result sizes differ from the traced ones")
+
+
 def has_eager_strides(g: GraphLowering, layout: Layout, fake: torch.Tensor) -> bool:
     """``layout`` has the traced tensor ``fake``'s strides on every dim of size > 1 (a size-1 dim's stride is never multiplied by a
     nonzero index); tensors without elements have no layout to disagree on."""
     size = [g.expr(s) for s in fake.shape]
-    if len(size) != len(layout.size) or any(statically_known_equal(s, 0) for s in size):
+    if len(size) != len(layout.size) or any(s == 0 for s in size):
         return len(size) == len(layout.size)
     want = [g.expr(s) for s in fake.stride()]
-    return all(statically_known_equal(sz, 1) or statically_known_equal(a, b)
-               for sz, a, b in zip(size, layout.stride, want, strict=True))
+    hints = _ordering_hints(list(layout.stride) + want)
+    return all(sz == 1 or _equal(a, b, hints) for sz, a, b in zip(size, layout.stride, want, strict=True))
+
+
+def _equal(a, b, hints: dict) -> bool:
+    """``a == b`` for size expressions, cheapest test first: structure, a numeric point (a
+    difference there settles it), expansion, then SymPy's simplify."""
+    a, b = sympify(a), sympify(b)
+    if a == b:
+        return True
+    if a.is_Integer and b.is_Integer:
+        return False
+    try:
+        if int(a.subs(hints)) != int(b.subs(hints)):
+            return False
+    except (TypeError, ValueError):
+        pass
+    return sympy.expand(a - b) == 0 or statically_known_equal(a, b)
 
 
 def _mismatched_inputs(cargs, fx_args, out: list) -> None:
@@ -898,8 +923,7 @@ def _dense_order(size, stride) -> list[int] | None:
     """Dims from outermost to innermost if ``size``/``stride`` is a permuted contiguous layout."""
     if not is_dense(size, stride):
         return None
-    hint = {s: 7 + 3 * k for k, s in enumerate(sorted(
-        set().union(*[sympify(e).free_symbols for e in size + stride]), key=lambda s: s.name))}
+    hint = _ordering_hints([sympify(e) for e in size + stride])
     keys = [(-int(sympify(st).subs(hint)), -int(sympify(sz).subs(hint)) if sympify(sz) != 1 else 1)
             for sz, st in zip(size, stride, strict=True)]
     return sorted(range(len(size)), key=lambda d: keys[d])
@@ -911,7 +935,16 @@ def _fake_args(cargs, fx_args, fakes: dict):
     if id(cargs) in fakes:
         return fakes[id(cargs)]
     if isinstance(fx_args, torch.fx.Node):
-        return fx_args.meta["val"]
+        if "val" in fx_args.meta:
+            return fx_args.meta["val"]
+        if not isinstance(cargs, (Buffer, ReinterpretView)):
+            raise _NoFakeInput(f"{fx_args.name} has no meta['val']")
+        lay = cargs.layout  # e.g. a hand-built graph's constant: its static layout
+        if not all(sympify(e).is_Integer for e in list(lay.size) + list(lay.stride)):
+            raise _NoFakeInput(f"{fx_args.name} has no meta['val'] and a symbolic layout")
+        with fakes["mode"]:
+            return torch.empty_strided([int(e) for e in lay.size], [int(e) for e in lay.stride],
+                                       dtype=lay.dtype, device=lay.device)
     if isinstance(fx_args, (list, tuple)):
         cs = cargs if isinstance(cargs, (list, tuple)) and len(cargs) == len(fx_args) else [None] * len(fx_args)
         return type(fx_args)(_fake_args(c, f, fakes) for c, f in zip(cs, fx_args, strict=True))
@@ -969,17 +1002,23 @@ def is_dense(size, stride) -> bool:
         return True
     # order by stride (numeric where possible)
     try:
-        subs = {s: 7 + 3 * k for k, s in enumerate(sorted(
-            set().union(*[e.free_symbols for d in dims for e in d]), key=lambda s: s.name))}
+        subs = _ordering_hints([e for d in dims for e in d])
         dims.sort(key=lambda d: int(d[0].subs(subs)))
     except Exception:
         return False
     expect = sympy.Integer(1)
     for st, sz in dims:
-        if not statically_known_equal(st, expect):
+        if not _equal(st, expect, subs):
             return False
         expect = expect * sz
     return True
+
+
+def _ordering_hints(exprs) -> dict:
+    """Large distinct values for the size symbols in ``exprs``, to order strides numerically
+    (small ones collapse sizes such as ``(s1 - 1)//16 + 1`` to 1 and tie their strides)."""
+    syms = sorted(set().union(*[sympify(e).free_symbols for e in exprs]), key=lambda s: s.name)
+    return {s: 10007 + 1009 * k for k, s in enumerate(syms)}
 
 
 def _cost(pw: Pointwise):

@@ -154,7 +154,9 @@ class CudaGraphEngine:
     _pools: dict[int, Any] = {}
 
     def __init__(self, device: torch.device | int | None = None):
-        index = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        index = torch.device("cuda" if device is None else device)
+        if index.index is None:
+            index = torch.device("cuda", torch.cuda.current_device())
         self.device = index
         with _lock:
             if index.index not in self._pools:
@@ -312,13 +314,17 @@ class CudaGraphRunner:
     def __call__(self, *inputs: Any) -> list:
         if self.skip_reason is not None:
             return self.fn(list(inputs))
-        device_type = self.engine.device_type
         if not self.warmed_up:
             outputs = self.fn(list(inputs))
             self.warmed_up = True
+            device_type = self._engine.device_type if self._engine else CudaGraphEngine.device_type
             tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
             if any(t.device.type != device_type for t in tensors):
                 self._skip(f"CPU tensors: a graph input or output is not on {device_type}")
+            elif len({t.device for t in tensors}) > 1:
+                self._skip("tensors on several devices")
+            elif self._engine is None and tensors:
+                self._engine = CudaGraphEngine(tensors[0].device)
             return outputs
         if self._mutated_input_aliases(inputs):
             self._once("mutated input aliases another input",

@@ -26,6 +26,7 @@ import ast
 import atexit
 import dataclasses
 import itertools
+import statistics
 import sys
 import threading
 import time
@@ -57,28 +58,59 @@ class StepTimes:
     name: str  # kernel name (cpp_kernel_3) or the extern's result (buf7)
     op: str  # kernel name again, or the extern's op text (aten.convolution.default)
     segment: int  # externs and kernels between two matched externs share a segment number
-    seconds: float = 0.0
-    calls: int = 0
+    samples: list[float] = dataclasses.field(default_factory=list, repr=False)  # s per call
+
+    @property
+    def calls(self) -> int:
+        return len(self.samples)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.samples)
 
     @property
     def ms_per_call(self) -> float:
-        return 1e3 * self.seconds / self.calls if self.calls else 0.0
+        """Median over calls: one preemption on a loaded machine does not move it."""
+        return 1e3 * statistics.median(self.samples) if self.samples else 0.0
 
 
 @dataclasses.dataclass
 class GraphProfile:
-    """Times of one compiled graph over its profiled calls (seconds are totals)."""
+    """Times of one compiled graph over its profiled calls (per-call samples; reports use
+    medians)."""
 
     name: str
     steps: list[StepTimes]
-    calls: int = 0
-    total_s: float = 0.0  # whole wrapper calls (kernels, externs, allocations, Python)
-    eager_calls: int = 0
-    eager_total_s: float = 0.0
-    eager_node_s: dict[str, float] = dataclasses.field(default_factory=dict)  # fx node -> s
+    call_s: list[float] = dataclasses.field(default_factory=list)  # whole wrapper calls
+    eager_call_s: list[float] = dataclasses.field(default_factory=list)
+    eager_node_s: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # node -> s
     eager_node_op: dict[str, str] = dataclasses.field(default_factory=dict)  # fx node -> op
     extern_match: dict[int, str] = dataclasses.field(default_factory=dict)  # step -> fx node
     eager_segment: dict[str, int] = dataclasses.field(default_factory=dict)  # fx node -> seg
+
+    @property
+    def calls(self) -> int:
+        return len(self.call_s)
+
+    @property
+    def eager_calls(self) -> int:
+        return len(self.eager_call_s)
+
+    @property
+    def kiln_ms(self) -> float:
+        """Median ms of a whole call (kernels, externs, allocations, Python)."""
+        return 1e3 * statistics.median(self.call_s) if self.call_s else 0.0
+
+    @property
+    def eager_ms(self) -> float | None:
+        return 1e3 * statistics.median(self.eager_call_s) if self.eager_calls else None
+
+    def eager_node_ms(self, node: str | None) -> float | None:
+        """Median ms of eager node ``node`` per call (None without an eager run)."""
+        if not node or not self.eager_calls:
+            return None
+        times = self.eager_node_s.get(node)
+        return 1e3 * statistics.median(times) if times else 0.0
 
     def op_of(self, node: str) -> str:
         """The ATen op of eager node ``node`` (``aten.mm.default``)."""
@@ -93,22 +125,21 @@ class GraphProfile:
             kernels = [s for s in self.steps if s.kind == "kernel" and s.segment == seg]
             nodes = [n for n, g in self.eager_segment.items() if g == seg]
             kiln_ms = sum(s.ms_per_call for s in kernels)
-            eager_ms = (1e3 * sum(self.eager_node_s.get(n, 0.0) for n in nodes) / self.eager_calls
-                        if self.eager_calls else None)
+            eager_ms = (sum(self.eager_node_ms(n) for n in nodes) if self.eager_calls else None)
             ops = Counter(_short(self.eager_node_op[n]) for n in nodes)
             out.append({"segment": seg, "kernels": [s.name for s in kernels], "kiln_ms": kiln_ms,
                         "eager_ms": eager_ms, "eager_ops": dict(ops)})
         return out
 
     def text(self) -> str:
-        kiln_ms = 1e3 * self.total_s / self.calls if self.calls else 0.0
+        kiln_ms = self.kiln_ms
         steps_ms = sum(s.ms_per_call for s in self.steps)
         head = (f"kiln perf: graph {self.name}: {self.calls} calls, {kiln_ms:.3f} ms/call "
                 f"({steps_ms:.3f} in {sum(s.kind == 'kernel' for s in self.steps)} kernels and "
                 f"{sum(s.kind == 'extern' for s in self.steps)} externs, "
                 f"{kiln_ms - steps_ms:.3f} wrapper)")
         if self.eager_calls:
-            eager_ms = 1e3 * self.eager_total_s / self.eager_calls
+            eager_ms = self.eager_ms
             head += f"; eager ATen ops {eager_ms:.3f} ms/call ({_ratio(kiln_ms, eager_ms)})"
         lines = [head, f"  {'segment / step':<28} {'kiln ms':>9} {'eager ms':>9} {'kiln/eager':>10}"
                        "  what"]
@@ -116,8 +147,7 @@ class GraphProfile:
         for s in self.steps:
             if s.kind == "extern":
                 node = self.extern_match.get(s.index)
-                e_ms = (1e3 * self.eager_node_s.get(node, 0.0) / self.eager_calls
-                        if node and self.eager_calls else None)
+                e_ms = self.eager_node_ms(node)
                 lines.append(_row(f"  {s.name} (extern)", s.ms_per_call, e_ms, _short(s.op)))
             seg = by_seg.pop(s.segment, None) if s.kind == "kernel" else None
             if seg is not None:
@@ -143,7 +173,7 @@ class GraphProfile:
         for s in self.steps:
             node = self.extern_match.get(s.index)
             if s.kind == "extern" and node and self.eager_calls:
-                e_ms = 1e3 * self.eager_node_s.get(node, 0.0) / self.eager_calls
+                e_ms = self.eager_node_ms(node)
                 if s.ms_per_call > LOSS_MARGIN * e_ms:
                     out.append((f"{self.name} {s.name} {_short(s.op)}", s.ms_per_call - e_ms))
         return sorted(out, key=lambda x: -x[1])
@@ -237,7 +267,7 @@ class _TimedInterpreter(torch.fx.Interpreter):
         out = super().run_node(n)
         if self.sync:
             self.sync()
-        self.times[n.name] = self.times.get(n.name, 0.0) + time.perf_counter() - t0
+        self.times.setdefault(n.name, []).append(time.perf_counter() - t0)
         return out
 
 
@@ -313,16 +343,14 @@ class ProfiledGraph:
             except Exception:  # an eager comparison must never break the compiled call
                 self.aten_gm = None
             else:
-                prof.eager_total_s += time.perf_counter() - t0
-                prof.eager_calls += 1
+                prof.eager_call_s.append(time.perf_counter() - t0)
         if self.sync:
             self.sync()
         t0 = time.perf_counter()
         out = self.call(list(inputs))
         if self.sync:
             self.sync()
-        prof.total_s += time.perf_counter() - t0
-        prof.calls += 1
+        prof.call_s.append(time.perf_counter() - t0)
         return out
 
     def __repr__(self) -> str:
@@ -358,9 +386,7 @@ def profiled(compiled, aten_gm=None, *, enabled: bool | None = None):
         _match_segments(prof, aten_gm)
 
     def record(i: int, seconds: float) -> None:
-        st = steps[i]
-        st.seconds += seconds
-        st.calls += 1
+        steps[i].samples.append(seconds)
 
     sync = None
     if getattr(module, "codegen", "") not in ("cpp", "") and torch.cuda.is_available():
@@ -401,10 +427,10 @@ def report(top: int = 15) -> str:
     if losers:
         parts.append(f"kiln perf: where kiln loses to eager (ms per call, worst {top}):")
         parts += [f"  {ms:8.3f}  {what}" for what, ms in losers[:top]]
-    kiln_ms = sum(1e3 * p.total_s / p.calls for p in profs)
+    kiln_ms = sum(p.kiln_ms for p in profs)
     eager = [p for p in profs if p.eager_calls]
     if eager:
-        eager_ms = sum(1e3 * p.eager_total_s / p.eager_calls for p in eager)
+        eager_ms = sum(p.eager_ms for p in eager)
         parts.append(f"kiln perf: all graphs {kiln_ms:.3f} ms per call; eager ATen ops "
                      f"{eager_ms:.3f} ms")
     return "\n".join(parts)

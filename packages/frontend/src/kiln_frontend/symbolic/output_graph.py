@@ -102,7 +102,6 @@ class OutputGraph:
         self.attr_tensors: dict[str, torch.Tensor] = {}
         self._attr_names: dict[int, str] = {}
         self.installed_globals: dict[str, Any] = {}
-        self._pinned: dict[int, str] = {}
         #: GraphModules sent to the backend (at most one per frame today)
         self.graphs: list[torch.fx.GraphModule] = []
         self.compiled_fn_names: list[str] = []
@@ -125,10 +124,11 @@ class OutputGraph:
         a property's getter): the object itself, kept as a global.  Its identity was fixed
         by the guards on the way to it; what can still change in it (defaults, closure
         cells) is guarded through this source."""
-        name = self._pinned.get(id(value))
-        if name is None:
-            name = self.install_global_object("pinned", value)
-            self._pinned[id(value)] = name
+        # named by id: the global keeps the object alive, so the id cannot be reused while
+        # the name exists, and recompiles reuse the name instead of adding globals
+        name = f"{KILN_GLOBAL_PREFIX}pinned_{id(value)}"
+        if self.f_globals.get(name) is not value:
+            self.install_global(name, value)
         return GlobalSource(name)
 
     # -- graph inputs -----------------------------------------------------------------
@@ -199,12 +199,24 @@ class OutputGraph:
         name = self._module_names.get(id(module))
         if name is not None:
             return name
+        from ..sources import AttrTupleSource
+        from .variables.constant import is_constant_value
         from .variables.nn_module import path_source
 
         for path, t in [*module.named_parameters(remove_duplicate=False),
                         *module.named_buffers(remove_duplicate=False)]:
             if t is not None:
                 self.guard_attr_tensor(path_source(source, module, path), t)
+        # its settings (``eps``, ``stride``, ``p``...), which the backend reads when it
+        # compiles the call: one CONSTANT_MATCH on their tuple per module
+        for path, sub in module.named_modules(remove_duplicate=False):
+            names = tuple(sorted(k for k, v in sub.__dict__.items() if k.isidentifier()
+                                 and not k.startswith("_") and k != "training"
+                                 and is_constant_value(v)))
+            if names:
+                self.guards.add(Guard(AttrTupleSource(path_source(source, module, path), names),
+                                      GuardKind.CONSTANT_MATCH,
+                                      tuple(getattr(sub, k) for k in names)))
         name = _sanitize(source.short_name())
         base, k = name, 1
         while name in self.nn_modules or name in self.attr_tensors:

@@ -43,6 +43,7 @@ from .variables import (
     VariableTracker,
 )
 from .variables.containers import ListIteratorVariable
+from .variables.exceptions import TracedException
 from .variables.misc import (
     DeletedVariable,
     LazyVariable,
@@ -159,7 +160,13 @@ class InstructionTranslatorBase:
         self.output.steps += 1
         if self.output.steps > MAX_STEPS:
             raise Unsupported(f"traced more than {MAX_STEPS} instructions (a long loop?)")
-        registry.lookup(inst.opname)(self, inst)
+        try:
+            registry.lookup(inst.opname)(self, inst)
+        except TracedException as e:  # a traced `raise`: to its `except`, if traced here
+            from .handlers.exceptions import handle_traced_exception
+
+            if not handle_traced_exception(self, inst, e):
+                raise
 
     def run(self) -> None:
         while not self.done:
@@ -261,7 +268,9 @@ class InstructionTranslatorBase:
         return result
 
     def inline_call(self, fn_var: VariableTracker, args: list[VariableTracker],
-                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+                    kwargs: dict[str, VariableTracker], *, suspended: bool = False) -> Any:
+        """Inline a call of ``fn_var``; ``suspended``: for a generator function, return its
+        translator unstarted, to be run one ``yield`` at a time (``resume_generator``)."""
         from .. import config
         from .variables.functions import bind_args
 
@@ -283,6 +292,11 @@ class InstructionTranslatorBase:
             # a generator (a generator expression, a user generator function) runs to
             # its end now; the caller iterates over what it yielded
             tx.yielded = []
+            if suspended:
+                tx.suspend_on_yield = True
+                return tx
+        elif suspended:
+            raise Unsupported(f"{fn_var.get_name()} is not a generator function")
         tx.run()
         if tx.yielded is not None:
             return ListIteratorVariable(tx.yielded)

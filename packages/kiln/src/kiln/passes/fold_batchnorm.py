@@ -114,6 +114,12 @@ def _batchnorm_params(gm, node) -> tuple | None:
     return None
 
 
+def _symbolic(x) -> bool:
+    if isinstance(x, torch.SymInt):
+        return True
+    return isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)
+
+
 def _foldable_conv(gm, node) -> nn.Conv2d | None:
     if not (isinstance(node, torch.fx.Node) and node.op == "call_module" and len(node.users) == 1
             and len(node.args) == 1 and not node.kwargs):
@@ -125,12 +131,19 @@ def _foldable_conv(gm, node) -> nn.Conv2d | None:
     return m
 
 
-def fold_conv_batchnorm(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, FoldedParams]:
+def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
+                        ) -> tuple[torch.fx.GraphModule, FoldedParams]:
     """A copy of ``gm`` with every eval-mode ``bn(conv(x))`` pair folded into one
     ``torch.conv2d`` on new constant buffers, and the guard of those constants. Returns ``gm``
-    itself (and an empty guard) when nothing folds."""
+    itself (and an empty guard) when nothing folds, and for graphs with symbolic sizes (kept
+    as they were: a folded conv feeding a conv under symbolic sizes reaches layouts loopir
+    cannot prove dense)."""
     guard = FoldedParams()
     if not isinstance(gm, torch.fx.GraphModule):  # a backend may be handed a plain module
+        return gm, guard
+    placeholders = [n.meta.get("example_value", n.meta.get("val"))
+                    for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(_symbolic(x) for x in [*example_inputs, *placeholders]):
         return gm, guard
     pairs = []
     for node in gm.graph.nodes:

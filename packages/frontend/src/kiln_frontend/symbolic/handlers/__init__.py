@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     calls,
     compare_jumps,
     containers,
+    exceptions,
     loads_stores,
     returns,
     stack,

@@ -37,6 +37,8 @@ def YIELD_VALUE(tx, inst):
         raise Unsupported(f"generator yielded more than {MAX_YIELDS} values (endless?)")
     tx.yielded.append(tx.pop())
     tx.push(ConstantVariable(None))  # what ``yield`` evaluates to: nothing is sent
+    if getattr(tx, "suspend_on_yield", False):
+        tx.done = True  # paused; resume_generator runs it on (variables/generator_ctx.py)
 
 
 #: an inlined generator runs to its end at once; past this many values it is a graph break

@@ -70,7 +70,4 @@ def BEFORE_WITH(tx, inst):
 def BEFORE_ASYNC_WITH(tx, inst):
     raise Unsupported("`async with` is not captured")
 
-
-@handler("RAISE_VARARGS", "RERAISE")
-def RAISE_VARARGS(tx, inst):
-    raise Unsupported("raising an exception in captured code")
+# RAISE_VARARGS / RERAISE: handlers/exceptions.py

@@ -28,6 +28,7 @@ from .misc import (
     UserDefinedObjectVariable,
 )
 from .nn_module import NNModuleVariable
+from .numpy_values import NumpyScalarVariable  # (registers nothing without NumPy)
 from .tensor import TensorMethodVariable, TensorVariable
 from .torch import PythonModuleVariable, TorchFunctionVariable
 
@@ -56,6 +57,7 @@ __all__ = [
     "UserDefinedClassVariable",
     "UserDefinedObjectVariable",
     "NNModuleVariable",
+    "NumpyScalarVariable",
     "TensorMethodVariable",
     "TensorVariable",
     "PythonModuleVariable",

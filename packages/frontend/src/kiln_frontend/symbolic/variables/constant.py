@@ -71,6 +71,8 @@ class ConstantVariable(VariableTracker):
         return type(self.value)
 
     def as_proxy(self) -> Any:
+        if type(self.value).__module__ == "numpy":  # np.float64 is a float: as the number
+            return self.value.item()
         return self.value
 
     def truth_value(self, tx) -> bool:

@@ -311,7 +311,9 @@ class ConstDictVariable(VariableTracker):
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key)
         if k not in self.items:
-            raise Unsupported(f"KeyError: {k!r}")
+            from .exceptions import raise_traced
+
+            raise_traced(KeyError, k)  # caught by a traced `except KeyError`, else a break
         return self.items[k]
 
     def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
@@ -385,9 +387,12 @@ class DictMethodVariable(VariableTracker):
             obj.check_mutable("dict.update")
             if args:
                 other = args[0]
-                if not isinstance(other, ConstDictVariable):
-                    raise Unsupported("dict.update with a non-dict")
-                obj.items.update(other.items)
+                if isinstance(other, ConstDictVariable):
+                    obj.items.update(other.items)
+                else:  # an iterable of (key, value) pairs
+                    for pair in tx.unpack_sequence(other):
+                        k, v = tx.unpack_sequence(pair)
+                        obj.items[_const_index(tx, k)] = v
             obj.items.update(kwargs)
             return ConstantVariable(None)
         if name == "pop" and 1 <= len(args) <= 2:

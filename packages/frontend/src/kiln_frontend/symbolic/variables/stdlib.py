@@ -1,6 +1,7 @@
 """Standard-library callables traced by what they mean (issue 10): ``functools.reduce``,
 ``math.*`` on Python numbers, ``dict.fromkeys``, building ``collections.OrderedDict`` /
-``defaultdict``, and building a parameter-free ``torch.nn`` module inside the frame.
+``defaultdict``, ``@contextlib.contextmanager`` objects, and building a parameter-free
+``torch.nn`` module inside the frame.
 
 Two tables, each refusing duplicates: ``BUILTIN_HANDLERS`` (a C callable -> handler, merged
 into the builtins of ``functions.py``) and ``CLASS_CONSTRUCTORS`` (a class -> what calling
@@ -10,6 +11,7 @@ None when the call is not one it knows (the caller then graph-breaks with the na
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import math
 import types
@@ -48,6 +50,14 @@ def constructor_for(cls: type) -> Handler | None:
     hit = CLASS_CONSTRUCTORS.get(cls)
     if hit is not None:
         return hit
+    from .exceptions import ExceptionVariable, is_builtin_exception
+
+    if is_builtin_exception(cls):
+        return ExceptionVariable.construct
+    from .numpy_values import construct_numpy_scalar, is_numpy_scalar_class
+
+    if is_numpy_scalar_class(cls):
+        return construct_numpy_scalar
     if _is_stateless_torch_module(cls):
         return _construct_torch_module
     return None
@@ -202,6 +212,15 @@ def _default_dict(tx, cls, args, kwargs):
 
 
 register_constructor(collections.defaultdict, _default_dict)
+
+
+def _generator_context_manager(tx, cls, args, kwargs):
+    from .generator_ctx import GeneratorContextVariable
+
+    return GeneratorContextVariable.construct(tx, cls, args, kwargs)
+
+
+register_constructor(contextlib._GeneratorContextManager, _generator_context_manager)
 
 
 # -- torch.nn modules built in the frame --------------------------------------------------------

@@ -1,0 +1,78 @@
+"""``@contextlib.contextmanager`` context managers (issue 10).
+
+``with cm(...) as v:`` where ``cm`` is a generator function wrapped by
+``contextlib.contextmanager``: entering runs the inlined generator up to its ``yield`` (``v``
+is the yielded value), leaving runs it on to its end, exactly where Python runs each part.
+The generator is an inlining translator paused at its ``yield`` (``inline_call(...,
+suspended=True)``).  A graph break inside the block cannot rebuild a paused generator, so
+the whole ``with`` block then runs in Python."""
+
+from __future__ import annotations
+
+from ...exc import Unsupported
+from .base import VariableTracker
+from .ctx_managers import ContextManagerVariable
+
+
+def resume_generator(gen_tx) -> VariableTracker | None:
+    """Run a paused generator translator to its next ``yield``: the yielded value, or None
+    when it returned."""
+    before = len(gen_tx.yielded)
+    gen_tx.done = False
+    gen_tx.run()
+    if len(gen_tx.yielded) > before:
+        return gen_tx.yielded[-1]
+    return None
+
+
+class GeneratorContextVariable(ContextManagerVariable):
+    """``contextlib._GeneratorContextManager(func, args, kwds)`` made while tracing."""
+
+    def __init__(self, func: VariableTracker, args: list[VariableTracker],
+                 kwargs: dict[str, VariableTracker]):
+        super().__init__()
+        self.func = func
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.gen_tx = None
+
+    @classmethod
+    def construct(cls, tx, klass, args, kwargs):
+        if kwargs or len(args) != 3:
+            return None
+        func, fargs, fkwargs = (tx.realize(a) for a in args)
+        from .containers import ConstDictVariable
+
+        if not isinstance(fkwargs, ConstDictVariable):
+            return None
+        return cls(func, tx.unpack_sequence(fargs), dict(fkwargs.items))
+
+    def children(self):
+        return [self.func, *self.args, *self.kwargs.values()]
+
+    def enter(self, tx) -> VariableTracker:
+        if self.gen_tx is not None:
+            raise Unsupported("entering a @contextmanager object twice")
+        if not hasattr(self.func, "get_code"):
+            raise Unsupported(f"@contextmanager of {self.func.describe()}")
+        self.gen_tx = tx.inline_call(self.func, self.args, self.kwargs, suspended=True)
+        value = resume_generator(self.gen_tx)
+        if value is None:
+            raise Unsupported("@contextmanager generator didn't yield")
+        return value
+
+    def exit(self, tx) -> None:
+        if self.gen_tx is None:
+            raise Unsupported("leaving a @contextmanager object that was not entered")
+        if resume_generator(self.gen_tx) is not None:
+            raise Unsupported("@contextmanager generator didn't stop")
+
+    def undo_real(self) -> None:
+        pass  # nothing real was switched: the generator's effects are traced
+
+    def reconstruct(self, codegen):
+        raise Unsupported("a @contextmanager generator paused at its yield cannot be rebuilt")
+
+    def describe(self) -> str:
+        name = getattr(getattr(self.func, "fn", None), "__qualname__", "?")
+        return f"GeneratorContextVariable({name})"
