@@ -119,7 +119,7 @@ def opinfo(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench_cpu(session: nox.Session) -> None:
     """CPU benchmark (docs/benchmarks.md): eager vs torch.compile (inductor) vs kiln on seven
-    workloads; table, geomeans and benchmarks/results/cpu.png. Pass flags after `--`
-    (`--quick`, `--only mlp,softmax`, `--via-fx`)."""
+    workloads (`--models`: ten timm/transformers models); table, geomeans and
+    benchmarks/results/cpu.png. Pass flags after `--` (`--quick`, `--models`, `--only mlp`)."""
     _install(session, *PACKAGES, extra=(*MODEL_DEPS, "matplotlib", "tqdm"))
     session.run("python", "benchmarks/cpu.py", *session.posargs)

@@ -1,7 +1,10 @@
-"""CPU inference benchmark: eager vs torch.compile (inductor) vs kiln, on seven workloads.
+"""CPU inference benchmark: eager vs torch.compile (inductor) vs kiln, on seven workloads
+and ten real models.
 
-    python benchmarks/cpu.py                  # every workload, full sizes
+    python benchmarks/cpu.py                  # the seven kernel-sized workloads, full sizes
     python benchmarks/cpu.py --quick          # small sizes, fewer repeats (a smoke run)
+    python benchmarks/cpu.py --models         # ten timm/transformers models, batch 2
+    python benchmarks/cpu.py --suite all      # both
     python benchmarks/cpu.py --only softmax,mlp --via-fx
     python3 -m nox -s bench_cpu -- --quick    # the same through nox
 
@@ -21,7 +24,9 @@ Compilers: ``inductor`` = ``torch.compile(model)`` (the reference to beat), ``ki
 graph constants) handed to ``kiln.backend.kiln_backend`` directly: it measures the codegen where
 the frontend cannot capture a model yet. A compiler that fails on a workload is reported in
 the table (``error: <first line>``) and left out of the geomean. Writes
-benchmarks/results/cpu.json, cpu.md and the bar chart cpu.png.
+benchmarks/results/cpu.json, cpu.md and the bar chart cpu.png (``cpu-models.*`` for the model
+suite), with per-model counts of kiln's eager and aten fallbacks, a summary against the targets
+(kiln's geomean over inductor's, slowest model, cold compile) and the load average.
 """
 
 from __future__ import annotations
@@ -559,8 +564,12 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     try:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        partial = RESULTS_DIR / f"{args.out}.partial.json"
         for w in workloads:
             results.append(run_workload(w, compilers, args, progress))
+            # a run killed half-way (OOM, a timeout) still leaves what it measured
+            partial.write_text(json.dumps({"results": results}, indent=1, default=str))
     finally:
         progress.close()
     wall = time.perf_counter() - t0
@@ -592,6 +601,7 @@ def main(argv=None) -> int:
     png = RESULTS_DIR / f"{args.out}.png"
     if bar_chart(results, compilers, png, title):
         print(f"\nchart: {png}")
+    partial.unlink(missing_ok=True)
     print(f"results: {RESULTS_DIR / args.out}.json / .md; wall {wall:.0f} s")
     return 0
 

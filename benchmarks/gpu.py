@@ -126,6 +126,9 @@ class Bench:
         self.torch = torch
         self.device = device
         self.smoke = smoke
+        self.profile_dir: Path | None = None  # --profile: torch.profiler tables per model
+        self.current_model = ""
+        self.skip_cudagraphs = False  # --no-cudagraphs: default modes only
 
     def sync(self):
         if self.device == "cuda":
@@ -164,11 +167,11 @@ class Bench:
         compiled = kiln_backend(torch.fx.symbolic_trace(f), list(args), options=options)
         return compiled
 
-    def compile_inductor(self, f):
+    def compile_inductor(self, f, mode=None):
         import torch._dynamo
 
         torch._dynamo.reset()
-        return self.torch.compile(f)
+        return self.torch.compile(f, mode=mode)
 
 
 def first(x):
@@ -309,6 +312,7 @@ def section_models(b: Bench, deadline: float) -> dict:
             say(f"models: {name} skipped (out of time)")
             continue
         row: dict = {}
+        b.current_model = name
         try:
             with time_limit(left):
                 model, inputs = build()
@@ -320,7 +324,9 @@ def section_models(b: Bench, deadline: float) -> dict:
                 with torch.no_grad():
                     expected = first(_tensors(model(*inputs)))
                     row["eager_ms"] = round(b.time(lambda m=model, xs=inputs: m(*xs)) * 1e3, 3)
-                    for label in ("torch.compile", "kiln"):
+                    for label in MODEL_COMPILERS:
+                        if label.endswith("reduce-overhead") and (b.device != "cuda" or b.skip_cudagraphs):
+                            continue
                         row[label] = _model_compiler(b, label, model, inputs, expected, tol, row["eager_ms"])
                         say(f"models: {name} {label}: {row[label]}")
                     if "kiln" in row:
@@ -337,28 +343,41 @@ def section_models(b: Bench, deadline: float) -> dict:
               if isinstance(r.get(label), dict) and r[label].get("ok") and r[label].get("speedup")]
         return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3) if xs else None
 
-    return {"tolerance": tol, "models": results, "geomean_speedup": {"kiln": gm("kiln"),
-                                                                     "torch.compile": gm("torch.compile")}}
+    return {"tolerance": tol, "models": results,
+            "geomean_speedup": {label: gm(label) for label in MODEL_COMPILERS}}
+
+
+#: the compilers the models section runs: the default modes (the headline), then both with
+#: CUDA graphs (``mode="reduce-overhead"``), which removes the per-kernel launch cost
+MODEL_COMPILERS = ("torch.compile", "kiln", "torch.compile reduce-overhead", "kiln reduce-overhead")
 
 
 def _model_compiler(b: Bench, label: str, model, inputs, expected, tol: dict, eager_ms: float) -> dict:
     """Cold compile + first call, correctness against eager, steady-state time of one compiler."""
     torch = b.torch
     try:
-        if label == "kiln":
+        mode = "reduce-overhead" if label.endswith("reduce-overhead") else None
+        if label.startswith("kiln"):
             import kiln
             import kiln_frontend
+            from kiln_runtime import compile_timer
 
             kiln_frontend.reset()
+            compile_timer.reset_reports()
 
             def make():
-                g = kiln.compile(model, options={"codegen": "triton"})
+                g = kiln.compile(model, mode=mode, options={"codegen": "triton"})
                 return g, g(*inputs)
         else:
             def make():
-                g = b.compile_inductor(model)
+                g = b.compile_inductor(model, mode=mode)
                 return g, g(*inputs)
         compiled, out, cold = b.cold(make)
+        phases: dict = {}
+        if label.startswith("kiln"):  # where kiln's cold compile went, summed over its graphs
+            for report in compile_timer.reports():
+                for k, v in report.phases.items():
+                    phases[k] = phases.get(k, 0.0) + v
         got = first(_tensors(out))
         err = (got.float() - expected.float()).abs().max().item()
         try:
@@ -366,11 +385,47 @@ def _model_compiler(b: Bench, label: str, model, inputs, expected, tol: dict, ea
             ok = True
         except AssertionError:
             ok = False
+        del out, got  # (CUDA graphs: a later replay overwrites the outputs)
         t = b.time(lambda: compiled(*inputs))
-        return {"ok": ok, "max_abs_err": err, "cold_s": round(cold, 2), "ms": round(t * 1e3, 3),
-                "speedup": round(eager_ms / (t * 1e3), 3)}
+        row = {"ok": ok, "max_abs_err": err, "cold_s": round(cold, 2), "ms": round(t * 1e3, 3),
+               "speedup": round(eager_ms / (t * 1e3), 3)}
+        if phases:
+            row["compile_phases_s"] = {k: round(v, 2) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}
+        if mode is not None:
+            row["note"] = "cold_s with the kernels already compiled by the default-mode row"
+        if label.startswith("kiln"):
+            from kiln_runtime import counters
+
+            row["counters"] = {k: int(counters[k]) for k in ("triton_lean_launch_kernels", "triton_autotune_runs",
+                                                             "triton_autotune_cache_hits") if k in counters}
+        if b.profile_dir is not None:
+            row["gpu_ms"] = profile_calls(b, f"{b.current_model}-{label}", lambda: compiled(*inputs))
+        return row
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:400]}"}
+
+
+def profile_calls(b: Bench, tag: str, fn, calls: int = 5) -> float:
+    """torch.profiler over a few calls: the per-kernel table goes to ``profile-<tag>.txt``;
+    returns the GPU kernel time per call (ms): against the wall time per call, whether the
+    compiled code is bound by the GPU or by launching."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch = b.torch
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    gpu_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in events
+                 if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type)) / calls
+    table = events.table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=90)
+    tag = tag.replace("/", "_").replace(" ", "_").replace(".", "_")
+    (b.profile_dir / f"profile-{tag}.txt").write_text(
+        f"{tag}: GPU kernel time per call {gpu_us / 1e3:.3f} ms over {calls} calls\n{table}\n")
+    return round(gpu_us / 1e3, 3)
 
 
 def _tensors(out):
@@ -461,11 +516,12 @@ def plot(results: dict, path: Path) -> str | None:
     axes[0].legend()
     models = results.get("models", {}).get("models", {})
     names = list(models)
-    ks = [((models[n].get("kiln") or {}).get("speedup") or 0) for n in names]
-    ts = [((models[n].get("torch.compile") or {}).get("speedup") or 0) for n in names]
+    labels_m = [lab for lab in MODEL_COMPILERS if any(isinstance(models[n].get(lab), dict) for n in names)]
     xs = range(len(names))
-    axes[1].bar([x - 0.2 for x in xs], ks, 0.4, label="kiln")
-    axes[1].bar([x + 0.2 for x in xs], ts, 0.4, label="torch.compile")
+    width = 0.8 / max(1, len(labels_m))
+    for i, lab in enumerate(labels_m):
+        vals = [((models[n].get(lab) or {}).get("speedup") or 0) for n in names]
+        axes[1].bar([x - 0.4 + width * (i + 0.5) for x in xs], vals, width, label=lab)
     axes[1].axhline(1.0, color="gray", lw=0.8)
     axes[1].set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
     axes[1].set_ylabel("fp16 inference speedup over eager")
@@ -480,6 +536,10 @@ def main(argv=None) -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU under TRITON_INTERPRET=1")
     p.add_argument("--only", default="", help="comma-separated: cos_sin,norms,models,opinfo")
     p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
+    p.add_argument("--profile", action="store_true",
+                   help="models: torch.profiler per compiled model (profile-<model>-<compiler>.txt)")
+    p.add_argument("--no-cudagraphs", action="store_true",
+                   help="models: skip the reduce-overhead (CUDA graphs) rows")
     args = p.parse_args(argv)
     if args.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -495,6 +555,9 @@ def main(argv=None) -> int:
         say("no CUDA device: use --cpu-smoke")
         return 2
     b = Bench(device, args.cpu_smoke)
+    b.skip_cudagraphs = args.no_cudagraphs
+    if args.profile and device == "cuda":
+        b.profile_dir = out_dir
     env = {"python": sys.version.split()[0], "torch": torch.__version__, "device": device,
            "cache_root": cache_root}
     try:

@@ -58,6 +58,13 @@ def _hf(kind):
                                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                bos_token_id=0, eos_token_id=1)
             model = T.GPT2LMHeadModel(cfg)
+        elif kind == "t5":
+            cfg = T.T5Config(vocab_size=128, d_model=64, d_kv=32, d_ff=128, num_layers=2,
+                             num_decoder_layers=2, num_heads=2, dropout_rate=0.0,
+                             decoder_start_token_id=0)
+            model = T.T5Model(cfg)
+            ids = torch.randint(0, 128, (2, 16))
+            return model, (ids,), {"decoder_input_ids": ids[:, :8].clone()}
         else:
             cfg = T.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                                 num_hidden_layers=2, num_attention_heads=4,
@@ -165,3 +172,31 @@ def test_train_grads_match_eager(name):
     # running statistics (BatchNorm in train mode) advanced the same way
     for (n, b), (_, c) in zip(model.named_buffers(), eager_model.named_buffers(), strict=True):
         torch.testing.assert_close(b, c, msg=lambda m, n=n: f"buffer {n}: {m}")
+
+
+#: encoder-only, decoder-only and encoder-decoder: each must reuse its cache entries
+NO_RECOMPILE_MODELS = {**MODELS, "t5": _hf("t5")}
+
+
+@pytest.mark.parametrize("name", list(NO_RECOMPILE_MODELS))
+def test_no_recompiles_on_repeated_calls(name):
+    """Five calls with the same inputs: everything compiles on the first one, and no guard
+    fails afterwards (a guard that can never pass, such as an identity guard on a bound
+    method, recompiled transformers BERT on every call).  Not fullgraph: a frame behind a
+    graph break is checked too."""
+    model, args, kwargs = NO_RECOMPILE_MODELS[name]()
+    model.eval()
+    compiled = kiln_frontend.compile(model, backend=CountingBackend())
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        assert_same(compiled(*args, **kwargs), expected, atol=1e-5, rtol=1e-4)
+        counters = eval_frame.counters
+        assert counters["compiles"] >= 1, "nothing was compiled"
+        assert counters["internal_errors"] == 0
+        # (a frame may legitimately compile twice within the first call: T5 sets
+        # attributes of two config classes through one closure-made __setattr__)
+        after_first = {k: counters[k] for k in ("converts", "compiles", "recompiles",
+                                                "cache_limit", "internal_errors")}
+        for _ in range(4):
+            assert_same(compiled(*args, **kwargs), expected, atol=1e-5, rtol=1e-4)
+    assert {k: counters[k] for k in after_first} == after_first

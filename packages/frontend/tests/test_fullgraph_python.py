@@ -315,8 +315,35 @@ def test_numpy_scalars_are_guarded_constants():
 def test_dict_update_from_pairs():
     def f(x):
         d = {"a": 1}
-        d.update(zip(["b", "c"], [x, x * 2]))
+        d.update([("b", x), ("c", x * 2)])
         d.update([("a", 3)], z=4)
         return d["b"] + d["c"] * d["a"] + d["z"]
 
     one_graph(f, torch.randn(3))
+
+
+_lru_calls = []
+
+
+@functools.lru_cache
+def _feature_available(name):
+    _lru_calls.append(name)
+    return name == "yes"
+
+
+@functools.cache
+def _scale_of(x):
+    return x * 2
+
+
+def test_lru_cache_functions():
+    """Constant arguments: called while tracing, the cached constant is folded; tensor
+    arguments: ``__wrapped__`` is inlined."""
+
+    def f(x):
+        y = x + 1 if _feature_available("yes") else x - 1
+        return _scale_of(y) + (2 if _feature_available("no") else 3)
+
+    gm = one_graph(f, torch.randn(3))
+    assert "_feature_available" not in gm.code
+    assert _lru_calls == ["yes", "no"]  # each computed once, by eager or by the trace

@@ -140,6 +140,18 @@ class TritonLauncher:
     def __init__(self, name: str, fn, path: str, spec: KernelSpec):
         self.name, self.fn, self.path, self.spec = name, fn, path, spec
         self.chosen: dict[tuple, dict] = {}
+        self._entries: dict[tuple, _LaunchEntry] = {}
+        self._xnumel = self._numel_getter("xnumel")
+        self._ynumel = self._numel_getter("ynumel")
+
+    def _numel_getter(self, key: str):
+        """``args -> numel`` for one grid axis: a constant, or an argument position."""
+        v = self.spec.numels.get(key, 1)
+        if isinstance(v, str):
+            pos = self.spec.arg_names.index(v)
+            return lambda args: int(args[pos])
+        v = int(v)
+        return lambda args: v
 
     def __repr__(self) -> str:
         return f"<TritonLauncher {self.name} {self.spec.tiling} ({self.path})>"
@@ -189,13 +201,37 @@ class TritonLauncher:
             raise
 
     def __call__(self, *args) -> None:
-        numels = tuple(self._numel(k, args) for k in ("xnumel", "ynumel"))
+        numels = (self._xnumel(args), self._ynumel(args))
         if numels[0] == 0 or numels[1] == 0:
             return
-        config = self.chosen.get(numels)
-        if config is None:
-            config = self.chosen[numels] = self._choose(args, numels)
-        self._launch(config, args)
+        entry = self._entries.get(numels)
+        if entry is None:
+            config = self.chosen.get(numels)
+            if config is None:
+                config = self.chosen[numels] = self._choose(args, numels)
+            entry = self._entries[numels] = _LaunchEntry.build(self, config, args)
+        if entry.lean is None:
+            self._launch(entry.config, args)
+            return
+        key = _specialization_key(args)
+        kernel = entry.lean.get(key)
+        if kernel is None:  # Triton's own path compiles (or finds) this specialization
+            try:
+                kernel = self.fn.run(*args, grid=entry.grid, warmup=False, **entry.meta, **entry.opts)
+            except Exception as e:
+                if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+                    raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
+                raise
+            kernel._init_handles()
+            if not hasattr(kernel, "packed_metadata"):  # another Triton: its own launch path only
+                entry.lean = None
+                return
+            entry.lean[key] = kernel
+            kiln_runtime.counters["triton_lean_launch_kernels"] += 1
+            return
+        device = _DRIVER[0]()
+        kernel.run(*entry.grid, _DRIVER[1](device), kernel.function, kernel.packed_metadata,
+                   None, None, None, *args, *entry.constexprs)
 
     # ---------------------------------------------------------------------------- autotuning
     def _choose(self, args, numels) -> dict:
@@ -227,7 +263,7 @@ class TritonLauncher:
         times = []
         for c in configs:
             try:
-                times.append((do_bench(lambda c=c: self._launch(c, args), warmup=2, rep=8), c))
+                times.append((do_bench(lambda c=c: self._launch(c, args), warmup=1, rep=3), c))
             except Exception as e:  # a config that does not fit (registers, shared memory)
                 log.info("kiln: triton config %s of %s failed: %s", c, self.name, e)
         for i, t in saved.items():
@@ -247,6 +283,81 @@ class TritonLauncher:
             self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts)
         except Exception:
             pass  # reported by the timed launch
+
+
+@dataclass
+class _LaunchEntry:
+    """One launcher's launch at one numel: its config, grid and Triton keyword arguments, and
+    (on a GPU) the compiled kernels by specialization, launched directly through the compiled
+    kernel's ``run`` (what Triton's ``JITFunction.run`` does after its binder, cache-key and
+    global checks: those cost tens of microseconds per launch, more than a small kernel runs).
+    ``lean`` is None where the direct call is not used (interpreter, split reductions, Triton
+    launch hooks, ``KILN_TRITON_LEAN_LAUNCH=0``)."""
+
+    config: dict
+    grid: tuple
+    meta: dict
+    opts: dict
+    constexprs: tuple
+    lean: dict | None
+
+    @staticmethod
+    def build(launcher: TritonLauncher, config: dict, args) -> _LaunchEntry:
+        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+        opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
+        lean = None
+        constexprs: tuple = ()
+        grid = launcher.grid(config, args)
+        grid = (grid + (1, 1))[:3]
+        if _lean_launch_enabled() and launcher.spec.split_dtype is None:
+            names = list(getattr(launcher.fn, "arg_names", []))
+            rest = names[len(args):]
+            if names and all(n in meta for n in rest) and len(meta) == len(rest):
+                constexprs = tuple(meta[n] for n in rest)
+                lean = {}
+        return _LaunchEntry(config, grid, meta, opts, constexprs, lean)
+
+
+def _specialization_key(args) -> tuple:
+    """What Triton specializes a compiled kernel on, per argument: a pointer's 16-byte
+    alignment, an integer's being 1, its divisibility by 16 and its width."""
+    key = []
+    for a in args:
+        if isinstance(a, int):
+            key.append((a == 1, a % 16 == 0, -2**31 <= a < 2**31))
+        elif hasattr(a, "data_ptr"):
+            key.append((a.data_ptr() % 16 == 0, a.dtype))
+        else:
+            key.append((type(a), a))
+    return tuple(key)
+
+
+def _lean_launch_enabled() -> bool:
+    if _interpreting() or os.environ.get("KILN_TRITON_LEAN_LAUNCH", "1") == "0":
+        return False
+    try:
+        from triton import knobs
+    except ImportError:
+        return False
+    if _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook):
+        return False
+    if not _DRIVER:
+        from triton.runtime import driver
+
+        _DRIVER[:] = [driver.active.get_current_device, driver.active.get_current_stream]
+    return True
+
+
+def _hook_set(hook) -> bool:
+    """A Triton launch hook in use: a callable (older Triton) or a non-empty ``HookChain``."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
+
+
+#: (current device, current raw stream) of Triton's active driver, resolved once
+_DRIVER: list = []
 
 
 def _sm_count() -> int:

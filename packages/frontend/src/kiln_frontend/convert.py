@@ -130,6 +130,21 @@ def _report_internal_error(error: InternalError) -> None:
     emit(INTERNAL_ERRORS, message, show=True)
 
 
+def _verify_guards(check_fn: Callable[..., bool], frame_info: Any,
+                   code: types.CodeType) -> None:
+    """A fresh entry's guards must pass on the inputs it was traced with: tracing does not
+    run the frame, so a guard failing here can never pass (an identity guard on an object
+    that is new at every access) and would recompile on every call.  That is kiln's bug:
+    the frame runs eagerly, with the failing guard named."""
+    args = getattr(frame_info, "args", None)
+    if args is None or check_fn(*args):
+        return
+    reason = check_fn.failure_reason(*args)  # type: ignore[attr-defined]
+    raise InternalError(_frame_name(code), "verifying the guards of",
+                        AssertionError(f"a guard fails on the inputs it was compiled for: "
+                                       f"{reason}"))
+
+
 def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
                    frame_state: dict | None, dynamic: bool | None,
                    reasons: list[Any]) -> CompiledFrame | None:
@@ -208,6 +223,7 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
                                   else "check")
     except Exception as e:
         raise InternalError(_frame_name(code), "building the guards of", e) from e
+    _verify_guards(check_fn, frame_info, code)
     from .debug_print import debug_enabled, print_frame
 
     if debug_enabled():

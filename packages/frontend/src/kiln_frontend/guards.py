@@ -21,12 +21,13 @@ import dataclasses
 import enum
 import itertools
 import math
+import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from .sources import GUARDED_FUNCTION, LocalSource, Source
+from .sources import GUARDED_FUNCTION, AttrSource, LocalSource, Source
 
 # --------------------------------------------------------------------------------------
 # TensorGuard: C implementation from _evalframe when built, Python stand-in otherwise
@@ -342,6 +343,48 @@ class Guard:
         raise AssertionError(k)
 
 
+#: callables that are a NEW object at every attribute access (``ctxvar.reset``,
+#: ``(1).__add__``, ``obj.method``): an identity guard on one of them can never pass again
+_FRESH_PER_ACCESS = (types.BuiltinMethodType, types.MethodWrapperType, types.MethodType)
+
+
+def is_fresh_per_access(value: Any) -> bool:
+    """True for a bound method: ``obj.name`` makes a new one at every access, so its
+    identity says nothing (a function of a module, whose ``__self__`` is the module, is a
+    stored object and keeps its identity)."""
+    if not isinstance(value, _FRESH_PER_ACCESS):
+        return False
+    owner = getattr(value, "__self__", None)
+    return owner is not None and not isinstance(owner, types.ModuleType)
+
+
+def identity_guards(source: Source, value: Any, kind: GuardKind = GuardKind.FUNCTION_MATCH,
+                    what: str = "") -> list[Guard]:
+    """The guards that ``source`` still gives ``value`` (ID_MATCH / FUNCTION_MATCH).
+
+    A bound method is guarded by what it is, since it is a fresh object at every access:
+    its type, the identity of ``__self__``, and ``__func__`` (Python methods) or
+    ``__name__`` (builtin methods and method-wrappers, whose ``__self__``'s type fixes the
+    code: a C type's methods cannot be replaced)."""
+    if not is_fresh_per_access(value):
+        return [Guard(source, kind, id(value), what)]
+    what = what or "method"
+    guards = [Guard(source, GuardKind.TYPE_MATCH, type(value)),
+              Guard(AttrSource(source, "__self__"), GuardKind.ID_MATCH, id(value.__self__),
+                    f"object a {what} is bound to")]
+    if isinstance(value, types.MethodType):
+        inner = value.__func__
+        if is_fresh_per_access(inner):  # a method bound twice: guard the inner one
+            guards += identity_guards(AttrSource(source, "__func__"), inner, kind, what)
+        else:
+            guards.append(Guard(AttrSource(source, "__func__"), GuardKind.ID_MATCH, id(inner),
+                                f"function of a {what}"))
+    else:
+        guards.append(Guard(AttrSource(source, "__name__"), GuardKind.CONSTANT_MATCH,
+                            value.__name__, f"name of a {what}"))
+    return guards
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) < 60 else text[:57] + "..."
@@ -486,5 +529,7 @@ __all__ = [
     "USING_C_TENSOR_GUARD",
     "build_check_fn",
     "format_guards",
+    "identity_guards",
+    "is_fresh_per_access",
     "torch_global_state",
 ]

@@ -163,6 +163,8 @@ class GraphProfile:
                 lines.append(_row(f"  segment {seg['segment']}: 0 kernels", 0.0, seg["eager_ms"], ops))
         return "\n".join(lines)
 
+    __str__ = text
+
     def losers(self) -> list[tuple[str, float]]:
         """(what, ms lost per call) for segments and externs slower than eager, worst first."""
         out = []

@@ -42,6 +42,25 @@ _DECLARED = {
         "avg_pool3d.default", "max_pool3d_with_indices.default", "grid_sampler_2d.default",
         "upsample_bilinear2d.vec", "upsample_nearest2d.vec",
     ],
+    "linear algebra (factorizations, solves, decompositions): cuSOLVER/LAPACK kernels": [
+        "cholesky.default", "cholesky_inverse.default", "cholesky_solve.default", "geqrf.default",
+        "lu_unpack.default", "linalg_lu_factor_ex.default", "linalg_lu_solve.default",
+        "linalg_matrix_exp.default", "linalg_pinv.atol_rtol_tensor", "linalg_qr.default",
+        "ormqr.default", "triangular_solve.default", "_linalg_svd.default",
+    ],
+    "random distributions without a loop-IR random op: eager's generator": [
+        "cauchy.default", "geometric.default", "log_normal.default", "normal_functional.default",
+        "rrelu_with_noise_functional.default", "fractional_max_pool2d.default",
+        "fractional_max_pool3d.default",
+    ],
+    "interpolation modes, attention and scatters not lowered yet: the aten kernel": [
+        "upsample_bilinear2d.default", "upsample_bicubic2d.default", "upsample_trilinear3d.default",
+        "_upsample_bilinear2d_aa.default", "_trilinear.default", "_efficient_attention_forward.default",
+        "as_strided_scatter.default", "put.default", "_batch_norm_with_update_functional.default",
+    ],
+    "float bit manipulation without an op in the loop IR: the aten kernel": [
+        "frexp.Tensor", "nextafter.default",
+    ],
     "backward of pooling and convolution: not lowered yet (training graphs)": [
         "_adaptive_avg_pool2d_backward.default", "avg_pool2d_backward.default",
         "max_pool2d_with_indices_backward.default", "convolution_backward.default",

@@ -29,6 +29,7 @@ from .misc import (
 )
 from .nn_module import NNModuleVariable
 from .numpy_values import NumpyScalarVariable  # (registers nothing without NumPy)
+from .stdlib import LruCacheFunctionVariable
 from .tensor import TensorMethodVariable, TensorVariable
 from .torch import PythonModuleVariable, TorchFunctionVariable
 
@@ -58,6 +59,7 @@ __all__ = [
     "UserDefinedObjectVariable",
     "NNModuleVariable",
     "NumpyScalarVariable",
+    "LruCacheFunctionVariable",
     "TensorMethodVariable",
     "TensorVariable",
     "PythonModuleVariable",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-from ...guards import Guard, GuardKind
+from ...guards import Guard, GuardKind, identity_guards
 from ...sources import AttrSource, Source
 from .base import VariableTracker, lookup_tracker
 
@@ -24,6 +24,15 @@ class VariableBuilder:
     def install_guard(self, kind: GuardKind, expected: Any = None, *, what: str = "") -> None:
         if self.guard and self.source is not None:
             self.tx.output.guards.add(Guard(self.source, kind, expected, what))
+
+    def install_identity_guard(self, value: Any, kind: GuardKind = GuardKind.FUNCTION_MATCH,
+                               *, what: str = "") -> None:
+        """``source`` still gives ``value``: ID_MATCH/FUNCTION_MATCH, or for a bound method
+        (a new object at each access) its type, ``__self__`` and function
+        (``guards.identity_guards``)."""
+        if self.guard and self.source is not None:
+            for guard in identity_guards(self.source, value, kind, what):
+                self.tx.output.guards.add(guard)
 
     def child(self, source: Source | None) -> VariableBuilder:
         return VariableBuilder(self.tx, source, guard=self.guard)
@@ -68,6 +77,10 @@ class VariableBuilder:
                                                               types.FunctionType):
             self_src = AttrSource(self.source, "__self__") if self.source is not None else None
             obj = self.child(self_src)(value.__self__)
+            if self.source is not None:  # the method itself (not its identity: a new one
+                # at every access) is guarded through its function
+                self.child(AttrSource(self.source, "__func__")).install_guard(
+                    GuardKind.ID_MATCH, id(value.__func__), what="function of a method")
             return UserMethodVariable(value.__func__, obj, source=self.source)
         if _is_special(value):
             return TorchSpecialFunctionVariable(value, source=self.source)

@@ -647,7 +647,7 @@ class BuiltinVariable(VariableTracker):
         if is_torch_callable(value):
             return TorchFunctionVariable.wrap(builder, value)
         if builder.source is not None:  # a global, a module's or an object's attribute
-            builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="builtin")
+            builder.install_identity_guard(value, what="builtin")
         return cls(value, source=builder.source)
 
     def as_python_constant(self) -> Any:

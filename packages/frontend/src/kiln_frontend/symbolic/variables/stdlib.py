@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ...exc import Unsupported
-from .base import NotConstant, VariableTracker
+from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .containers import ConstDictVariable
 
@@ -249,3 +249,61 @@ def _construct_torch_module(tx, cls, args, kwargs):
         # eager would build fresh (random) tensors on every call
         raise Unsupported(f"building {cls.__qualname__} inside the frame (it holds tensors)")
     return tx.wrap_value(module, tx.output.pinned_source(module))
+
+
+# -- functools.lru_cache / functools.cache wrappers ---------------------------------------------
+
+@tracker_for(functools._lru_cache_wrapper)
+class LruCacheFunctionVariable(VariableTracker):
+    """A function wrapped by ``functools.lru_cache``/``cache`` (library predicates such as
+    transformers' ``is_torch_distributed_available()``).  On constant arguments it is called
+    while tracing and a constant result is folded: its cache fixes the value eager would get
+    from then on.  Otherwise ``__wrapped__`` is inlined (the cache is bypassed, as
+    TorchDynamo does)."""
+
+    def __init__(self, fn: Any, *, source=None):
+        super().__init__(source=source)
+        self.fn = fn
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from ...guards import GuardKind
+
+        if builder.source is not None:
+            builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="lru_cache function")
+        return cls(value, source=builder.source)
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def call_function(self, tx, args, kwargs):
+        from .constant import is_constant_value
+
+        try:
+            cargs, ckwargs = _constants(args, kwargs, "lru_cache function")
+        except Unsupported:
+            cargs = None
+        if cargs is not None:
+            try:
+                result = self.fn(*cargs, **ckwargs)
+            except Exception as e:  # noqa: BLE001 - a break reason
+                raise Unsupported(f"{self.describe()} raised {type(e).__name__}: {e}") \
+                    from None
+            if is_constant_value(result):
+                return ConstantVariable.create(result)
+        from ...sources import AttrSource
+
+        base = self.source if self.source is not None else tx.output.pinned_source(self.fn)
+        inner = tx.wrap_value(self.fn.__wrapped__, AttrSource(base, "__wrapped__"))
+        return tx.call_function(inner, list(args), dict(kwargs))
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.fn)
+
+    def describe(self) -> str:
+        return f"LruCacheFunctionVariable({getattr(self.fn, '__qualname__', '?')})"

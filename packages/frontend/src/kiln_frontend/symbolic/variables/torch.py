@@ -61,6 +61,8 @@ _ATEN_BINDINGS = (torch._C._VariableFunctions, torch._C._nn, torch._C._fft, torc
 
 def _is_aten_binding(value: Any) -> bool:
     name = getattr(value, "__name__", "")
+    if name == "_print" or name.startswith("_cufft"):  # I/O and a global cache setting
+        return False
     return any(getattr(ns, name, None) is value for ns in _ATEN_BINDINGS)
 
 
@@ -101,7 +103,7 @@ class TorchFunctionVariable(VariableTracker):
     def wrap(cls, builder, value):
         # ``torch`` itself is guarded; a torch function bound to a user global is guarded
         if builder.source is not None:
-            builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="function")
+            builder.install_identity_guard(value, what="function")
         return cls(value, source=builder.source)
 
     def as_python_constant(self) -> Any:
