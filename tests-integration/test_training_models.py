@@ -20,6 +20,10 @@ compiled runs draw the same masks bit for bit; the CNN test trains with dropout 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import kiln
 import kiln_aotgrad
@@ -241,23 +245,35 @@ def test_training_loop_100_steps_compiles_forward_and_backward_once(fresh_kiln):
 
 
 # ------------------------------------------------------------- the Triton codegen (interpreted)
+# In a fresh process with TRITON_INTERPRET=1 set before triton is imported: the interpreter
+# mode is fixed at import, and other tests of this session may have imported triton already.
+
+_TRITON_MODELS = {
+    "mlp": (MLP, lambda: (torch.randn(8, 16),)),
+    "block": (Block, lambda: (torch.randn(2, 16, 32),)),
+}
 
 
-@pytest.fixture
-def triton_interpret(monkeypatch):
+def run_triton_case(name: str) -> None:
+    """Entry point of the subprocess: train ``name`` through the Triton codegen."""
+    model_cls, make_batch = _TRITON_MODELS[name]
+    torch.manual_seed(0)
+    train_against_eager(model_cls(), make_batch, mse, options={"codegen": "triton"})
+
+
+@pytest.mark.triton_interpret
+@pytest.mark.parametrize("name", sorted(_TRITON_MODELS))
+def test_trains_like_eager_through_triton(name, tmp_path):
     pytest.importorskip("kiln_codegen_triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-@pytest.mark.triton_interpret
-def test_mlp_trains_like_eager_through_triton(fresh_kiln, triton_interpret):
-    torch.manual_seed(0)
-    train_against_eager(MLP(), lambda: (torch.randn(8, 16),), mse, options={"codegen": "triton"})
-
-
-@pytest.mark.triton_interpret
-def test_transformer_block_trains_like_eager_through_triton(fresh_kiln, triton_interpret):
-    torch.manual_seed(0)
-    train_against_eager(
-        Block(), lambda: (torch.randn(2, 16, 32),), mse, options={"codegen": "triton"}
+    here = Path(__file__).resolve().parent
+    code = (
+        f"import sys; sys.path.insert(0, {str(here)!r}); "
+        f"import test_training_models as t; t.run_triton_case({name!r})"
     )
+    env = {**os.environ, "TRITON_INTERPRET": "1", "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=500
+    )
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "forward 1, backward 1" in proc.stdout

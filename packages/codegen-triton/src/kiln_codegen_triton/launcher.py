@@ -342,9 +342,12 @@ def _lean_launch_enabled() -> bool:
     if _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook):
         return False
     if not _DRIVER:
-        from triton.runtime import driver
+        try:
+            from triton.runtime import driver
 
-        _DRIVER[:] = [driver.active.get_current_device, driver.active.get_current_stream]
+            _DRIVER[:] = [driver.active.get_current_device, driver.active.get_current_stream]
+        except Exception:  # no active GPU driver: Triton's own launch path
+            return False
     return True
 
 

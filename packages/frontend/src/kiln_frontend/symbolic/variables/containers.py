@@ -528,7 +528,9 @@ class SetVariable(VariableTracker):
 
         if type(value) is not set or not all(is_constant_value(v) for v in value):
             raise Unsupported("set of non-constants")
-        builder.install_guard(GuardKind.CONSTANT_MATCH, frozenset(value))
+        # a copy, compared with ``type(x) is set and x == copy`` (a frozenset never
+        # passed the type test: the set recompiled on every call)
+        builder.install_guard(GuardKind.CONSTANT_MATCH, set(value))
         return cls([ConstantVariable.create(v) for v in value], source=builder.source)
 
     def python_type(self) -> type:
