@@ -72,7 +72,7 @@ def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -
     with tempfile.TemporaryDirectory() as tmp:
         obj = Path(tmp) / (MODULE + ".o")
         compile_cmd = [
-            *cc, *cflags, "-std=gnu11", "-I", include, "-I", plat_include,
+            *cc, *cflags, "-std=gnu11", "-I", include, "-I", plat_include, "-I", str(SOURCE.parent),
             "-c", str(SOURCE), "-o", str(obj),
         ]
         link_cmd = [*cc, *ldflags, str(obj), "-o", str(target)]
@@ -88,7 +88,67 @@ def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -
     return target
 
 
+CXX_SOURCE = HERE / "src" / "kiln_frontend" / "_tensorcheck.cpp"
+CXX_MODULE = "_tensorcheck"
+
+
+def _torch_build_flags() -> tuple[list[str], list[str]] | None:
+    """Compile and link flags for torch's C++ headers and libraries, or None where torch is
+    not importable (an isolated build environment): then _tensorcheck is not built and
+    TensorGuard reads tensors through Python attributes."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    root = Path(torch.__file__).resolve().parent
+    lib = root / "lib"
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+    cflags = ["-I", str(root / "include"), "-I", str(root / "include" / "torch" / "csrc" / "api"
+                                                      / "include"),
+              f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    ldflags = ["-L", str(lib), "-lc10", "-ltorch_cpu", "-ltorch_python",
+               f"-Wl,-rpath,{lib}"]
+    return cflags, ldflags
+
+
+def _cxx_compiler() -> list[str] | None:
+    cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    parts = shlex.split(cxx)
+    if shutil.which(parts[0]):
+        return parts
+    for fallback in ("c++", "g++", "clang++"):
+        if shutil.which(fallback):
+            return [fallback]
+    return None
+
+
+def build_tensorcheck(out_dir: str | os.PathLike[str], *, verbose: bool = False) -> Path | None:
+    """Compile the optional C++ fast path of TensorGuard (_tensorcheck.cpp) into out_dir;
+    None (with a note on stderr) where torch's headers or a C++ compiler are missing."""
+    torch_flags = _torch_build_flags()
+    cxx = _cxx_compiler()
+    if torch_flags is None or cxx is None:
+        print("kiln-frontend: _tensorcheck not built (needs torch and a C++ compiler); "
+              "TensorGuard uses its Python-attribute path", file=sys.stderr)
+        return None
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / (CXX_MODULE + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+    include = sysconfig.get_paths()["include"]
+    cmd = [*cxx, "-O2", "-std=c++20", "-fPIC", "-shared", "-w", "-I", include,
+           "-I", str(CXX_SOURCE.parent), *torch_flags[0], str(CXX_SOURCE), "-o", str(target),
+           *torch_flags[1]]
+    if verbose:
+        print(" ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError("kiln-frontend: building the _tensorcheck extension failed:\n"
+                           f"$ {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+    return target
+
+
 def build_inplace(*, verbose: bool = False) -> Path:
+    build_tensorcheck(SOURCE.parent, verbose=verbose)
     return build_extension(SOURCE.parent, verbose=verbose)
 
 
@@ -114,6 +174,9 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[misc,valid-type]
         self._tmp = tempfile.mkdtemp(prefix="kiln-frontend-build-")
         built = build_extension(self._tmp)
         build_data["force_include"][str(built)] = f"kiln_frontend/{built.name}"
+        fast = build_tensorcheck(self._tmp)
+        if fast is not None:
+            build_data["force_include"][str(fast)] = f"kiln_frontend/{fast.name}"
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
         tmp = getattr(self, "_tmp", None)

@@ -81,6 +81,8 @@
 #include <structmember.h>
 #include <stdint.h>
 
+#include "_tensorcheck.h"
+
 #if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
 #error "kiln_frontend._evalframe supports CPython 3.11 and 3.12 only"
 #endif
@@ -920,12 +922,36 @@ with_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *str_dtype, *str_device, *str_requires_grad, *str_shape, *str_stride;
 static PyObject *dispatch_keys_fn = NULL; /* torch._C._dispatch_keys, loaded lazily */
 
+/* The C++ fast path (kiln_frontend._tensorcheck, _tensorcheck.h), loaded with the first
+ * TensorGuard; NULL where it was not built: the Python-attribute path below is used. */
+static const KilnTensorCheckAPI *tensorcheck_api = NULL;
+static int tensorcheck_loaded = 0;
+
+static const KilnTensorCheckAPI *
+load_tensorcheck(void)
+{
+    if (!tensorcheck_loaded) {
+        tensorcheck_loaded = 1;
+        const KilnTensorCheckAPI *api =
+            (const KilnTensorCheckAPI *)PyCapsule_Import(KILN_TENSORCHECK_CAPSULE, 0);
+        if (api == NULL) {
+            PyErr_Clear(); /* not built (no torch headers at build time) */
+        }
+        else if (api->version == KILN_TENSORCHECK_VERSION) {
+            tensorcheck_api = api;
+        }
+    }
+    return tensorcheck_api;
+}
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyTypeObject *cls;
     PyObject *dtype, *device, *dispatch_keys, *dynamic_dims;
     int requires_grad, check_strides;
+    int fast;               /* facts read by _tensorcheck: check() may use it */
+    KilnTensorFacts facts;
     Py_ssize_t ndim;
     int64_t *sizes, *strides; /* ndim each, -1 for dynamic dims */
     char *dynamic;            /* ndim flags */
@@ -994,6 +1020,13 @@ tensorguard_check(TensorGuard *g, PyObject *value, PyObject **reason)
             return *reason == NULL ? -1 : 0;
         }
         return 0;
+    }
+    if (g->fast && reason == NULL) { /* the C++ path; the reason always comes from below */
+        int fast = tensorcheck_api->check(value, &g->facts, g->ndim, g->sizes, g->strides,
+                                          g->dynamic, g->check_strides);
+        if (fast >= 0) {
+            return fast;
+        }
     }
     /* dtype objects are singletons: identity is the fast path. */
     if ((attr = PyObject_GetAttr(value, str_dtype)) == NULL) {
@@ -1248,6 +1281,9 @@ tensorguard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             goto fail;
         }
     }
+    if (load_tensorcheck() != NULL && tensorcheck_api->facts(expected, &g->facts) == 0) {
+        g->fast = 1;
+    }
     Py_DECREF(shape);
     Py_DECREF(stride);
     Py_DECREF(dims);
@@ -1361,6 +1397,8 @@ static PyMemberDef tensorguard_members[] = {
     {"dynamic_dims", T_OBJECT, offsetof(TensorGuard, dynamic_dims), READONLY},
     {"requires_grad", T_BOOL, offsetof(TensorGuard, requires_grad), READONLY},
     {"check_strides", T_BOOL, offsetof(TensorGuard, check_strides), READONLY},
+    {"fast", T_INT, offsetof(TensorGuard, fast), READONLY,
+     "True when check() reads the tensor through the C++ module _tensorcheck"},
     {"ndim", T_PYSSIZET, offsetof(TensorGuard, ndim), READONLY},
     {NULL}};
 

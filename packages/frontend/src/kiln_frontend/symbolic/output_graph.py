@@ -97,6 +97,10 @@ class OutputGraph:
         #: (placeholder node, source, real tensor), in placeholder order
         self.graph_inputs: list[tuple[torch.fx.Node, Source, torch.Tensor]] = []
         self.source_cache: dict[Source, VariableTracker] = {}
+        #: id(real object) -> (the object, kept alive; its one tracker) for objects whose
+        #: identity matters (mutable containers, user objects, modules, tensors): an object
+        #: reached through two sources is one tracker for the whole trace (inlined calls too)
+        self.object_trackers: dict[int, tuple[Any, VariableTracker]] = {}
         self.nn_modules: dict[str, torch.nn.Module] = {}
         self._module_names: dict[int, str] = {}
         self.attr_tensors: dict[str, torch.Tensor] = {}
@@ -130,6 +134,20 @@ class OutputGraph:
         if self.f_globals.get(name) is not value:
             self.install_global(name, value)
         return GlobalSource(name)
+
+    # -- object identity --------------------------------------------------------------
+
+    def tracker_for_object(self, value: Any) -> VariableTracker | None:
+        """The tracker already made for this very object, or None."""
+        entry = self.object_trackers.get(id(value))
+        return entry[1] if entry is not None and entry[0] is value else None
+
+    def remember_object(self, value: Any, vt: VariableTracker) -> None:
+        """Make ``vt`` the tracker of ``value`` when its identity matters (mutable state)."""
+        from .variables.builder import has_identity
+
+        if has_identity(vt) and id(value) not in self.object_trackers:
+            self.object_trackers[id(value)] = (value, vt)
 
     # -- graph inputs -----------------------------------------------------------------
 
@@ -170,6 +188,15 @@ class OutputGraph:
         if cached is not None:
             return cached
         self.guard_attr_tensor(source, value)
+        aliased = self.tracker_for_object(value)
+        if aliased is not None and aliased.source is not None:
+            # this tensor was already reached through another source: same graph value
+            from ..sources import IdentitySource
+
+            self.guards.add(Guard(IdentitySource(source, aliased.source),
+                                  GuardKind.CONSTANT_MATCH, True, what="aliased tensor"))
+            self.source_cache[source] = aliased
+            return aliased
         name = self._attr_names.get(id(value))
         if name is None:
             name = _sanitize(source.short_name())
@@ -184,6 +211,7 @@ class OutputGraph:
         proxy.node.meta["example_value"] = fake
         vt = TensorVariable(proxy, fake, source=source, class_type=type(value))
         self.source_cache[source] = vt
+        self.remember_object(value, vt)
         return vt
 
     def guard_attr_tensor(self, source: Source, value: torch.Tensor) -> None:

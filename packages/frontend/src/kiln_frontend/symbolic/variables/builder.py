@@ -43,10 +43,28 @@ class VariableBuilder:
             cached = output.source_cache.get(self.source)
             if cached is not None:
                 return cached
-        vt = self._wrap(value)
+        vt = output.tracker_for_object(value)
+        if vt is not None:
+            # the same object reached through another source: one tracker, so a mutation
+            # recorded through either alias is seen through both
+            self._guard_alias(vt)
+        else:
+            vt = self._wrap(value)
+            if self.source is not None:
+                output.remember_object(value, vt)
         if self.source is not None:
             output.source_cache[self.source] = vt
         return vt
+
+    def _guard_alias(self, vt: VariableTracker) -> None:
+        """The tracker assumes ``self.source`` and ``vt.source`` are one object: guard it."""
+        from ...sources import IdentitySource
+
+        if self.guard and self.source is not None and vt.source is not None and \
+                self.source != vt.source:
+            self.tx.output.guards.add(Guard(IdentitySource(self.source, vt.source),
+                                            GuardKind.CONSTANT_MATCH, True,
+                                            what="aliased object"))
 
     def _wrap(self, value: Any) -> VariableTracker:
         import torch
@@ -92,3 +110,18 @@ class VariableBuilder:
             # be resumed with it); using it is what graph-breaks
             return UserDefinedObjectVariable.wrap(self, value)
         return tracker.wrap(self, value)
+
+
+def has_identity(vt: VariableTracker) -> bool:
+    """Whether ``vt`` stands for an object whose identity matters while tracing: one the
+    frame can mutate (a list, dict, set, user object, module, Python module) or a tensor
+    (one graph value per tensor). Such an object gets one tracker per trace."""
+    from .containers import ConstDictVariable, ListVariable, SetVariable
+    from .misc import UserDefinedObjectVariable
+    from .nn_module import NNModuleVariable
+    from .tensor import TensorVariable
+    from .torch import PythonModuleVariable
+
+    return isinstance(vt, (ListVariable, ConstDictVariable, SetVariable,
+                           UserDefinedObjectVariable, NNModuleVariable, PythonModuleVariable,
+                           TensorVariable))
