@@ -296,3 +296,48 @@ def test_autotune_times_each_config_once_and_caches_the_choice_on_disk(monkeypat
     L.TritonLauncher("k", Kernel(), "k.py", spec)(out, torch.zeros(8), 8)
     assert timed == [1024, 512] and launched[-1] == 512
     assert kiln_runtime.counters["triton_autotune_cache_hits"] == before + 1
+
+
+def test_lean_launch_calls_the_compiled_kernel_directly_per_specialization(monkeypatch):
+    """The GPU launch path with a stand-in JIT function (no GPU here): the first call of a
+    specialization goes through Triton's ``run`` (which compiles); later calls launch the
+    compiled kernel's ``run`` directly with the grid, the stream, every argument and the
+    constexprs in signature order; a new pointer alignment or an integer that becomes 1 goes
+    through Triton's ``run`` again (another specialization)."""
+    import kiln_codegen_triton.launcher as L
+
+    monkeypatch.setattr(L, "_interpreting", lambda: False)
+    monkeypatch.setattr(L, "_lean_launch_enabled", lambda: True)
+    monkeypatch.setattr(L, "_DRIVER", [lambda: 0, lambda device: 1234])
+    direct, compiled = [], []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def _init_handles(self):
+            pass
+
+        def run(self, *launch):
+            direct.append(launch)
+
+    class JitFunction:
+        arg_names = ["out", "x", "xnumel", "XBLOCK"]
+        final = None
+
+        def run(self, *args, grid, warmup, **kw):
+            compiled.append((args, grid, kw))
+            return Compiled()
+
+    spec = L.KernelSpec(source="# stand-in lean", tiling="pointwise1d",
+                        configs=[{"XBLOCK": 128, "num_warps": 4}],
+                        numels={"xnumel": "xnumel"}, arg_names=["out", "x", "xnumel"], written=[0])
+    launcher = L.TritonLauncher("k", JitFunction(), "k.py", spec)
+    out, x = torch.zeros(300), torch.zeros(300)
+    launcher(out, x, 300)
+    launcher(out, x, 300)
+    assert len(compiled) == 1 and compiled[0][1] == (3, 1, 1) and compiled[0][2]["XBLOCK"] == 128
+    assert direct == [(3, 1, 1, 1234, "fn", "meta", None, None, None, out, x, 300, 128)]
+    launcher(out[1:], x, 299)  # unaligned pointer, another numel: Triton's path again
+    assert len(compiled) == 2 and len(direct) == 1
+    launcher(out[:1], x, 1)  # an integer argument of 1: another specialization
+    assert len(compiled) == 3

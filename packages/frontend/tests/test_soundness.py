@@ -1440,3 +1440,131 @@ def test_guards_read_the_called_functions_own_cells():
     assert results == [6, 6, 10, 10, 6]
     assert compiled_for == [3, 5]  # one entry per cell value, each reused
     assert C.guarded_function() is None  # only set while guards or the callback run
+
+
+# =======================================================================================
+# One object, two sources (issue 8): an object reached through two sources in one trace is
+# one tracker (and one graph value for a tensor), so a write through one alias is seen
+# through the other; guards make a call with other aliasing recompile.
+# =======================================================================================
+
+
+class _Box:
+    pass
+
+
+def _box(**attrs) -> _Box:
+    b = _Box()
+    b.__dict__.update(attrs)
+    return b
+
+
+_ALIAS_GLOBAL = _box(n=1)
+
+
+def _closure_alias(st):
+    def setter():
+        st.inside = True
+
+    def f(x):
+        setter()
+        return x + (1 if st.inside else -1)
+    return f
+
+
+def _global_and_argument(x, o):
+    o.n = o.n + 1
+    return x * _ALIAS_GLOBAL.n
+
+
+def _list_via_two_attributes(x, h):
+    h.a.append(x * 2)
+    return x + len(h.b), h.b[-1]
+
+
+def _dict_via_two_names(x, d, e):
+    d["k"] = 3
+    return x * e["k"]
+
+
+def _tensor_alias_in_place(x, y):
+    x.add_(1)
+    return y * 2
+
+
+def _tensor_alias_view_in_place(x, y):
+    x[0].add_(1)  # writes x through a view
+    return y * 2
+
+
+def _alias_inputs(kind: str, aliased: bool) -> tuple:
+    """Fresh arguments (and fresh global state) for one call."""
+    x = torch.ones(3)
+    if kind == "global_and_argument":
+        _ALIAS_GLOBAL.n = 1
+        return x, _ALIAS_GLOBAL if aliased else _box(n=5)
+    if kind == "list_via_two_attributes":
+        shared = [1]
+        return x, _box(a=shared, b=shared) if aliased else _box(a=[1], b=[1])
+    if kind == "dict_via_two_names":
+        d = {"k": 1}
+        return x, d, d if aliased else {"k": 1}
+    if kind in ("tensor_alias_in_place", "tensor_alias_view_in_place"):
+        return x, x if aliased else torch.ones(3)
+    raise AssertionError(kind)
+
+
+_ALIAS_FNS = {"global_and_argument": _global_and_argument,
+              "list_via_two_attributes": _list_via_two_attributes,
+              "dict_via_two_names": _dict_via_two_names,
+              "tensor_alias_in_place": _tensor_alias_in_place,
+              "tensor_alias_view_in_place": _tensor_alias_view_in_place}
+
+
+def _final_state(args: tuple) -> list:
+    out = [_ALIAS_GLOBAL.n]
+    for a in args:
+        out.append(dict(a.__dict__) if isinstance(a, _Box) else a)
+    return out
+
+
+def test_alias_closure_cells_one_object():
+    """``setter``'s cell and ``f``'s cell hold one object: the attribute ``setter`` writes
+    is the one ``f`` reads."""
+    kiln_frontend.reset()
+    try:
+        for backend in ("eager", _graph_backend):
+            eager_state, compiled_state = _box(inside=False), _box(inside=False)
+            expected = _closure_alias(eager_state)(torch.zeros(1))
+            compiled = kiln_frontend.compile(_closure_alias(compiled_state), backend=backend,
+                                             fullgraph=True)
+            assert_close(compiled(torch.zeros(1)), expected)
+            assert_close(expected, torch.ones(1))
+            assert compiled_state.inside is eager_state.inside is True
+            kiln_frontend.reset()
+    finally:
+        kiln_frontend.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+@pytest.mark.parametrize("first_aliased", [True, False])
+@pytest.mark.parametrize("kind", sorted(_ALIAS_FNS))
+def test_alias_one_object_two_sources(kind, first_aliased, backend):
+    """Each case is called aliased and not (in both orders): results and the final state of
+    the arguments match eager; the call with other aliasing recompiles instead of reusing
+    code traced for the other case."""
+    fn = _ALIAS_FNS[kind]
+    kiln_frontend.reset()
+    compiled = kiln_frontend.compile(fn, backend=backend, fullgraph=True)
+    try:
+        for aliased in (first_aliased, not first_aliased, first_aliased, not first_aliased):
+            args = _alias_inputs(kind, aliased)
+            expected = fn(*args)
+            expected_state = _final_state(args)
+            args = _alias_inputs(kind, aliased)
+            actual = compiled(*args)
+            assert_close(actual, expected, msg=lambda m, a=aliased: f"aliased={a}: {m}")
+            assert_close(_final_state(args), expected_state)
+        assert counters["recompiles"] >= 1, "the other aliasing did not recompile"
+    finally:
+        kiln_frontend.reset()

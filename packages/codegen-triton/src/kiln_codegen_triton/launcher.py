@@ -213,7 +213,8 @@ class TritonLauncher:
         if entry.lean is None:
             self._launch(entry.config, args)
             return
-        key = _specialization_key(args)
+        device = _DRIVER[0]()
+        key = (device, _specialization_key(args))  # a compiled kernel is loaded on one device
         kernel = entry.lean.get(key)
         if kernel is None:  # Triton's own path compiles (or finds) this specialization
             try:
@@ -229,7 +230,6 @@ class TritonLauncher:
             entry.lean[key] = kernel
             kiln_runtime.counters["triton_lean_launch_kernels"] += 1
             return
-        device = _DRIVER[0]()
         kernel.run(*entry.grid, _DRIVER[1](device), kernel.function, kernel.packed_metadata,
                    None, None, None, *args, *entry.constexprs)
 
@@ -325,6 +325,8 @@ def _specialization_key(args) -> tuple:
     for a in args:
         if isinstance(a, int):
             key.append((a == 1, a % 16 == 0, -2**31 <= a < 2**31))
+        elif isinstance(a, float):
+            key.append(float)  # floats are not specialized on
         elif hasattr(a, "data_ptr"):
             key.append((a.data_ptr() % 16 == 0, a.dtype))
         else:

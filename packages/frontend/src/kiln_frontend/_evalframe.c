@@ -932,8 +932,13 @@ load_tensorcheck(void)
 {
     if (!tensorcheck_loaded) {
         tensorcheck_loaded = 1;
-        const KilnTensorCheckAPI *api =
-            (const KilnTensorCheckAPI *)PyCapsule_Import(KILN_TENSORCHECK_CAPSULE, 0);
+        /* PyCapsule_Import only reads attributes after the top package: import it first */
+        PyObject *module = PyImport_ImportModule("kiln_frontend._tensorcheck");
+        const KilnTensorCheckAPI *api = NULL;
+        if (module != NULL) {
+            api = (const KilnTensorCheckAPI *)PyCapsule_Import(KILN_TENSORCHECK_CAPSULE, 0);
+            Py_DECREF(module);
+        }
         if (api == NULL) {
             PyErr_Clear(); /* not built (no torch headers at build time) */
         }

@@ -290,6 +290,8 @@ class Guard:
             return f"type({x}) is {ns.add('type', typ)} and len({x}) == {n}"
         if k is GuardKind.DICT_KEYS:
             typ, keys = self.expected
+            if not keys:  # most of a module tree's hook dicts: no list built
+                return f"type({x}) is {ns.add('type', typ)} and not {x}"
             return (f"type({x}) is {ns.add('type', typ)} and "
                     f"list({x}.keys()) == {ns.add('keys', list(keys))}")
         raise AssertionError(k)

@@ -97,7 +97,8 @@ def compile_inference(
         with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
-        compiled = folded.guarding(  # a folded parameter written in place: compile again
+        folded.guard_copies(getattr(compiled, "derived_from", ()))  # e.g. channels-last weights
+        compiled = folded.guarding(  # a folded or copied parameter written in place: compile again
             compiled, lambda: compile_inference(gm, example_inputs, config, back_half=back_half))
     except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
         return run_eagerly(gm, str(e))
@@ -127,7 +128,9 @@ def compile_aten(
     compiled = reduce_overhead.for_mode(compiled, aten_gm, config)  # CUDA graphs per mode
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
-    return with_output_structure(aten_gm, compiled)
+    derived_from = [  # tensors copied into constants at compile time: the caller guards them
+        c.derived_from for c in schedule.graph.constant_buffers if c.derived_from is not None]
+    return with_output_structure(aten_gm, compiled, derived_from=derived_from)
 
 
 def interpret_aten(
@@ -265,17 +268,23 @@ def _reason_key(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
-def with_output_structure(aten_gm, flat_fn: Callable) -> Callable:
+def with_output_structure(aten_gm, flat_fn: Callable, *, derived_from=()) -> Callable:
     """Wrap a callable returning the ATen graph's flat outputs so that it returns the
-    torch-level graph's own structure (tuple, single tensor, nested, constants)."""
-    if "kiln" not in getattr(aten_gm, "meta", {}):
+    torch-level graph's own structure (tuple, single tensor, nested, constants).
+    ``derived_from``: tensors the compiled code holds copies of (``compile_inference`` guards
+    them), kept on the result as ``.derived_from``."""
+    if "kiln" not in getattr(aten_gm, "meta", {}) and not derived_from:
         return flat_fn
-
-    def compiled_graph(*args):
-        return kiln_aotgrad.restore_outputs(aten_gm, flat_fn(*args))
+    if "kiln" not in getattr(aten_gm, "meta", {}):
+        def compiled_graph(*args):
+            return flat_fn(*args)
+    else:
+        def compiled_graph(*args):
+            return kiln_aotgrad.restore_outputs(aten_gm, flat_fn(*args))
 
     compiled_graph.flat = flat_fn
     compiled_graph.aten_gm = aten_gm
+    compiled_graph.derived_from = list(derived_from)
     return compiled_graph
 
 

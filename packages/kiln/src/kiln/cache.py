@@ -731,7 +731,8 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
             fn = run_eagerly(gm, artifact["reason"])
         else:
             fn = _rebuild(artifact, gm, names, config)
-            if by_weights:
+            copies = any(src[0] == "layout" for src in artifact["constants"].values())
+            if by_weights or copies:  # constants computed from weights: guard their versions
                 fn = _WeightsGuard(gm, fn, compile_fn)
     except Exception as e:
         log.warning("kiln: stale graph cache entry %s ignored (%s: %s); it is rebuilt",

@@ -258,12 +258,18 @@ class InputBuffer(Buffer):
 
 
 class ConstantBuffer(Buffer):
-    """A tensor constant of the graph (``get_attr``); the wrapper binds ``name`` to ``value``."""
+    """A tensor constant of the graph (``get_attr``); the wrapper binds ``name`` to ``value``.
 
-    def __init__(self, name: str, layout: Layout, value: torch.Tensor, target: str = ""):
+    ``derived_from`` is set when ``value`` is a copy computed at compile time from another
+    tensor (a weight stored channels-last): a later in-place write to that tensor is not seen
+    by the copy, so whoever runs the graph must guard it (kiln recompiles)."""
+
+    def __init__(self, name: str, layout: Layout, value: torch.Tensor, target: str = "",
+                 derived_from: torch.Tensor | None = None):
         super().__init__(name, layout)
         self.value = value
         self.target = target
+        self.derived_from = derived_from
 
 
 class Loops:

@@ -360,6 +360,48 @@ class OutputGraph:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method",
                                                               "call_module"))
 
+    def _guard_distinct_inputs(self) -> None:
+        """A graph that writes in place was traced with its distinct input tensors as
+        distinct values (one placeholder per tensor object): a later call passing one tensor
+        for a written input and another must recompile (a backend that functionalizes would
+        not see the write through the other)."""
+        import operator
+
+        def writes(node: torch.fx.Node) -> bool:
+            if node.op not in ("call_method", "call_function", "call_module"):
+                return False
+            if node.target is operator.setitem or node.kwargs.get("inplace") is True or \
+                    node.kwargs.get("out") is not None:
+                return True
+            name = node.target if isinstance(node.target, str) else \
+                getattr(node.target, "__name__", "")
+            return node.op != "call_module" and name.endswith("_") and not name.endswith("__")
+
+        def written_input(node: torch.fx.Node) -> torch.fx.Node | None:
+            """The placeholder the written value may be a view of (its first-argument
+            chain: over-approximate, costing only a guard)."""
+            while node.op != "placeholder":
+                first = node.args[0] if node.args else None
+                if not isinstance(first, torch.fx.Node):
+                    return None
+                node = first
+            return node
+
+        if len(self.graph_inputs) < 2:
+            return
+        written = {written_input(n) for n in self.graph.nodes if writes(n)}
+        from ..sources import IdentitySource
+
+        inputs = [(node, source) for node, source, _ in self.graph_inputs if source.guardable]
+        for node, source in inputs:
+            if node not in written:
+                continue
+            for other_node, other in inputs:
+                if other_node is not node:
+                    self.guards.add(Guard(IdentitySource(other, source),
+                                          GuardKind.CONSTANT_MATCH, False,
+                                          what="distinct tensors"))
+
     def compile_graph(self, outputs: list[VariableTracker]) -> str:
         """Finish the graph with ``outputs`` (tensor trackers), prune unused inputs, build the
         GraphModule, compile it with the backend and install it as ``__compiled_fn_<n>``."""
@@ -377,6 +419,7 @@ class OutputGraph:
             else:
                 self.graph.erase_node(node)
         self.graph_inputs = kept
+        self._guard_distinct_inputs()
         for node in list(self.graph.nodes):
             if node.op == "get_attr" and not node.users:
                 self.graph.erase_node(node)

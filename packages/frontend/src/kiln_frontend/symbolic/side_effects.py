@@ -203,8 +203,32 @@ class SideEffects:
 
     # -- code -----------------------------------------------------------------------------
 
+    def guard_no_aliasing(self) -> None:
+        """The trace kept one tracker per object it saw; two sources that held distinct
+        objects were traced as distinct.  For each object the frame mutated, guard that no
+        other traced object of its type is the same object on a later call (else a write
+        through one would not be seen through the other: recompile, traced as one)."""
+        from ..guards import Guard, GuardKind
+        from ..sources import IdentitySource
+
+        mutated = {id(c): c for c in self.mutated_containers()}
+        mutated.update((id(e.obj), e.obj) for e in self.attr_mutations.values())
+        tracked = [(type(value), vt) for value, vt in self.output.object_trackers.values()]
+        type_of = {id(vt): t for t, vt in tracked}
+        for m in mutated.values():
+            if m.source is None or not m.source.guardable or id(m) not in type_of:
+                continue
+            for typ, other in tracked:
+                if other is m or other.source is None or not other.source.guardable or \
+                        typ is not type_of[id(m)]:
+                    continue
+                self.output.guards.add(Guard(IdentitySource(other.source, m.source),
+                                             GuardKind.CONSTANT_MATCH, False,
+                                             what="distinct objects"))
+
     def codegen(self, cg: Any) -> None:
         """Append the replay to ``cg`` (stack-neutral)."""
+        self.guard_no_aliasing()
         containers = self.mutated_containers()
         if not (containers or self.attr_mutations or self.global_stores):
             return

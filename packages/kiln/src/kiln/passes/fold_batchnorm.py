@@ -52,18 +52,23 @@ class FoldedParams:
                 return False
         return not any(m.training for m in self.eval_modules)
 
+    def guard_copies(self, tensors) -> None:
+        """Also guard tensors the compiled graph holds a copy of (a weight stored
+        channels-last): an in-place write to one recompiles, as for a folded source."""
+        self.sources.extend((t, t._version) for t in tensors)
+
     def guarding(self, compiled, rebuild):
         """``compiled`` behind this guard: a call after a source changed (or a BatchNorm left
         eval mode) compiles again through ``rebuild()`` (which folds the new values) and
         uses that from then on, with one log line. No fold: ``compiled`` itself."""
-        if not self.folded:
+        if not self.sources:
             return compiled
         state = {"compiled": compiled, "guard": self}
 
         def call(*args):
             if not state["guard"].still_valid():
-                log.info("kiln: parameters folded into conv weights changed since compile "
-                         "(or a BatchNorm left eval mode): compiling again")
+                log.info("kiln: parameters folded or copied into constants changed since "
+                         "compile (or a BatchNorm left eval mode): compiling again")
                 state["compiled"] = rebuild()
                 state["guard"] = FoldedParams()  # the rebuilt graph carries its own guard
             return state["compiled"](*args)

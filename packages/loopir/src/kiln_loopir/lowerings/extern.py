@@ -63,7 +63,8 @@ def runs_channels_last(node) -> bool:
 
 
 def _channels_last_constant(w: ConstantBuffer) -> ConstantBuffer:
-    """The weight stored NHWC, once per graph (at compile time: free at run time)."""
+    """The weight stored NHWC, once per graph (at compile time: free at run time; the copy
+    records the weight it came from, which the runner guards)."""
     g = current()
     cache = g.__dict__.setdefault("_channels_last_constants", {})
     if w.name not in cache:
@@ -71,7 +72,8 @@ def _channels_last_constant(w: ConstantBuffer) -> ConstantBuffer:
         layout = Layout(value.device, value.dtype, list(value.shape), list(value.stride()), 0)
         name = f"const{g._const_count}"
         g._const_count += 1
-        cache[w.name] = g.graph.add_constant(ConstantBuffer(name, layout, value, w.target))
+        cache[w.name] = g.graph.add_constant(
+            ConstantBuffer(name, layout, value, w.target, derived_from=w.value))
     return cache[w.name]
 
 

@@ -2,7 +2,8 @@
 
 Leaf modules that torch defines (Linear, ReLU, Dropout, Conv2d, ...) become ``call_module``
 nodes on the GraphModule root, which holds the very same module objects (at run time the
-node calls the module, so hooks added later still run).  Containers (Sequential, ModuleList,
+node calls the module; its hook dicts are guarded, because a compiling backend bakes the
+forward in and a hook added later would not run).  Containers (Sequential, ModuleList,
 ModuleDict, ParameterList, ParameterDict) are unrolled; a user-defined module's ``forward``
 is inlined, its parameters and buffers are ``get_attr`` nodes.  Every module reached is
 guarded by NN_MODULE (identity + ``training``).
@@ -194,8 +195,9 @@ class NNModuleVariable(VariableTracker):
             raise Unsupported(f"calling {type(m).__qualname__} with backward hooks registered")
         instance_forward = "forward" in m.__dict__
         if is_leaf_module(m) and not instance_forward and not _has_forward_hooks(m):
-            # call_module: at run time the node goes through Module.__call__ (hooks
-            # registered later run there)
+            # call_module. A backend that compiles the graph bakes this module's forward in,
+            # so hooks registered later must recompile: guard the (empty) hook dicts too
+            self.install_hook_guards(tx)
             target = tx.output.register_module(self.source, m)
             return tx.output.create_graph_op("call_module", target, list(args), dict(kwargs))
         self.install_hook_guards(tx)
