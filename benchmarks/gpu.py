@@ -57,24 +57,13 @@ def setup_tree() -> str:
     """Put packages/*/src on sys.path and PYTHONPATH, and write the entry points of every
     package (kiln.backends, kiln.codegens) as a dist-info folder there, which is what pip would
     have left: codegens and backends are found through entry points. Returns that folder."""
-    import tomllib
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("entry_points", ROOT / "scripts" / "entry_points.py")
+    entry_points = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry_points)
     srcs = sorted(str(p) for p in (ROOT / "packages").glob("*/src"))
-    meta = Path(tempfile.mkdtemp(prefix="kiln-entry-points-"))
-    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
-        data = tomllib.loads(pyproject.read_text())
-        project = data.get("project", {})
-        eps = project.get("entry-points", {})
-        if not eps:
-            continue
-        dist = project["name"].replace("-", "_")
-        info = meta / f"{dist}-{project.get('version', '0')}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
-                                       f"Version: {project.get('version', '0')}\n")
-        text = "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in items.items()) + "\n"
-                       for group, items in eps.items())
-        (info / "entry_points.txt").write_text(text)
+    meta = entry_points.write_entry_points()
     paths = [str(meta), *srcs]
     for p in reversed(paths):
         if p not in sys.path:

@@ -192,12 +192,14 @@ def _alarm(seconds: float):
 def _check(model, ref, loss, ref_loss, dtype) -> None:
     if dtype == torch.float16:
         torch.testing.assert_close(loss.float(), ref_loss.float(), rtol=2e-2, atol=2e-2)
-        got = torch.cat(
-            [p.grad.float().flatten() for p in model.parameters() if p.grad is not None]
-        )
-        want = torch.cat([p.grad.float().flatten() for p in ref.parameters() if p.grad is not None])
+        pairs = list(zip(model.named_parameters(), ref.named_parameters(), strict=True))
+        for (name, p), (_, q) in pairs:
+            if q.grad is None:  # torch.compile gives zeros where eager leaves None: accepted
+                assert p.grad is None or not p.grad.any(), f"{name}.grad should be None"
+        got = torch.cat([p.grad.float().flatten() for (_, p), (_, q) in pairs if q.grad is not None])
+        want = torch.cat([q.grad.float().flatten() for _, (_, q) in pairs if q.grad is not None])
         rel = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
-        assert got.numel() == want.numel() and rel < 2e-2, f"grads differ: relative error {rel:.3g}"
+        assert rel < 2e-2, f"grads differ: relative error {rel:.3g}"
         return
     torch.testing.assert_close(loss, ref_loss, rtol=1e-3, atol=1e-4)
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):

@@ -5,19 +5,24 @@
 # package is put on PYTHONPATH. Usage (from the repo root, on that machine):
 #     bash scripts/device_tests.sh [frontend|all] [pytest args...]
 #     bash scripts/device_tests.sh bench_gpu [benchmarks/gpu.py args...]   # results in $OUT
+#     bash scripts/device_tests.sh bench_runtime   # CUDA graphs (benchmarks/gpu_runtime.py)
+#     bash scripts/device_tests.sh bench_train     # a training step (benchmarks/train.py)
 # (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
-# fp16 models against torch.compile; benchmarks/gpu.py writes kiln's entry points itself.)
+# fp16 models against torch.compile.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-frontend}"; shift || true
 python3 --version
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 python3 packages/frontend/hatch_build.py --inplace
-export PYTHONPATH="$(ls -d packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
+# kiln's backends and codegens are found through entry points: write them as pip would have
+export PYTHONPATH="$(python3 scripts/entry_points.py):$(ls -d packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
 export KILN_CACHE_DIR="${KILN_CACHE_DIR:-/tmp/kiln-cache}"
 case "$what" in
   frontend) python3 -m pytest -q -p no:cacheprovider packages/frontend/tests "$@" ;;
   all) python3 -m pytest -q -p no:cacheprovider packages/*/tests "$@" ;;
   bench_gpu) python3 -u benchmarks/gpu.py "$@" ;;
-  *) echo "unknown target $what (frontend|all|bench_gpu)" >&2; exit 2 ;;
+  bench_runtime) python3 -u benchmarks/gpu_runtime.py "$@" ;;
+  bench_train) python3 -u benchmarks/train.py --device cuda "$@" ;;
+  *) echo "unknown target $what (frontend|all|bench_gpu|bench_runtime|bench_train)" >&2; exit 2 ;;
 esac

@@ -109,6 +109,13 @@ except ImportError:  # pragma: no cover - depends on the build
     TensorGuard = PyTensorGuardFallback  # type: ignore[misc,assignment]
     USING_C_TENSOR_GUARD = False
 
+try:  # TensorGuard's C++ fast path (hatch_build.py builds it where torch's headers are)
+    from . import _tensorcheck  # type: ignore[attr-defined]  # noqa: F401
+
+    USING_FAST_TENSOR_CHECK = USING_C_TENSOR_GUARD
+except ImportError:  # pragma: no cover - depends on the build
+    USING_FAST_TENSOR_CHECK = False
+
 
 # --------------------------------------------------------------------------------------
 # Guard objects
@@ -529,6 +536,7 @@ __all__ = [
     "TensorGuard",
     "PyTensorGuardFallback",
     "USING_C_TENSOR_GUARD",
+    "USING_FAST_TENSOR_CHECK",
     "build_check_fn",
     "format_guards",
     "identity_guards",

@@ -34,11 +34,12 @@ def for_mode(compiled: Callable, facts, config: Options) -> Callable:
     ``facts``: the graph's facts (a dict) or its ATen graph (facts computed from it)."""
     if config.mode not in CUDAGRAPH_MODES:
         return compiled
-    from kiln_runtime.cudagraphs import CudaGraphRunner
+    from kiln_runtime.cudagraphs import CudaGraphRunner, run_before_capture
 
+    from .cache import flush, graph_facts
+
+    run_before_capture(flush)  # no graph-cache write may touch the device during a capture
     if not isinstance(facts, dict):
-        from .cache import graph_facts
-
         facts = graph_facts(facts)
     runner = CudaGraphRunner(
         lambda args: compiled(*args),

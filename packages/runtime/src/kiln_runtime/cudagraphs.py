@@ -147,6 +147,18 @@ class GraphEngine(Protocol):
     def replay(self, handle: Any) -> None: ...
 
 
+#: called before every capture: work another thread may be doing on the device (kiln's
+#: graph-cache writer copies CUDA constants to the host) must finish first, since CUDA refuses
+#: such calls while a stream captures and the failed call corrupts the capture
+BEFORE_CAPTURE: list[Callable[[], None]] = []
+
+
+def run_before_capture(hook: Callable[[], None]) -> None:
+    """Register ``hook`` to run before every capture (once: a second registration is a no-op)."""
+    if hook not in BEFORE_CAPTURE:
+        BEFORE_CAPTURE.append(hook)
+
+
 class CudaGraphEngine:
     """``torch.cuda.CUDAGraph`` recording into one memory pool per device."""
 
@@ -164,6 +176,8 @@ class CudaGraphEngine:
             self.pool = self._pools[index.index]
 
     def capture(self, fn: Callable, inputs: list) -> tuple[Any, list, int]:
+        for hook in BEFORE_CAPTURE:
+            hook()
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph()
