@@ -111,21 +111,31 @@ def test_a_hit_uses_the_live_modules_weights():
         assert not torch.allclose(compiled_b(X), a(X))
 
 
-def test_weights_folded_into_constants_are_part_of_the_key():
-    # BatchNorm folded into the conv: the compiled graph holds tensors computed from weights
+def test_weights_folded_into_constants_are_folded_again_from_the_live_weights():
+    # BatchNorm folded into the conv: the entry keeps the fold's recipe, not the folded
+    # tensors, so a module with other weights hits it and gets its own folded constants
     a, b = _net(0), _net(1)
     _compile(a, X)
     before = kiln.stats()
     compiled_b = _compile(b, X)
-    assert kiln.stats().graph_cache_misses == before.graph_cache_misses + 1
+    assert kiln.stats().graph_cache_hits == before.graph_cache_hits + 1
+    assert kiln.stats().graph_cache_misses == before.graph_cache_misses
     with torch.no_grad():
         torch.testing.assert_close(compiled_b(X), b(X))
-    again = _compile(b, X)
-    assert kiln.stats().graph_cache_hits == before.graph_cache_hits + 1
-    with torch.no_grad():
-        torch.testing.assert_close(again(X), b(X))
+        assert not torch.allclose(compiled_b(X)[0], a(X)[0])
         b.norm.running_var.mul_(4.0)  # in place: the folded constants are stale now
-        torch.testing.assert_close(again(X), b(X))
+        torch.testing.assert_close(compiled_b(X), b(X))
+        b.norm.weight.add_(0.5)  # and again, after the recompile
+        torch.testing.assert_close(compiled_b(X), b(X))
+
+
+def test_an_entry_with_folded_constants_holds_recipes_not_weights(graph_cache_on):
+    _compile(_net(0), X)
+    (path,) = graph_cache_on.glob(f"{kiln.cache.KIND}/*/*/{kiln.cache.ARTIFACT}")
+    artifact = kiln.cache._read(path.parent)
+    kinds = [src[0] for src in artifact["constants"].values()]
+    assert artifact["kind"] == "compiled" and "folded" in kinds, kinds
+    assert not artifact["stored_tensors"]
 
 
 def test_key_normalizes_names_and_sees_inputs_and_options():

@@ -9,10 +9,8 @@ import torch
 from kiln_loopir.codegen_protocol import KernelDef
 from kiln_loopir.ir import ExternNode, FusedGroup, InputBuffer, Schedule
 from kiln_loopir.sizevars import pexpr
-from kiln_loopir.wrapper import extern_call_source
 
 from .compiler import CXXFLAGS, compile_many, kernel_function
-from .kernel import CppKernel
 from .prelude import prelude
 
 #: the C symbol of every kernel: sources differ only where kernels differ, so identical
@@ -40,6 +38,8 @@ class CppCodegen:
                   if getattr(buf, "layout", None) is not None}
         inputs = {b.name for b in graph.inputs if isinstance(b, InputBuffer)}
         written_inputs = {d.name for d in getattr(group, "writes", ()) if d.name in inputs}
+        from .kernel import CppKernel  # lazy: a graph-cache hit only finalizes kernels
+
         kernel = CppKernel(group, C_SYMBOL, dtypes, written_inputs)
         body = kernel.generate()
         name = f"cpp_kernel_{self._count}"
@@ -70,6 +70,8 @@ class CppCodegen:
         return "\n".join(lines)
 
     def extern_call(self, node: ExternNode) -> str:
+        from kiln_loopir.wrapper import extern_call_source
+
         return extern_call_source(node)
 
     def finalize(self, kernels: list[KernelDef]) -> dict[str, Callable]:

@@ -65,13 +65,46 @@ class CppCompileError(RuntimeError):
 
 @functools.lru_cache(None)
 def compiler_version(cxx: str | None = None) -> str:
-    """First line of ``<cxx> --version`` plus the machine's ISA flags (for -march=native)."""
+    """First line of ``<cxx> --version`` plus the machine's ISA flags (for -march=native).
+
+    The first line is remembered under the cache folder, keyed by the compiler binary's
+    resolved path, size, inode and modification time (an upgraded compiler is a new binary):
+    a warm process skips the subprocess (tens of ms on a graph-cache hit)."""
     cxx = cxx or compiler()
+    memo = _version_memo(cxx)
+    if memo is not None:
+        try:
+            return memo.read_text().strip() + "|" + _cpu_flags()
+        except OSError:
+            pass
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise RuntimeError(f"no working C++ compiler {cxx!r} ({e}); set KILN_CXX") from e
-    return out.splitlines()[0] + "|" + _cpu_flags()
+    first = out.splitlines()[0]
+    if memo is not None and first.strip():
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo.with_name(f"{memo.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(first)
+            os.replace(tmp, memo)
+        except OSError:
+            pass
+    return first + "|" + _cpu_flags()
+
+
+def _version_memo(cxx: str) -> Path | None:
+    """Where ``cxx``'s version line is remembered (None: the binary cannot be found)."""
+    found = shutil.which(cxx)
+    if found is None:
+        return None
+    try:
+        real = os.path.realpath(found)
+        st = os.stat(real)
+    except OSError:
+        return None
+    key = hash_key(real, str(st.st_size), str(st.st_ino), str(st.st_mtime_ns))
+    return cache_dir() / "cxx-version" / key[:32]
 
 
 @functools.lru_cache(None)

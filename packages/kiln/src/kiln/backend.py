@@ -94,6 +94,7 @@ def compile_inference(
                 )
         with pipeline_step("fold batchnorm (kiln.passes.fold_conv_batchnorm)"):
             folded_gm, folded = fold_conv_batchnorm(gm, example_inputs)  # eval BN into conv weights, guarded
+            cache.record_folded(getattr(folded_gm, "meta", {}).get("kiln_folded_recipes"))
         with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)

@@ -17,11 +17,14 @@ checkout never hits an old entry), Python, torch, triton (when installed), the C
 **Entry** (kind ``graph``): ``artifact.pt`` with either the decision to run the graph eagerly
 (and why) or the wrapper source, the kernels (name, source, arguments, codegen meta), where
 each graph constant comes from (a parameter/buffer of the live module by normalized name, a
-copy of one in another layout, or a tensor stored in the entry), the output structure and
-the facts the CUDA-graph wrapper needs. Stored tensors may be computed from the weights
-(BatchNorm folded into a conv): such an entry goes under a key that adds a hash of the
-weights' values, and a hit re-checks their version counters at each call. Entries are
-pickled and written by a background thread (``flush()`` waits for it).
+copy of one in another layout, a conv weight or bias with a BatchNorm folded in, kept as
+the recipe to fold it again from the live tensors, or a tensor stored in the entry), the
+output structure and the facts the CUDA-graph wrapper needs. So an entry holds no weight
+values and its key needs no hash of them: a hit remakes layout copies and folded constants
+from the live module and re-checks the sources' version counters at each call. A stored
+tensor we cannot tie to the module goes under a key that adds a hash of the weights' values
+(kind ``by_weights``). Entries are pickled and written by a background thread (``flush()``
+waits for it).
 
 Not cached (compiled every time, logged on logger ``kiln.cache`` at DEBUG): graphs whose
 description holds an object without a stable text (a lambda's address, a module hook),
@@ -81,7 +84,7 @@ __all__ = [
 #: the disk-cache kind of graph-level artifacts
 KIND = "graph"
 ARTIFACT = "artifact.pt"
-_FORMAT = 1
+_FORMAT = 2
 #: packages whose code decides what a graph compiles to (their sources are in the key)
 _KEYED_PACKAGES = (
     "kiln",
@@ -422,6 +425,7 @@ class _Recording:
 
     compiled: list[tuple[Any, Any, Any]] = dataclasses.field(default_factory=list)
     eager_reason: str | None = None
+    folded: dict[str, tuple] = dataclasses.field(default_factory=dict)
     not_cacheable: str | None = None
 
 
@@ -438,6 +442,14 @@ def record_compiled(aten_gm, module, compiled) -> None:
     if not isinstance(compiled, kiln_runtime.CompiledGraph):
         rec.not_cacheable = "its kernels did not compile (interpreter fallback)"
     rec.compiled.append((aten_gm, module, compiled))
+
+
+def record_folded(recipes: dict[str, tuple] | None) -> None:
+    """Hook in ``compile_inference``: the buffers ``fold_conv_batchnorm`` computed, each with
+    its recipe (``kiln.passes.folded_value``'s arguments by qualified name)."""
+    rec = _recording.get()
+    if rec is not None and recipes:
+        rec.folded.update(recipes)
 
 
 def record_eager(reason: str) -> None:
@@ -566,24 +578,37 @@ def restore_structure(out_structure, flat_outputs: Sequence) -> Any:
     return pytree.tree_unflatten([next(it) if is_out else v for is_out, v in template], spec)
 
 
-def _constant_sources(module, gm, names: GraphNames) -> tuple[dict, list]:
+def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
+                      ) -> tuple[dict, list]:
     """Where each graph constant comes from on a hit:
 
     - ``("attr", name)``: the live module tensor (normalized name);
     - ``("layout", name, stride)``: a copy of it in another layout, made at compile time (e.g.
       a conv weight stored channels-last); made again from the live tensor on a hit;
+    - ``("folded", (which, names, eps), stride)``: a conv weight or bias with a BatchNorm
+      folded in (``folded``: the fold's recipes by buffer name), in that layout; computed
+      again from the live tensors on a hit with ``kiln.passes.folded_value`` (the same code
+      as the fold; checked bit for bit against the compiled constant here);
     - ``("stored", i)``: a tensor the trace itself created (``torch.tensor(...)`` in the
       program), stored in the entry.
 
     A constant computed from a parameter in any other way would bake the storing process's
     weights into the entry: such graphs are not cached."""
+    folded = folded or {}
     sched = module.meta.get("schedule") if hasattr(module, "meta") else None
     targets = {}
     if sched is not None:
         targets = {b.name: b.target for b in getattr(sched.graph, "constant_buffers", ())}
     sources, stored = {}, []
     for name, value in module.constants.items():
-        norm = names.normalize(targets[name]) if targets.get(name) else None
+        target = targets.get(name)
+        if target in folded and isinstance(value, torch.Tensor):
+            try:
+                sources[name] = _folded_source(name, value, folded[target], gm, names)
+                continue
+            except NotCacheable as e:  # stored, under the weights' hash (kind by_weights)
+                log.debug("kiln: folded constant %s stored with the entry: %s", name, e)
+        norm = names.normalize(target) if target else None
         live = None
         if norm is not None:
             try:
@@ -604,8 +629,38 @@ def _constant_sources(module, gm, names: GraphNames) -> tuple[dict, list]:
               and torch.equal(live.detach(), value)):
             sources[name] = ("layout", norm, tuple(value.stride()))
         else:
-            raise NotCacheable(f"constant {name} is computed from parameter {targets[name]}")
+            raise NotCacheable(f"constant {name} is computed from parameter {target}")
     return sources, stored
+
+
+def _folded_source(name: str, value: torch.Tensor, recipe: tuple, gm, names: GraphNames) -> tuple:
+    which, qualnames, eps = recipe
+    norms = tuple(None if q is None else names.normalize(q) for q in qualnames)
+    if any(n is None and q is not None for n, q in zip(norms, qualnames, strict=True)):
+        raise NotCacheable(f"constant {name} is folded from tensors outside the graph's names")
+    recipe = (which, norms, eps)
+    try:
+        again = _fold_again(recipe, gm, names, tuple(value.stride()))
+    except Exception as e:
+        raise NotCacheable(f"constant {name} cannot be folded again ({type(e).__name__}: {e})") from e
+    if (again.shape != value.shape or again.dtype != value.dtype or again.device != value.device
+            or again.stride() != value.stride() or value.storage_offset() != 0
+            or not torch.equal(again, value)):
+        raise NotCacheable(f"constant {name} does not match its fold recipe")
+    return ("folded", recipe, tuple(value.stride()))
+
+
+def _fold_again(recipe: tuple, gm, names: GraphNames, stride: tuple) -> torch.Tensor:
+    from .passes.fold_batchnorm import folded_value
+
+    which, norms, eps = recipe
+    tensors = []
+    for norm in norms:
+        t = None if norm is None else names.resolve(gm, norm)
+        if norm is not None and not isinstance(t, torch.Tensor):
+            raise _Stale(f"fold source {norm} is not a tensor here")
+        tensors.append(None if t is None else t.detach())
+    return folded_value(which, *tensors, eps, stride=stride)
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -672,7 +727,7 @@ def _store(key: str, rec: _Recording, gm, names: GraphNames) -> None:
         disk_cache.put(KIND, key, {ARTIFACT: _serialize(artifact)})
         return
     aten_gm, module, _ = rec.compiled[0]
-    sources, stored = _constant_sources(module, gm, names)
+    sources, stored = _constant_sources(module, gm, names, rec.folded)
     artifact = {
         "format": _FORMAT,
         "kind": "compiled",
@@ -731,7 +786,7 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
             fn = run_eagerly(gm, artifact["reason"])
         else:
             fn = _rebuild(artifact, gm, names, config)
-            copies = any(src[0] == "layout" for src in artifact["constants"].values())
+            copies = any(src[0] in ("layout", "folded") for src in artifact["constants"].values())
             if by_weights or copies:  # constants computed from weights: guard their versions
                 fn = _WeightsGuard(gm, fn, compile_fn)
     except Exception as e:
@@ -746,8 +801,8 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
 
 
 class _WeightsGuard:
-    """A hit whose constants were computed from the weights (kept under their hash) is valid
-    while they are: an in-place write to a parameter or buffer (``load_state_dict``, an
+    """A hit whose constants were computed from the weights (layout copies, folded
+    BatchNorms, or stored tensors kept under the weights' hash) is valid while they are: an in-place write to a parameter or buffer (``load_state_dict``, an
     optimizer step) or a module switched to training makes the next call compile again (the
     pipeline, which guards its own folded weights)."""
 
@@ -782,6 +837,9 @@ def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable
     for name, (where, ref, *layout) in artifact["constants"].items():
         if where == "stored":
             constants[name] = artifact["stored_tensors"][ref]
+            continue
+        if where == "folded":
+            constants[name] = _fold_again(ref, gm, names, tuple(layout[0]))
             continue
         value = names.resolve(gm, ref)
         if not isinstance(value, torch.Tensor):

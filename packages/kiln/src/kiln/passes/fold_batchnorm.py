@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 log = logging.getLogger("kiln")
 
-__all__ = ["FoldedParams", "fold_conv_batchnorm"]
+__all__ = ["FoldedParams", "fold_conv_batchnorm", "folded_value"]
 
 _BN_ARG_NAMES = ("input", "running_mean", "running_var", "weight", "bias", "training",
                  "momentum", "eps")
@@ -95,14 +95,47 @@ def _attr(gm: torch.fx.GraphModule, node) -> torch.Tensor | None:
     raise LookupError(node)
 
 
+def folded_value(which: str, conv_weight: torch.Tensor, conv_bias: torch.Tensor | None,
+                 mean: torch.Tensor, var: torch.Tensor, gamma: torch.Tensor | None,
+                 beta: torch.Tensor | None, eps: float, *, stride: tuple | None = None
+                 ) -> torch.Tensor:
+    """The folded conv ``"weight"`` or ``"bias"`` of one conv+BatchNorm pair, from the source
+    tensors (contiguous, or with ``stride``): the fold itself and a graph-cache hit
+    (``kiln.cache``, which stores this recipe rather than the folded values) compute it with
+    this one function, so both give the same bits."""
+    with torch.no_grad():
+        scale = torch.rsqrt(var.double() + eps)
+        if gamma is not None:
+            scale = scale * gamma.double()
+        if which == "weight":  # the scale in double, the big product in the weight's dtype
+            out = torch.empty_strided(conv_weight.shape, stride or conv_weight.contiguous().stride(),
+                                      dtype=conv_weight.dtype, device=conv_weight.device)
+            return torch.mul(conv_weight, scale.to(conv_weight.dtype).reshape(-1, 1, 1, 1), out=out)
+        else:
+            value = -mean.double() * scale
+            if conv_bias is not None:
+                value = value + conv_bias.double() * scale
+            if beta is not None:
+                value = value + beta.double()
+        value = value.to(conv_weight.dtype).contiguous()
+        if stride is not None and tuple(value.stride()) != tuple(stride):
+            value = torch.empty_strided(value.shape, stride, dtype=value.dtype,
+                                        device=value.device).copy_(value)
+        return value
+
+
 def _batchnorm_params(gm, node) -> tuple | None:
-    """(input node, mean, var, gamma, beta, eps, module or None) of an eval BatchNorm node."""
+    """(input node, mean, var, gamma, beta, eps, module or None, qualified names of mean, var,
+    gamma, beta) of an eval BatchNorm node."""
     if node.op == "call_module":
         m = gm.get_submodule(node.target)
         if (type(m) is not nn.BatchNorm2d or m.training or m.running_mean is None
                 or len(node.args) != 1 or node.kwargs):
             return None
-        return node.args[0], m.running_mean, m.running_var, m.weight, m.bias, m.eps, m
+        names = tuple(None if t is None else f"{node.target}.{a}" for t, a in (
+            (m.running_mean, "running_mean"), (m.running_var, "running_var"),
+            (m.weight, "weight"), (m.bias, "bias")))
+        return node.args[0], m.running_mean, m.running_var, m.weight, m.bias, m.eps, m, names
     if node.op == "call_function" and node.target is F.batch_norm:
         bound = dict(zip(_BN_ARG_NAMES, node.args, strict=False))
         bound.update(node.kwargs)
@@ -115,7 +148,9 @@ def _batchnorm_params(gm, node) -> tuple | None:
             return None
         if mean is None or var is None or mean.dim() != 1:
             return None
-        return bound["input"], mean, var, gamma, beta, float(bound.get("eps", 1e-5)), None
+        names = tuple(None if bound.get(a) is None else bound[a].target
+                      for a in ("running_mean", "running_var", "weight", "bias"))
+        return bound["input"], mean, var, gamma, beta, float(bound.get("eps", 1e-5)), None, names
     return None
 
 
@@ -168,21 +203,19 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
     graph.output(out)
     new_gm = torch.fx.GraphModule(gm, graph)
     new_gm.meta = dict(getattr(gm, "meta", {}) or {})
-    for i, (bn_node, (conv_node, mean, var, gamma, beta, eps, bn_mod), conv) in enumerate(pairs):
-        with torch.no_grad():
-            scale = torch.rsqrt(var.double() + eps)
-            if gamma is not None:
-                scale = scale * gamma.double()
-            weight = (conv.weight.double() * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype)
-            bias = -mean.double() * scale
-            if conv.bias is not None:
-                bias = bias + conv.bias.double() * scale
-            if beta is not None:
-                bias = bias + beta.double()
-            bias = bias.to(conv.weight.dtype)
+    recipes: dict[str, tuple] = {}  # folded buffer -> ("weight" | "bias", source names, eps)
+    for i, (bn_node, bn, conv) in enumerate(pairs):
+        conv_node, mean, var, gamma, beta, eps, bn_mod, bn_names = bn
+        sources = (conv.weight, conv.bias, mean, var, gamma, beta)
+        source_names = (f"{conv_node.target}.weight",
+                        None if conv.bias is None else f"{conv_node.target}.bias", *bn_names)
+        weight = folded_value("weight", *sources, eps)
+        bias = folded_value("bias", *sources, eps)
         w_name, b_name = f"_kiln_folded_{i}_weight", f"_kiln_folded_{i}_bias"
-        new_gm.register_buffer(w_name, weight.contiguous())
-        new_gm.register_buffer(b_name, bias.contiguous())
+        new_gm.register_buffer(w_name, weight)
+        new_gm.register_buffer(b_name, bias)
+        recipes[w_name] = ("weight", source_names, eps)
+        recipes[b_name] = ("bias", source_names, eps)
         old_bn, old_conv = val_map[bn_node], val_map[conv_node]
         with graph.inserting_before(old_bn):
             w = graph.get_attr(w_name)
@@ -196,7 +229,7 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
         old_bn.replace_all_uses_with(fused)
         graph.erase_node(old_bn)
         graph.erase_node(old_conv)
-        for t in (conv.weight, conv.bias, mean, var, gamma, beta):
+        for t in sources:
             if t is not None:
                 guard.sources.append((t, t._version))
         if bn_mod is not None:
@@ -205,6 +238,7 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
     graph.eliminate_dead_code()
     graph.lint()
     new_gm.recompile()
+    new_gm.meta["kiln_folded_recipes"] = recipes  # how to recompute each (kiln.cache)
     log.info("kiln: folded %d conv+batchnorm pairs into conv weights", guard.folded)
     return new_gm, guard
 
