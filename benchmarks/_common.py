@@ -17,6 +17,22 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 
+def last_hidden_state(model):
+    """``model`` (a transformers base model) behind a module whose forward takes ``input_ids``
+    and returns only the last hidden state: one tensor to time and to compare."""
+    import torch
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids).last_hidden_state
+
+    return LastHidden(model)
+
+
 def fresh_cache_dirs(prefix: str = "kiln-bench-") -> str:
     """Point KILN_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR at a new empty folder, so first calls
     measure real (cold) compiles. Call before the compilers run; returns the folder."""

@@ -73,15 +73,9 @@ def _build(name: str, device: str):
     else:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
 
-    class LastHidden(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
+    from _common import last_hidden_state
 
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids).last_hidden_state
-
-    return LastHidden(model).eval().to(device), (ids,)
+    return last_hidden_state(model).eval().to(device), (ids,)
 
 
 def child(name: str, compiler: str, device: str, pin_sources: bool = False) -> dict:

@@ -75,16 +75,10 @@ def build(name: str):
     else:
         raise ValueError(f"unknown model {name!r}")
 
-    class LastHidden(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids).last_hidden_state
+    from _common import last_hidden_state
 
     ids = torch.randint(0, config.vocab_size, (1, 128), device=dev)
-    return LastHidden(model).eval().to(dev), (ids,)
+    return last_hidden_state(model).eval().to(dev), (ids,)
 
 
 def make(variant: str, model):
