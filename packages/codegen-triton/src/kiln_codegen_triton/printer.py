@@ -1,19 +1,25 @@
 """SymPy index expressions printed as Triton (tensor integer arithmetic).
 
-loopir guarantees every sub-expression of an index is >= 0 except under ``Min``/``Max``, so
-``FloorDiv`` prints as ``//`` and ``ModularIndexing`` as ``//`` and ``%`` (Triton's integer
-``//`` and ``%`` truncate, which equals flooring on non-negative operands). ``Min``/``Max``
-print as ``tl.minimum``/``tl.maximum``; symbols print by a name map (loop symbols become the
+The integer arithmetic (``FloorDiv`` as ``//``, ``ModularIndexing``, ``Mod``, operands
+parenthesized, Rationals and floats refused) is loopir's ``IntegerIndexPrinting``, shared with
+the C++ codegen (Triton's integer ``//`` and ``%`` truncate, which equals flooring on the
+non-negative operands loopir guarantees). Symbols print by a name map (loop symbols become the
 kernel's index variables, size symbols its arguments).
 """
 
 from __future__ import annotations
 
 import sympy
+from kiln_loopir.index_printing import IntegerIndexPrinting
 from sympy.printing.str import StrPrinter
 
 
-class TritonIndexPrinter(StrPrinter):
+class TritonIndexPrinter(IntegerIndexPrinting, StrPrinter):
+    """Index arithmetic as Triton: ``FloorDiv`` is ``//``, ``Min``/``Max`` are
+    ``tl.minimum``/``tl.maximum``."""
+
+    floordiv_op = "//"
+
     def __init__(self, names: dict[str, str] | None = None):
         super().__init__({"order": "none"})
         self.names = names or {}
@@ -23,16 +29,6 @@ class TritonIndexPrinter(StrPrinter):
 
     def _print_Integer(self, e):
         return str(int(e))
-
-    def _print_Rational(self, e):
-        raise ValueError(f"non-integer index expression {e}")
-
-    def _print_Float(self, e):
-        raise ValueError(f"non-integer index expression {e}")
-
-    def _operand(self, e) -> str:
-        text = self._print(e)
-        return text if (e.is_Symbol or e.is_Integer) and not text.startswith("-") else f"({text})"
 
     def _print_Mul(self, e):
         coeff, rest = e.as_coeff_Mul()
@@ -57,35 +53,11 @@ class TritonIndexPrinter(StrPrinter):
             return "(" + "*".join([self._operand(base)] * int(exp)) + ")"
         raise ValueError(f"unsupported power in index expression: {e}")
 
-    def _print_FloorDiv(self, e):
-        a, b = e.args
-        return f"({self._operand(a)} // {self._operand(b)})"
+    def _min_of(self, a: str, b: str) -> str:
+        return f"tl.minimum({a}, {b})"
 
-    def _print_ModularIndexing(self, e):
-        x, d, m = e.args
-        if d == 1:
-            return f"({self._operand(x)} % {self._operand(m)})"
-        return f"(({self._operand(x)} // {self._operand(d)}) % {self._operand(m)})"
-
-    def _print_Mod(self, e):
-        a, b = e.args
-        return f"({self._operand(a)} % {self._operand(b)})"
-
-    def _minmax(self, args, fn):
-        parts = [self._print(a) for a in args]
-        out = parts[0]
-        for p in parts[1:]:
-            out = f"{fn}({out}, {p})"
-        return out
-
-    def _print_Min(self, e):
-        return self._minmax(e.args, "tl.minimum")
-
-    def _print_Max(self, e):
-        return self._minmax(e.args, "tl.maximum")
-
-    def _print_floor(self, e):
-        return self._print(e.args[0])
+    def _max_of(self, a: str, b: str) -> str:
+        return f"tl.maximum({a}, {b})"
 
 
 def texpr(expr, names: dict[str, str] | None = None) -> str:
