@@ -8,5 +8,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _torchvision_shim  # noqa: E402
+import pytest  # noqa: E402
 
 _torchvision_shim.install()
+
+
+@pytest.fixture
+def fresh_kiln():
+    """Zeroed kiln counters and an empty frontend cache (each model compiles from scratch)."""
+    import kiln
+    import kiln_frontend
+
+    kiln_frontend.reset()
+    kiln.reset_stats()
+    yield
+    kiln_frontend.reset()

@@ -61,17 +61,6 @@ def kiln_cache_dir(tmp_path_factory):
         yield
 
 
-@pytest.fixture
-def fresh_kiln():
-    """Zeroed kiln counters and an empty frontend cache (each model compiles from scratch)."""
-    import kiln_frontend
-
-    kiln_frontend.reset()
-    kiln.reset_stats()
-    yield
-    kiln_frontend.reset()
-
-
 # ---------------------------------------------------------------------------------- models
 
 

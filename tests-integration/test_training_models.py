@@ -43,16 +43,6 @@ def kiln_cache_dir(tmp_path_factory):
         yield
 
 
-@pytest.fixture
-def fresh_kiln():
-    import kiln_frontend
-
-    kiln_frontend.reset()
-    kiln.reset_stats()
-    yield
-    kiln_frontend.reset()
-
-
 def _recording_backend(joints: list, options=None):
     def backend(gm, example_inputs):
         fn = kiln_backend(gm, example_inputs, options=options)
