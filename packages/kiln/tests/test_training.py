@@ -169,3 +169,23 @@ def test_dynamic_batch_compiles_one_training_graph(needs_cpp):
     assert s.training_graphs == 1 and s.backward_graphs_compiled == 1
     assert s.eager_fallbacks == 0
     kiln_frontend.reset()
+
+
+def test_attention_backward_kept_whole_is_an_extern_call(needs_cpp):
+    # grouped-query attention keeps the fused attention backward in the joint graph (no
+    # decomposition applies): loopir calls it as an extern, grads equal eager's
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * 2
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 5, 8, requires_grad=True)
+    k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(2))
+    before = kiln.stats()
+    compiled = kiln_backend(torch.fx.symbolic_trace(attention), [q, k, v])
+    cot = torch.randn(2, 4, 5, 8)
+    got = torch.autograd.grad(compiled(q, k, v), [q, k, v], cot)
+    want = torch.autograd.grad(attention(q, k, v), [q, k, v], cot)
+    torch.testing.assert_close(got, want)
+    after = kiln.stats()
+    assert after.backward_graphs_compiled == before.backward_graphs_compiled + 1
+    assert after.eager_fallbacks == before.eager_fallbacks

@@ -233,3 +233,28 @@ def test_cuda_three_held_replays_are_correct():
         x = torch.randn(8, 64, device="cuda")
         torch.testing.assert_close(runner(x)[0], torch.relu(x @ w) + 1)
     assert len(cudagraphs.recordings()) == 3
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_failed_capture_falls_back_and_leaves_random_ops_working(caplog):
+    """A capture that fails part-way (a host sync inside it) runs the graph eagerly, and a
+    random op afterwards still works: the generator is not left registered as capturing."""
+
+    def syncing(args):
+        (x,) = args
+        y = torch.rand_like(x) * 0 + x  # registers the generator with the capture
+        if float(y.sum()) > 1e30:  # a host sync: illegal while capturing
+            y = y + 1
+        return [y * 2]
+
+    runner = CudaGraphRunner(syncing, name="cuda-sync")
+    x = torch.randn(8, device="cuda")
+    with caplog.at_level(logging.INFO, logger="kiln.cudagraphs"):
+        runner(x)  # warm-up
+        out = runner(x)[0]  # capture fails: runs without a graph
+    torch.testing.assert_close(out, x * 2)
+    assert runner.skip_reason is not None and runner.skip_reason.startswith("capture failed")
+    assert "generator was released" in caplog.text
+    torch.testing.assert_close(runner(x)[0], x * 2)
+    assert torch.randn(4, device="cuda").isfinite().all()

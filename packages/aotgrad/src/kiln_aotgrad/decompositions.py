@@ -7,7 +7,7 @@ One rule table, built once:
 2. add torch's decompositions for the composite ops that loopir should see as their pieces
    (softmax, the norms, gelu & friends: see ``_FROM_TORCH``);
 3. add kiln's own rules (``@_rule``) where torch's decomposition leaves ``prims`` ops in the
-   graph (var / var_mean) or where it has none (lift_fresh_copy, the backward of the fused
+   graph (var / var_mean) or where it has none (lift_fresh_copy, the backward of CPU flash
    attention kernels in training graphs);
 4. remove the ops kiln keeps whole as extern-call candidates (``KEEP``: matmul family,
    convolution, scaled-dot-product attention kernels).
@@ -194,8 +194,10 @@ def _grouped_heads(query, key) -> bool:
     return key.dim() < 3 or key.shape[-3] != query.shape[-3]
 
 
-# The backward of the fused attention kernels (training graphs), which loopir does not lower.
-# With dropout (a random mask only the kernel knows) or grouped heads the op is kept.
+# The backward of CPU flash attention (training graphs) becomes matmuls and pointwise ops that
+# loopir fuses. With dropout (a random mask only the kernel knows) or grouped heads the op is
+# kept, as an extern call. The CUDA kernels' backwards (flash, memory-efficient, cuDNN) are
+# always kept: library kernels that never build the L x S matrix, as eager runs them.
 @_rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def _flash_attention_cpu_backward(
     grad_out,
@@ -215,56 +217,6 @@ def _flash_attention_cpu_backward(
     return _attention_backward(
         grad_out, query, key, value, out, logsumexp, is_causal, attn_mask, scale
     )
-
-
-@_rule(aten._scaled_dot_product_flash_attention_backward.default)
-def _flash_attention_cuda_backward(
-    grad_out,
-    query,
-    key,
-    value,
-    out,
-    logsumexp,
-    cum_seq_q,
-    cum_seq_k,
-    max_q,
-    max_k,
-    dropout_p,
-    is_causal,
-    philox_seed,
-    philox_offset,
-    *,
-    scale=None,
-):
-    if dropout_p != 0.0 or _grouped_heads(query, key):
-        return NotImplemented
-    return _attention_backward(grad_out, query, key, value, out, logsumexp, is_causal, None, scale)
-
-
-@_rule(aten._scaled_dot_product_efficient_attention_backward.default)
-def _efficient_attention_backward(
-    grad_out,
-    query,
-    key,
-    value,
-    attn_bias,
-    out,
-    logsumexp,
-    philox_seed,
-    philox_offset,
-    dropout_p,
-    grad_input_mask,
-    is_causal=False,
-    *,
-    scale=None,
-):
-    if dropout_p != 0.0 or _grouped_heads(query, key) or grad_input_mask[3]:
-        return NotImplemented
-    bias = None
-    if attn_bias is not None:
-        bias = attn_bias[..., : query.shape[-2], : key.shape[-2]]
-    grads = _attention_backward(grad_out, query, key, value, out, logsumexp, is_causal, bias, scale)
-    return (*grads, None)
 
 
 # ---------------------------------------------------------------- torch-function-level rules

@@ -159,6 +159,21 @@ def run_before_capture(hook: Callable[[], None]) -> None:
         BEFORE_CAPTURE.append(hook)
 
 
+def _release_generator(device: torch.device) -> None:
+    """After a capture that failed part-way, give the device's default generator a fresh copy
+    of its state. A capture registers the generator as capturing and only a capture that
+    ends cleanly unregisters it (torch <= 2.11 keeps one flag); left set, every later random
+    op outside a capture fails with "Offset increment outside graph capture encountered
+    unexpectedly". The copy keeps seed and offset, so the random stream goes on unchanged."""
+    try:
+        torch.cuda.synchronize(device)
+    except RuntimeError:  # the failed capture's own error may resurface here; it was raised
+        pass
+    generator = torch.cuda.default_generators[device.index]
+    generator.graphsafe_set_state(generator.clone_state())
+    log.info("kiln: a CUDA graph capture failed on %s; its random generator was released", device)
+
+
 class CudaGraphEngine:
     """``torch.cuda.CUDAGraph`` recording into one memory pool per device."""
 
@@ -181,8 +196,12 @@ class CudaGraphEngine:
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self.pool):
-            outputs = fn(list(inputs))
+        try:
+            with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self.pool):
+                outputs = fn(list(inputs))
+        except BaseException:
+            _release_generator(self.device)
+            raise
         torch.cuda.synchronize(self.device)
         return graph, list(outputs), torch.cuda.memory_reserved(self.device) - before
 

@@ -20,6 +20,12 @@ for _name in ["mm.default", "bmm.default", "addmm.default", "baddbmm.default", "
               "_scaled_dot_product_flash_attention.default",
               "_scaled_dot_product_efficient_attention.default",
               "_scaled_dot_product_cudnn_attention.default",
+              # their backwards, for training graphs (cuDNN/flash/memory-efficient kernels)
+              "_scaled_dot_product_flash_attention_for_cpu_backward.default",
+              "_scaled_dot_product_flash_attention_backward.default",
+              "_scaled_dot_product_efficient_attention_backward.default",
+              "_scaled_dot_product_cudnn_attention_backward.default",
+              "_flash_attention_backward.default", "_efficient_attention_backward.default",
               "scaled_dot_product_attention.default", "_native_multi_head_attention.default",
               "_transformer_encoder_layer_fwd.default",
               "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default"]:
