@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from kiln_aotgrad import CORE_OPS, KEEP, core_decompositions
-from kiln_aotgrad.core_ops import CORE_OP_GROUPS
+from kiln_aotgrad.core_ops import CORE_OP_GROUPS, DEVICE_KEPT_OPS
 from kiln_aotgrad.ops_doc import render
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "ops.md"
@@ -34,7 +34,21 @@ def test_doc_lists_exactly_core_ops():
 
 def test_no_core_op_is_decomposed():
     table = core_decompositions()
-    assert not [op for op in CORE_OPS if op in table and op not in _SIZE_QUERIES]
+    assert not [op for op in CORE_OPS
+                if op in table and op not in _SIZE_QUERIES and op not in DEVICE_KEPT_OPS]
+
+
+def test_variance_is_kept_whole_on_cuda_only():
+    # loopir's Welford reductions on CUDA; two vectorizable sums on CPU
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    table = core_decompositions()
+    with FakeTensorMode():
+        for device in ("cuda", "cpu"):
+            x = torch.empty(4, 8, device=device)
+            for op in DEVICE_KEPT_OPS:
+                out = table[op](x, [1], correction=0, keepdim=True)
+                assert (out is NotImplemented) == (device == "cuda"), (op, device)
 
 
 _SIZE_QUERIES = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int}

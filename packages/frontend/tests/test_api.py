@@ -115,7 +115,7 @@ def test_optimize_decorator_compiles_once_and_reuses(fake):
     name, kwargs = fake.calls[0]
     assert kwargs["nopython"] is False
     assert kwargs["compiler_fn"] is kiln_frontend.lookup_backend("eager")
-    assert "dynamic" not in kwargs  # dynamic=None is not passed on
+    assert kwargs["dynamic"] is None  # automatic dynamic: convert_frame decides per size
 
 
 def test_optimize_context_manager_and_nested_frames(fake):
@@ -256,7 +256,7 @@ def test_methods_and_bound_methods(fake):
     assert fake.names() == ["scaled", "plain"]
 
 
-def test_dynamic_is_passed_when_convert_accepts_it(fake):
+def test_dynamic_is_passed_to_convert_frame(fake):
     kiln_frontend.optimize("eager", dynamic=True)(add)(1, 2)
     assert fake.calls[0][1]["dynamic"] is True
 

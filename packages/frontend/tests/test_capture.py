@@ -4,11 +4,10 @@ printouts."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import operator
-import pathlib
 
+import _capture_harness as harness
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,17 +15,6 @@ from kiln_frontend.convert import CompiledFrame, convert_frame
 from kiln_frontend.exc import BackendCompilerFailed
 from kiln_frontend.guards import GuardKind
 from torch import nn
-
-
-def _load_harness():
-    path = pathlib.Path(__file__).with_name("_capture_harness.py")
-    spec = importlib.util.spec_from_file_location("kiln_capture_harness", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-harness = _load_harness()
 
 
 def run_once(fn, *args, expect_graphs=1, **kwargs):

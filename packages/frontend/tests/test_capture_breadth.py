@@ -7,20 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _counting_backend import CountingBackend
 from kiln_frontend import compile as kiln_compile
 from kiln_frontend import reset, trace_rules
 from torch import nn
-
-
-class Counting:
-    """Records each graph it is handed; runs it as it is."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +23,7 @@ def _fresh():
 def check(fn, *args, graphs=1, fullgraph=True):
     """``fn`` compiled agrees with eager and gives ``graphs`` graphs (at least one when
     ``graphs`` is None)."""
-    backend = Counting()
+    backend = CountingBackend()
     expected = fn(*args)
     actual = kiln_compile(fn, backend=backend, fullgraph=fullgraph)(*args)
     torch.testing.assert_close(actual, expected)
@@ -131,3 +121,55 @@ def test_finfo_is_a_constant():
         return torch.where(x > 0, x, lo), torch.iinfo(torch.int32).max + x
 
     check(f, torch.randn(5))
+
+
+def test_module_children_in_a_captured_frame():
+    """Was an internal error (``NNModuleVariable.children() missing ... 'tx'``)."""
+    seq = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+
+    def f(x):
+        for child in seq.children():
+            x = child(x)
+        return x, len(list(seq.named_children()))
+
+    check(f, torch.randn(2, 3))
+
+
+def test_iterating_over_dict_list_and_tuple_iterators():
+    table = {"a": 1.0, "b": 2.0}
+
+    def f(x):
+        it = iter(table.items())
+        k, v = next(it)
+        for key in iter(table):
+            x = x + table[key]
+        for a, b in zip(iter([1.0, 2.0]), iter((3.0, 4.0)), strict=True):
+            x = x * a + b
+        return x + v + len(k) + len([k2 for k2 in iter(table.keys())])
+
+    check(f, torch.randn(3))
+
+
+
+VALIDATORS = {list: 2.0, tuple: 3.0}
+
+
+def test_dict_with_class_keys_is_guarded_per_item():
+    """Dispatch tables keyed by classes (transformers' config validators): read in one graph;
+    changing an item recompiles."""
+    import typing
+
+    table = {typing.Union: 1.0}
+
+    def f(x):
+        return x * VALIDATORS.get(list) + VALIDATORS[tuple] + table[typing.Union]
+
+    backend = CountingBackend()
+    compiled = kiln_compile(f, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(torch.ones(2)), f(torch.ones(2)))
+    VALIDATORS[list] = 5.0
+    try:
+        torch.testing.assert_close(compiled(torch.ones(2)), f(torch.ones(2)))
+    finally:
+        VALIDATORS[list] = 2.0
+    assert len(backend.graphs) == 2

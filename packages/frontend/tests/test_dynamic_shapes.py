@@ -8,19 +8,9 @@ import logging
 import kiln_frontend
 import pytest
 import torch
+from _counting_backend import CountingBackend
 from kiln_frontend import eval_frame
 from kiln_frontend.guards import GuardKind
-
-
-class Recorder:
-    def __init__(self):
-        self.graphs = []
-        self.example_inputs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        self.example_inputs.append(list(example_inputs))
-        return gm.forward
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +36,7 @@ def seed(x):
 
 
 def test_seed_example_one_graph_over_s0_s1():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(seed, backend=rec, dynamic=True)
     for shape in [(3, 5), (7, 2), (4, 9), (2, 2)]:
         x = torch.randn(shape)
@@ -67,7 +57,7 @@ def test_seed_example_one_graph_over_s0_s1():
 
 
 def test_sizes_zero_and_one_are_specialized():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(seed, backend=rec, dynamic=True)
     f(torch.randn(1, 5))
     (ph,) = [n for n in rec.graphs[0].graph.nodes if n.op == "placeholder"]
@@ -84,7 +74,7 @@ def size_arithmetic(x):
 
 
 def test_size_arithmetic_becomes_symint_nodes():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(size_arithmetic, backend=rec, dynamic=True)
     for shape in [(4, 6), (6, 8), (3, 10)]:
         x = torch.randn(shape)
@@ -112,7 +102,7 @@ def branch_on_size(x):
 
 
 def test_branch_on_size_is_a_shape_guard_with_readable_reason():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(branch_on_size, backend=rec, dynamic=True)
     for n in (5, 6, 9):
         x = torch.randn(n, 3)
@@ -130,7 +120,7 @@ def test_branch_on_size_is_a_shape_guard_with_readable_reason():
 
 
 def test_check_function_code_reads_sizes():
-    f = kiln_frontend.compile(seed, backend=Recorder(), dynamic=True)
+    f = kiln_frontend.compile(seed, backend=CountingBackend(), dynamic=True)
     f(torch.randn(3, 5))
     (check,) = checks(f)
     assert "x.size()[0] >= 2" in check.code
@@ -141,7 +131,7 @@ def test_check_function_code_reads_sizes():
 
 
 def test_mark_dynamic_only_that_dim():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(seed, backend=rec)
     for b in (3, 5, 8):
         x = torch.randn(b, 4)
@@ -171,7 +161,7 @@ def add_rows(x, y):
 
 
 def test_automatic_dynamic_after_one_recompile(caplog):
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(add_rows, backend=rec)
     with caplog.at_level(logging.INFO, logger="kiln.recompiles"):
         for b in (3, 5, 7, 11):
@@ -188,7 +178,7 @@ def test_automatic_dynamic_after_one_recompile(caplog):
 
 
 def test_dynamic_false_disables_automatic_dynamic():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(add_rows, backend=rec, dynamic=False)
     for b in (3, 5, 7):
         f(torch.randn(b, 4), torch.randn(4))
@@ -199,7 +189,7 @@ def test_dynamic_false_disables_automatic_dynamic():
 
 
 def test_duck_sizing_equal_sizes_share_a_symbol():
-    rec = Recorder()
+    rec = CountingBackend()
 
     def f(x, y):
         return x + y
@@ -217,7 +207,7 @@ def test_duck_sizing_equal_sizes_share_a_symbol():
 
 
 def test_recompile_log_names_the_shape_guard(caplog):
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(branch_on_size, backend=rec, dynamic=True)
     with caplog.at_level(logging.INFO, logger="kiln.recompiles"):
         f(torch.randn(6, 2))
@@ -233,7 +223,7 @@ def shape_with_break(x):
 
 
 def test_symint_live_across_a_graph_break():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(shape_with_break, backend=rec, dynamic=True)
     for b in (3, 4):
         x = torch.randn(b, 2)
@@ -244,7 +234,7 @@ def test_graph_with_only_symbolic_sizes_returns_ints():
     def f(x):
         return x.numel() * 2, x.shape[1] - 1
 
-    rec = Recorder()
+    rec = CountingBackend()
     cf = kiln_frontend.compile(f, backend=rec, dynamic=True)
     assert cf(torch.randn(3, 4)) == (24, 3)
     assert cf(torch.randn(5, 6)) == (60, 5)
@@ -252,7 +242,7 @@ def test_graph_with_only_symbolic_sizes_returns_ints():
 
 
 def test_no_shape_env_for_static_frames():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.compile(seed, backend=rec, dynamic=False)
     f(torch.randn(2, 3))
     ph = [n for n in rec.graphs[0].graph.nodes if n.op == "placeholder"][0]

@@ -84,7 +84,7 @@ def test_explain_frame_not_captured():
 
 
 def helper_that_breaks(x):
-    return x.sum().item()
+    return x.sum().tolist()
 
 
 def calls_helper(x):
@@ -98,7 +98,7 @@ def test_explain_break_inside_inlined_call_names_the_inner_line():
     reasons = [b for b in out.break_reasons if b.frame == "calls_helper"]
     assert reasons, out
     assert reasons[0].lineno == helper_that_breaks.__code__.co_firstlineno + 1
-    assert "item()" in reasons[0].reason
+    assert "tolist()" in reasons[0].reason
 
 
 def test_explain_extra_args_and_dynamic_guards():

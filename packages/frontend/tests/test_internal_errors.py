@@ -7,6 +7,7 @@ from __future__ import annotations
 import kiln_frontend
 import pytest
 import torch
+from _counting_backend import CountingBackend
 from kiln_frontend import config, convert, eval_frame
 from kiln_frontend.bytecode import BytecodeError
 from kiln_frontend.bytecode import versions as bytecode_versions
@@ -19,15 +20,6 @@ def _reset():
     kiln_frontend.reset()
     yield
     kiln_frontend.reset()
-
-
-class CountingBackend:
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
 
 
 def fn(x, y):

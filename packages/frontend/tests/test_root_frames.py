@@ -9,6 +9,7 @@ import inspect
 import kiln_frontend
 import pytest
 import torch
+from _counting_backend import CountingBackend
 from kiln_frontend import config, eval_frame, trace_rules
 from kiln_frontend.logging_utils import KilnWarning
 from torch import nn
@@ -19,17 +20,6 @@ def _reset():
     kiln_frontend.reset()
     yield
     kiln_frontend.reset()
-
-
-class CountingBackend:
-    """Records each graph and runs it as is."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
 
 
 class ListAndDict(nn.Module):

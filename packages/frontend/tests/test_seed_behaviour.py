@@ -7,6 +7,7 @@ from __future__ import annotations
 import kiln_frontend
 import pytest
 import torch
+from _counting_backend import CountingBackend
 
 
 def toy_example(a, b):
@@ -18,15 +19,6 @@ def toy_example(a, b):
 
 def affine(x):
     return x * 2 + 1
-
-
-class CountingBackend:
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
 
 
 @pytest.fixture(autouse=True)

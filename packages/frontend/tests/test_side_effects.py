@@ -8,16 +8,8 @@ import types
 import kiln_frontend
 import pytest
 import torch
+from _counting_backend import CountingBackend
 from kiln_frontend import eval_frame
-
-
-class Recorder:
-    def __init__(self):
-        self.graphs = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +50,7 @@ def fresh_args():
 
 def test_mutations_replayed_in_one_graph():
     global TOTAL
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.optimize(rec)(many_mutations)
     x = torch.randn(3)
     HISTORY.clear()
@@ -88,7 +80,7 @@ def read_item_then_pop(x, xs):
 
 
 def test_values_read_before_mutation_keep_their_meaning():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.optimize(rec)(read_item_then_pop)
     a, b = torch.randn(2), torch.randn(2)
     x = torch.randn(2)
@@ -108,7 +100,7 @@ def swap_attrs(x, box):
 def test_attribute_swap_reads_old_values_first():
     box = Box()
     box.a, box.b = torch.ones(2), torch.zeros(2)
-    f = kiln_frontend.optimize(Recorder())(swap_attrs)
+    f = kiln_frontend.optimize(CountingBackend())(swap_attrs)
     out = f(torch.ones(2), box)
     torch.testing.assert_close(out, torch.ones(2))
     torch.testing.assert_close(box.a, torch.zeros(2))
@@ -123,7 +115,7 @@ def mutate_then_break(x, state):
 
 
 def test_mutations_applied_before_a_graph_break():
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.optimize(rec)(mutate_then_break)
     state = {"a": 1}
     x = torch.randn(2)
@@ -146,7 +138,7 @@ class Counter(torch.nn.Module):
 
 def test_module_attribute_store():
     m = Counter()
-    rec = Recorder()
+    rec = CountingBackend()
     om = kiln_frontend.optimize(rec)(m)
     x = torch.randn(2, 3)
     out = om(x)
@@ -166,7 +158,7 @@ def new_object_stored(x, registry):
 
 def test_new_object_stored_and_returned_is_one_object():
     registry = {}
-    f = kiln_frontend.optimize(Recorder())(new_object_stored)
+    f = kiln_frontend.optimize(CountingBackend())(new_object_stored)
     x = torch.randn(2)
     out = f(x, registry)
     assert registry["last"] is out
@@ -181,7 +173,7 @@ def deletes_attr(x, box):
 def test_delete_attribute():
     box = Box()
     box.tmp = 5
-    f = kiln_frontend.optimize(Recorder())(deletes_attr)
+    f = kiln_frontend.optimize(CountingBackend())(deletes_attr)
     f(torch.randn(2), box)
     assert not hasattr(box, "tmp")
 
@@ -193,7 +185,7 @@ def grows(x, log):
 
 def test_growing_list_recompiles_but_stays_correct():
     # the list's length is guarded (the replay rebuilds its items), as TorchDynamo does
-    rec = Recorder()
+    rec = CountingBackend()
     f = kiln_frontend.optimize(rec)(grows)
     log: list = []
     for i in range(3):
@@ -210,7 +202,7 @@ def test_store_on_leaf_module_is_a_graph_break():
         lin.some_flag = True
         return lin(x)
 
-    rec = Recorder()
+    rec = CountingBackend()
     out = kiln_frontend.optimize(rec)(f)(torch.randn(1, 2))
     assert out.shape == (1, 2) and lin.some_flag is True
 
@@ -225,7 +217,7 @@ def test_module_global_written_by_inlined_helper_of_same_module():
         return helper(x) + 1
 
     g = types.FunctionType(f.__code__, globals(), "f", None, f.__closure__)
-    rec = Recorder()
+    rec = CountingBackend()
     x = torch.randn(3)
     kiln_frontend.optimize(rec)(g)(x)
     torch.testing.assert_close(TOTAL, x * 3)
@@ -244,7 +236,7 @@ class ReplacesBuffer(torch.nn.Module):
 
 def test_replaced_buffer_is_never_read_stale():
     m, ref = ReplacesBuffer(), ReplacesBuffer()
-    om = kiln_frontend.optimize(Recorder())(m)
+    om = kiln_frontend.optimize(CountingBackend())(m)
     for _ in range(3):
         x = torch.randn(3)
         torch.testing.assert_close(om(x), ref(x))

@@ -3,26 +3,15 @@ and the global ``torch``, and ``nopython=True`` points at the ``if`` line."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import operator
 import pathlib
 
+import _capture_harness as harness
 import pytest
 import torch
 from kiln_frontend.exc import Unsupported
 from kiln_frontend.guards import GuardKind
-
-
-def _load_harness():
-    path = pathlib.Path(__file__).with_name("_capture_harness.py")
-    spec = importlib.util.spec_from_file_location("kiln_capture_harness", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-harness = _load_harness()
 
 
 def toy_example(a, b):

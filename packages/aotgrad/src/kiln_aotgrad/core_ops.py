@@ -3,8 +3,8 @@
 The set is torch's Core ATen IR (ops tagged ``torch.Tag.core``, functional overloads only)
 minus what kiln's decomposition table rewrites (softmax, the norms, var, gelu, ...: see
 ``kiln_aotgrad.decompositions``), plus four kinds of extra: the input-mutation write-back
-``copy_``, the size queries of symbolic graphs, and the fused attention kernels kept whole as
-extern-call candidates.
+``copy_``, the size queries of symbolic graphs, the fused attention kernels kept whole as
+extern-call candidates, and var/var_mean/std, which the table keeps whole on CUDA only.
 
 Besides these ``call_function`` targets a graph may hold ``operator.getitem`` (picking an
 output of a multi-output op) and SymInt arithmetic (``operator.mul``, ``operator.floordiv``,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["CORE_OP_GROUPS", "CORE_OPS", "is_core_op"]
+__all__ = ["CORE_OP_GROUPS", "CORE_OPS", "DEVICE_KEPT_OPS", "is_core_op"]
 
 # fmt: off
 # group title -> (what loopir is expected to do with them, op names "packet.overload")
@@ -118,6 +118,11 @@ CORE_OP_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
             "_adaptive_avg_pool2d_backward.default",
         ),
     ),
+    "variance on CUDA": (
+        "Kept whole on CUDA (`decompositions.welford_in_loopir`): one Welford pass in loopir. "
+        "On CPU the decomposition table rewrites them into two sums.",
+        ("var.correction", "var_mean.correction", "std.correction"),
+    ),
     "sizes of symbolic inputs": (
         "Size queries in graphs over dynamic sizes; loopir reads them as symbols s0, s1, ...",
         ("sym_size.int", "sym_stride.int", "sym_numel.default", "sym_storage_offset.default"),
@@ -147,6 +152,11 @@ def _build() -> frozenset:
 
 
 CORE_OPS: frozenset = _build()
+
+#: core ops that the decomposition table rewrites on some devices and keeps on others
+DEVICE_KEPT_OPS: frozenset = frozenset(
+    op for op in (_resolve(n) for n in CORE_OP_GROUPS["variance on CUDA"][1]) if op is not None
+)
 
 
 def is_core_op(target) -> bool:

@@ -129,13 +129,24 @@ def _var_mean(x: torch.Tensor, dim, correction, keepdim: bool):
     return var.to(orig_dtype), mean.to(orig_dtype)
 
 
+def welford_in_loopir(x: torch.Tensor) -> bool:
+    """Whether var/var_mean/std stay whole for loopir's one-pass Welford reductions: on CUDA,
+    where the Triton codegen then reads a long row once instead of twice. On CPU the two
+    sums below vectorize in the C++ codegen, so there the rules rewrite them."""
+    return x.device.type == "cuda"
+
+
 @_rule(aten.var.correction)
 def _var_correction(x, dim=None, *, correction=None, keepdim=False):
+    if welford_in_loopir(x):
+        return NotImplemented
     return _var_mean(x, dim, correction, keepdim)[0]
 
 
 @_rule(aten.var_mean.correction)
 def _var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
+    if welford_in_loopir(x):
+        return NotImplemented
     return _var_mean(x, dim, correction, keepdim)
 
 
@@ -151,6 +162,8 @@ def _var_mean_dim(x, dim=None, unbiased=True, keepdim=False):
 
 @_rule(aten.std.correction)
 def _std_correction(x, dim=None, *, correction=None, keepdim=False):
+    if welford_in_loopir(x):
+        return NotImplemented
     return torch.sqrt(_var_mean(x, dim, correction, keepdim)[0])
 
 

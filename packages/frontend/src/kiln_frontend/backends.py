@@ -25,17 +25,13 @@ import importlib.metadata
 from collections.abc import Callable
 from typing import Any, overload
 
+from .exc import KilnError
+
 ENTRY_POINT_GROUP = "kiln.backends"
 
 CompilerFn = Callable[..., Any]
 
-try:
-    from .exc import KilnError as _Base
-except ImportError:  # pragma: no cover - capture layer not there yet
-    _Base = Exception  # type: ignore[misc,assignment]
-
-
-class InvalidBackend(_Base, ValueError):  # type: ignore[misc,valid-type]
+class InvalidBackend(KilnError, ValueError):
     """An unknown backend name (the message lists the known ones)."""
 
     def __init__(self, name: str, known: list[str]):

@@ -14,8 +14,8 @@ a frame whose code has no matching cache entry.  The callback
 3. on a guard miss with existing entries, logs why (logger ``kiln.recompiles``; printed with
    ``config.log_recompiles`` / ``KILN_LOGS=recompiles``) from the old entries'
    ``check_fn.failure_reason(*args)``;
-4. calls ``convert_frame(frame_info, compiler_fn=..., nopython=..., frame_state=...)`` and
-   returns ``(compiled.check_fn, compiled.fn)`` or None.
+4. calls ``convert_frame(frame_info, compiler_fn=..., nopython=..., frame_state=...,
+   dynamic=...)`` and returns ``(compiled.check_fn, compiled.fn)`` or None.
 
 Errors: ``Unsupported`` under nopython propagates to the user's call.  Anything else
 (``BackendCompilerFailed`` included) warns once per code and returns None (eager) while
@@ -23,7 +23,8 @@ Errors: ``Unsupported`` under nopython propagates to the user's call.  Anything 
 
 Test seam: ``convert_frame_fn`` (module attribute). None means "use
 ``kiln_frontend.convert.convert_frame``"; tests may set it to any function with the same
-signature returning None, a ``(check_fn, fn)`` tuple, or an object with ``.check_fn``/``.fn``.
+signature returning None or, like ``convert.CompiledFrame``, an object with ``.check_fn`` and
+``.fn``.
 
 Also here: ``run_without_hook(fn)`` (a C callable that runs ``fn`` with this thread's hook
 off; compiled graphs are wrapped with it), ``hook(callback)`` (a context manager that installs
@@ -37,9 +38,7 @@ import collections
 import contextlib
 import functools
 import importlib.util
-import inspect
 import os
-import sys
 import sysconfig
 import traceback
 import weakref
@@ -48,6 +47,7 @@ from types import CodeType
 from typing import Any
 
 from . import config
+from .exc import Unsupported
 from .logging_utils import RECOMPILES, SKIPS, emit, reset_warnings, warn_once
 
 try:
@@ -288,18 +288,6 @@ def reset() -> None:
 # ----------------------------------------------------------------------------------------
 
 
-def _error_types() -> tuple[type[BaseException], type[BaseException]]:
-    try:
-        from .exc import BackendCompilerFailed, Unsupported
-    except ImportError:  # capture layer not there yet
-
-        class _Never(Exception):
-            pass
-
-        return _Never, _Never
-    return Unsupported, BackendCompilerFailed
-
-
 def _default_convert_frame() -> Callable[..., Any]:
     from .convert import convert_frame
 
@@ -322,22 +310,6 @@ def _failure_reasons(entries: list[tuple[Any, Any]], args: tuple[Any, ...]) -> l
                 reason = f"<failure_reason raised {type(e).__name__}: {e}>"
         reasons.append(f"entry {i}: {reason if reason is not None else 'guard check failed'}")
     return reasons
-
-
-_accepts_dynamic: dict[Any, bool] = {}
-
-
-def _convert_accepts(convert: Callable[..., Any], name: str) -> bool:
-    key = (convert, name)
-    if key not in _accepts_dynamic:
-        try:
-            params = inspect.signature(convert).parameters
-            _accepts_dynamic[key] = name in params or any(
-                p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-            )
-        except (TypeError, ValueError):
-            _accepts_dynamic[key] = False
-    return _accepts_dynamic[key]
 
 
 _interned_callbacks: dict[tuple, CompileCallback] = {}
@@ -431,35 +403,27 @@ class CompileCallback:
     def _convert(self, frame: Any) -> tuple[Any, Any] | None:
         code = frame.code
         convert = convert_frame_fn
-        unsupported, backend_failed = _error_types()
         try:
             if convert is None:
                 convert = _default_convert_frame()
-            kwargs: dict[str, Any] = {}
-            if self.dynamic is not None and _convert_accepts(convert, "dynamic"):
-                kwargs["dynamic"] = self.dynamic
             counters["converts"] += 1
-            result = convert(
+            compiled = convert(
                 frame,
                 compiler_fn=self.compiler_fn,
                 nopython=self.nopython,
                 frame_state=frame_state_for(code),
-                **kwargs,
+                dynamic=self.dynamic,
             )
-        except unsupported:
+        except Unsupported as e:
             if self.nopython:
                 raise
-            return self._suppressed(code, sys.exc_info()[1])
-        except backend_failed:
-            return self._suppressed(code, sys.exc_info()[1])
-        except Exception:
-            return self._suppressed(code, sys.exc_info()[1])
-        if result is None:
+            return self._suppressed(code, e)
+        except Exception as e:  # BackendCompilerFailed, InternalError, a backend's own error
+            return self._suppressed(code, e)
+        if compiled is None:
             return None
         counters["compiles"] += 1
-        if isinstance(result, tuple):
-            return result
-        return (result.check_fn, result.fn)
+        return (compiled.check_fn, compiled.fn)
 
     def _suppressed(self, code: CodeType, error: BaseException | None) -> None:
         if not config.suppress_errors:

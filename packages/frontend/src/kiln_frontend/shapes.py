@@ -39,7 +39,11 @@ import sympy
 import torch
 import torch._guards
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    GuardOnDataDependentSymNode,
+    ShapeEnv,
+)
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
@@ -97,7 +101,10 @@ class KilnShapeEnv(ShapeEnv):
     (torch walks the Python stack for that, which also imports its own compiler)."""
 
     def __init__(self) -> None:
-        super().__init__(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+        # data-dependent values (``t.item()``, ``x[x > 0]``, ``nonzero``) are unbacked
+        # symbols ``u0, zuf0, ...``: computed by the graph, never guarded (no input holds
+        # them); a branch on one is a graph break (GuardOnDataDependentSymNode)
+        super().__init__(allow_scalar_outputs=True, allow_dynamic_output_shape_ops=True)
 
     def _generate_unique_id(self, source_name: str) -> int:
         uid = len(self.unique_ids)
@@ -323,11 +330,16 @@ class SymNodeVariable(VariableTracker):
         raise NotConstant(f"symbolic size {self.value}")
 
     def truth_value(self, tx) -> bool:
-        return bool(self.value)
+        return self.evaluate(bool)
 
-    def evaluate(self) -> Any:
-        """Specialize: the value's current int/bool, guarded to stay so."""
-        return self.python_type()(self.value)
+    def evaluate(self, as_type: type | None = None) -> Any:
+        """Specialize: the value's current int/bool, guarded to stay so.  A value computed
+        from tensor data (an unbacked symbol) has no such value: a graph break."""
+        try:
+            return (as_type or self.python_type())(self.value)
+        except GuardOnDataDependentSymNode as e:
+            raise Unsupported(f"data-dependent branch on {self.value} "
+                              f"(a value read out of a tensor): {first_line(e)}") from e
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         raise Unsupported(f"attribute {name!r} of a symbolic size")
@@ -426,10 +438,30 @@ def tensor_size(tx, tensor_var: Any, dim: int | None = None) -> VariableTracker:
         "call_method", "size", (tensor_var.as_proxy(), dim), {}), fake.size(dim))
 
 
+def first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def scalar_of_tensor(tx, tensor_var: Any, what: str) -> VariableTracker:
+    """``t.item()`` (and ``float(t)``/``int(t)``): a graph node whose value is an unbacked
+    symbol (``zuf0`` for a float, ``u0`` for an int), as torch.compile captures it.  A frame
+    traced without a ShapeEnv is traced again with one."""
+    output = tx.output
+    if output.shape_state is None:
+        raise NeedsShapeEnv(what)
+    # (more than one element: the fake item() raises as eager does, a graph break; a tensor
+    # made from constants in the frame has a known value: a constant)
+    return output.create_graph_op("call_method", "item", [tensor_var], {},
+                                  allow_constant_result=True)
+
+
 def sym_operator(tx, fn: Any, args: list[VariableTracker]) -> VariableTracker:
     """``operator.<fn>`` on SymInts (and constants): a node computing the new size."""
     try:
         value = fn(*[a.as_example() for a in args])
+    except GuardOnDataDependentSymNode as e:
+        raise Unsupported(f"operator.{getattr(fn, '__name__', fn)} needs the value of a "
+                          f"number read out of a tensor: {first_line(e)}") from e
     except Exception as e:  # noqa: BLE001
         raise Unsupported(f"operator.{getattr(fn, '__name__', fn)} on symbolic sizes "
                           f"raised {type(e).__name__}: {e}") from e
@@ -571,6 +603,7 @@ __all__ = [
     "mark_dynamic",
     "mark_static",
     "prune_unused_size_nodes",
+    "scalar_of_tensor",
     "shape_checks",
     "sym_operator",
     "tensor_size",

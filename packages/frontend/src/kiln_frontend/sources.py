@@ -244,6 +244,34 @@ class AttrSource(ChainedSource):
         codegen.load_attr(self.member)
 
 
+def importable_name(obj: Any) -> str | None:
+    """``module.qualname`` when importing it gives ``obj`` back (a class, ``typing.Union``)."""
+    import importlib
+
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "_name", None)
+    if not isinstance(module, str) or not isinstance(name, str) or "<" in name:
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}.{name}" if found is obj else None
+
+
+def index_expr(index: Any) -> str:
+    """A dict key as a Python expression: its repr, or an import of a class key."""
+    if isinstance(index, (str, int, float, bool, bytes, type(None), tuple)):
+        return repr(index)
+    name = importable_name(index)
+    if name is None:
+        return repr(index)
+    module = index.__module__
+    return f"__import__({module!r}, fromlist=['_']).{name[len(module) + 1:]}"
+
+
 @dataclasses.dataclass(frozen=True)
 class GetItemSource(ChainedSource):
     """``base[index]`` for a constant index (int, str, ...)."""
@@ -257,12 +285,36 @@ class GetItemSource(ChainedSource):
         return f"{self.base_source.short_name()}[{self.index!r}]"
 
     def guard_expr_on(self, base: str) -> str:
-        return f"{base}[{self.index!r}]"
+        return f"{base}[{index_expr(self.index)}]"
 
     def reconstruct(self, codegen: Any) -> None:
         self.base_source.reconstruct(codegen)
         codegen.load_const(self.index)
         codegen.binary_subscr()
+
+
+@dataclasses.dataclass(frozen=True)
+class FromNumpySource(ChainedSource):
+    """``torch.from_numpy(base)``: a NumPy array from the frame as the tensor that shares its
+    memory.  The array is a graph input read afresh at every call (never a constant), so
+    writing into it between calls cannot leave a stale answer."""
+
+    def name(self) -> str:
+        return f"torch.from_numpy({self.base_source.name()})"
+
+    def short_name(self) -> str:
+        return f"from_numpy({self.base_source.short_name()})"
+
+    def guard_expr_on(self, base: str) -> str:
+        return f"__import__('torch').from_numpy({base})"
+
+    def reconstruct(self, codegen: Any) -> None:
+        import torch
+
+        codegen.push_null()
+        codegen.load_const_object(torch.from_numpy)
+        self.base_source.reconstruct(codegen)
+        codegen.call_function(1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,25 +25,8 @@ from typing import Any
 
 import kiln_frontend
 import torch
+from _counting_backend import CountingBackend
 from kiln_frontend import eval_frame
-
-
-class CountingBackend:
-    """Records every GraphModule it is given and runs it as is (like the ``eager``
-    backend)."""
-
-    def __init__(self) -> None:
-        self.graphs: list[torch.fx.GraphModule] = []
-        self.example_inputs: list[list[Any]] = []
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
-        self.graphs.append(gm)
-        self.example_inputs.append(list(example_inputs))
-        return gm.forward
-
-    def call_targets(self, i: int = 0) -> list[Any]:
-        return [n.target for n in self.graphs[i].graph.nodes
-                if n.op in ("call_function", "call_method", "call_module")]
 
 
 @dataclasses.dataclass

@@ -3,6 +3,7 @@ parameters its root holds, the guards, and compiling it with the backend."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import time
@@ -111,6 +112,19 @@ class OutputGraph:
         self.compiled_fn_names: list[str] = []
         #: instructions interpreted so far (inlined ones included), to stop runaway loops
         self.steps = 0
+        #: (id(module), parameter or buffer name) -> the tracker read in its place while
+        #: ``torch.func.functional_call`` is traced (variables/functional_call.py)
+        self.state_overrides: dict[tuple[int, str], VariableTracker] = {}
+
+    @contextlib.contextmanager
+    def overriding_module_state(self, overrides: dict[tuple[int, str], VariableTracker]):
+        """Reads of these parameters/buffers give the given trackers inside the block."""
+        saved = dict(self.state_overrides)
+        self.state_overrides.update(overrides)
+        try:
+            yield
+        finally:
+            self.state_overrides = saved
 
     # -- globals ----------------------------------------------------------------------
 
@@ -289,6 +303,10 @@ class OutputGraph:
                 else:  # pragma: no cover
                     raise AssertionError(kind)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            if self.shape_state is None:  # sizes that depend on data: unbacked symbols
+                from ..shapes import NeedsShapeEnv
+
+                raise NeedsShapeEnv(what) from e
             raise Unsupported(f"data-dependent operator {what} ({type(e).__name__})") from e
         except Unsupported:
             raise

@@ -136,6 +136,10 @@ class SideEffects:
                                          id(buffers[name]), what="buffer"))
 
     def delete_attr(self, tx: Any, obj: VariableTracker, name: str) -> None:
+        frame_delete = getattr(obj, "delete_attr", None)
+        if frame_delete is not None:  # an object made by the frame (its own protocol)
+            frame_delete(tx, name)
+            return
         attrs = getattr(obj, "attrs", None)
         if obj.source is None and isinstance(attrs, dict):  # an object made by the frame
             if name not in attrs:

@@ -8,7 +8,7 @@ from ...bytecode import versions
 from ...exc import Unsupported
 from ..registry import handler
 from ..variables.constant import BINARY_OPERATORS
-from ..variables.functions import call_operator
+from ..variables.operators import call_operator
 
 
 @handler("BINARY_OP")

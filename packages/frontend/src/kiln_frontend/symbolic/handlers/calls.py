@@ -96,7 +96,7 @@ _INTRINSIC_LIST_TO_TUPLE = 6
 def CALL_INTRINSIC_1(tx, inst):
     import operator
 
-    from ..variables.functions import call_operator
+    from ..variables.operators import call_operator
 
     which = inst.arg
     if which == _INTRINSIC_LIST_TO_TUPLE:

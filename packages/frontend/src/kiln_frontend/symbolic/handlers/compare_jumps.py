@@ -7,7 +7,7 @@ from ..registry import handler
 from ..variables import ConstantVariable
 from ..variables.constant import COMPARE_OPERATORS
 from ..variables.containers import ListIteratorVariable
-from ..variables.functions import call_operator, contains_op, is_op
+from ..variables.operators import call_operator, contains_op, is_op
 
 
 @handler("COMPARE_OP")

@@ -4,6 +4,7 @@ Importing this package registers every tracker with ``@tracker_for``."""
 
 from .base import NotConstant, VariableTracker, lookup_tracker, registered_types, tracker_for
 from .builder import VariableBuilder
+from .builtins import BuiltinVariable
 from .constant import ConstantVariable
 from .containers import (
     ConstDictVariable,
@@ -13,7 +14,6 @@ from .containers import (
     TupleVariable,
 )
 from .functions import (
-    BuiltinVariable,
     NestedUserFunctionVariable,
     UserFunctionVariable,
     UserMethodVariable,
@@ -28,6 +28,7 @@ from .misc import (
     UserDefinedObjectVariable,
 )
 from .nn_module import NNModuleVariable
+from .numpy_arrays import NumpyNdarrayVariable  # (registers nothing without NumPy)
 from .numpy_values import NumpyScalarVariable  # (registers nothing without NumPy)
 from .stdlib import LruCacheFunctionVariable
 from .tensor import TensorMethodVariable, TensorVariable
@@ -58,6 +59,7 @@ __all__ = [
     "UserDefinedClassVariable",
     "UserDefinedObjectVariable",
     "NNModuleVariable",
+    "NumpyNdarrayVariable",
     "NumpyScalarVariable",
     "LruCacheFunctionVariable",
     "TensorMethodVariable",

@@ -104,6 +104,14 @@ class VariableBuilder:
             return TorchSpecialFunctionVariable(value, source=self.source)
         if is_torch_callable(value):
             return TorchFunctionVariable.wrap(self, value)
+        from .deepcopy import PYTHON_FUNCTION_HANDLERS, HandledFunctionVariable
+
+        if isinstance(value, types.FunctionType) and value in PYTHON_FUNCTION_HANDLERS:
+            return HandledFunctionVariable.wrap(self, value)
+        from .numpy_arrays import NumpyFunctionVariable, is_numpy_function
+
+        if is_numpy_function(value):
+            return NumpyFunctionVariable.wrap(self, value)
         tracker = lookup_tracker(value)
         if tracker is None:
             # anything else is an opaque object: loading it always works (so a frame can

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import types
+import typing
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,6 +21,7 @@ CONSTANT_TYPES: tuple[type, ...] = (
     int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
     torch.dtype, torch.device, torch.layout, torch.memory_format, slice, range, torch.Size,
     frozenset, types.CodeType, torch.finfo, torch.iinfo,  # (read-only machine limits)
+    typing._SpecialForm,  # typing.Union, Literal, Any...: singletons compared by identity
 )
 
 #: methods of constants that are pure (safe to call at trace time)

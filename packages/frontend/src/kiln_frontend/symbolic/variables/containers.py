@@ -266,9 +266,13 @@ class ConstDictVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
+        from ...sources import importable_name
         from .constant import is_constant_value
 
-        if not all(is_constant_value(k) for k in value):
+        if not all(is_constant_value(k) or (isinstance(k, type) and importable_name(k))
+                   for k in value):
+            # (importable classes as keys: dispatch tables such as {list: validate_list};
+            # the guards name them by import)
             raise Unsupported("dict with non-constant keys")
         builder.install_guard(GuardKind.DICT_KEYS, (type(value), tuple(value.keys())))
         src = builder.source

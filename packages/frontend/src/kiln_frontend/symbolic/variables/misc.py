@@ -98,7 +98,7 @@ class LocalCellVariable(VariableTracker):
 
 
 def wrap_class(cls: type, source=None) -> VariableTracker:
-    from .functions import BUILTIN_CLASSES, BuiltinVariable
+    from .builtins import BUILTIN_CLASSES, BuiltinVariable
 
     if cls in BUILTIN_CLASSES:
         return BuiltinVariable(cls, source=source)
@@ -119,7 +119,7 @@ class UserDefinedClassVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
-        from .functions import BUILTIN_CLASSES, BuiltinVariable
+        from .builtins import BUILTIN_CLASSES, BuiltinVariable
 
         if value in BUILTIN_CLASSES:
             return BuiltinVariable(value, source=builder.source)
@@ -266,6 +266,29 @@ class PythonProtocolMixin:
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         return self._call_dunder(tx, "__getitem__", [index])
 
+    def truth_value(self, tx) -> bool:
+        """``bool(obj)``: the class's Python ``__bool__``, else ``__len__() != 0``, else
+        True (``object`` has neither); a C ``__bool__``/``__len__`` is a graph break."""
+        cls = self.python_type()
+        for name in ("__bool__", "__len__"):
+            if getattr(cls, name, None) is None:
+                continue
+            if python_dunder(cls, name) is None:
+                raise Unsupported(f"truth value of {self.describe()} ({name} is not Python)")
+            if name == "__len__":
+                return self.len_value(tx) != 0
+            result = tx.realize(self._call_dunder(tx, "__bool__", []))
+            try:
+                value = result.as_python_constant()
+            except NotConstant:
+                raise Unsupported(f"{cls.__qualname__}.__bool__ returned "
+                                  f"{result.describe()}") from None
+            if not isinstance(value, bool):
+                raise Unsupported(f"{cls.__qualname__}.__bool__ returned a "
+                                  f"{type(value).__name__}")
+            return value
+        return True
+
     def contains(self, tx, item: VariableTracker) -> VariableTracker:
         if python_dunder(self.python_type(), "__contains__") is not None:
             return self._call_dunder(tx, "__contains__", [item])
@@ -277,7 +300,7 @@ class PythonProtocolMixin:
 def membership(tx, items: list[VariableTracker], item: VariableTracker) -> VariableTracker:
     """``item in items`` for constants (``==``) or known objects (identity)."""
     from .containers import TupleVariable
-    from .functions import contains_op
+    from .operators import contains_op
 
     return contains_op(tx, TupleVariable(list(items)), item)
 
@@ -483,7 +506,50 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
     def has_attr(self, tx, name: str) -> bool:
         return name in self.attrs or hasattr(self.cls, name)
 
+    def _python_slot(self, name: str) -> types.FunctionType | None:
+        """The class's own ``__getattribute__``/``__getattr__``/``__setattr__`` when it is
+        Python code (transformers' configs map attribute names; strict dataclasses
+        validate): inlined on this object, so a copy behaves as the original would."""
+        fn = getattr(self.cls, name, None)
+        base = getattr(object, name, None)
+        if fn is None or fn is base:
+            return None
+        if not isinstance(fn, types.FunctionType):
+            raise Unsupported(f"{self.cls.__qualname__}.{name} is not a Python function")
+        return fn
+
+    def _call_slot(self, tx, name: str, fn, args: list) -> VariableTracker:
+        from .functions import method_of_pinned_class
+
+        return method_of_pinned_class(tx, self.cls, name, fn, self).call_function(
+            tx, args, {})
+
+    def builtin_method(self, tx, name: str) -> VariableTracker:
+        """``object.__getattribute__``/``__setattr__``/``__delattr__`` bound to this object
+        (what ``super().__getattribute__(k)`` in a custom ``__getattribute__`` reaches)."""
+        if name in ("__getattribute__", "__setattr__", "__delattr__"):
+            return FrameObjectSlotVariable(self, name)
+        raise Unsupported(f"object.{name} on a {self.cls.__qualname__}")
+
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        getattribute = self._python_slot("__getattribute__")
+        if getattribute is not None:
+            return self._call_slot(tx, "__getattribute__", getattribute,
+                                   [ConstantVariable(name)])
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name: str) -> VariableTracker:
+        """``object.__getattribute__(self, name)``, then the class's Python ``__getattr__``."""
+        try:
+            return self._generic_getattr(tx, name)
+        except _MissingAttribute:
+            fallback = self._python_slot("__getattr__")
+            if fallback is None:
+                raise Unsupported(f"{self.cls.__qualname__} object has no attribute "
+                                  f"{name!r}") from None
+            return self._call_slot(tx, "__getattr__", fallback, [ConstantVariable(name)])
+
+    def _generic_getattr(self, tx, name: str) -> VariableTracker:
         from .functions import call_property, method_of_class, method_of_pinned_class
 
         if name in self.attrs:
@@ -497,8 +563,7 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
         try:
             static = inspect.getattr_static(self.cls, name)
         except AttributeError:
-            raise Unsupported(f"{self.cls.__qualname__} object has no attribute {name!r}") \
-                from None
+            raise _MissingAttribute(name) from None
         # read through the class, pinned: replacing the class attribute recompiles
         class_src = AttrSource(tx.output.pinned_source(self.cls), name)
         if isinstance(static, types.FunctionType):
@@ -512,11 +577,22 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
         return tx.wrap_value(getattr(self.cls, name), class_src)
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
-        if type(self.cls).__setattr__ is not type.__setattr__ or \
-                self.cls.__setattr__ is not object.__setattr__:
+        if type(self.cls).__setattr__ is not type.__setattr__:
             raise Unsupported(f"setting {name!r} on a {self.cls.__qualname__} "
-                              "(custom __setattr__ or frozen)")
+                              "(its metaclass defines __setattr__)")
+        setattr_fn = self._python_slot("__setattr__")
+        if setattr_fn is not None:  # (a frozen dataclass's raises, as eager does)
+            self._call_slot(tx, "__setattr__", setattr_fn, [ConstantVariable(name), value])
+            return
         self.attrs[name] = value
+
+    def delete_attr(self, tx, name: str) -> None:
+        if self._python_slot("__delattr__") is not None:
+            raise Unsupported(f"deleting {name!r} on a {self.cls.__qualname__} "
+                              "(custom __delattr__)")
+        if name not in self.attrs:
+            raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
+        del self.attrs[name]
 
     def force_store_attr(self, name: str, value: VariableTracker) -> None:
         """``object.__setattr__(obj, name, value)`` (frozen dataclasses' __init__)."""
@@ -531,6 +607,50 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
             codegen(v)
         codegen.build_map(len(self.attrs))
         codegen.call_function(2)
+
+
+class _MissingAttribute(Exception):
+    """Generic lookup found nothing (``__getattr__``, if any, comes next)."""
+
+
+class FrameObjectSlotVariable(VariableTracker):
+    """``object.__getattribute__``/``__setattr__``/``__delattr__`` bound to a
+    FrameObjectVariable: the generic attribute protocol, under any Python override."""
+
+    def __init__(self, obj: FrameObjectVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def children(self):
+        return [self.obj]
+
+    def describe(self) -> str:
+        return f"object.{self.name} of {self.obj.describe()}"
+
+    def call_function(self, tx, args, kwargs):
+        n_args = {"__getattribute__": 1, "__setattr__": 2, "__delattr__": 1}[self.name]
+        if kwargs or len(args) != n_args:
+            raise Unsupported(f"object.{self.name} with {len(args)} arguments")
+        try:
+            name = args[0].as_python_constant()
+        except NotConstant:
+            raise Unsupported(f"object.{self.name} with a non-constant name") from None
+        if not isinstance(name, str):
+            raise Unsupported(f"object.{self.name} with a {type(name).__name__} name")
+        if self.name == "__getattribute__":
+            try:
+                return self.obj._generic_getattr(tx, name)
+            except _MissingAttribute:
+                raise Unsupported(f"AttributeError: {self.obj.cls.__qualname__} has no "
+                                  f"attribute {name!r}") from None
+        if self.name == "__setattr__":
+            self.obj.force_store_attr(name, args[1])
+        else:
+            if name not in self.obj.attrs:
+                raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
+            del self.obj.attrs[name]
+        return ConstantVariable(None)
 
 
 class ObjectSetattrVariable(VariableTracker):

@@ -146,6 +146,9 @@ class NNModuleVariable(VariableTracker):
         m = self.module
         src = AttrSource(self.source, name)
         d = m.__dict__
+        override = tx.output.state_overrides.get((id(m), name))
+        if override is not None:  # inside torch.func.functional_call
+            return override
         if name in d.get("_parameters", {}):
             p = d["_parameters"][name]
             if p is None:
@@ -194,7 +197,8 @@ class NNModuleVariable(VariableTracker):
         if _has_backward_hooks(m):
             raise Unsupported(f"calling {type(m).__qualname__} with backward hooks registered")
         instance_forward = "forward" in m.__dict__
-        if is_leaf_module(m) and not instance_forward and not _has_forward_hooks(m):
+        if is_leaf_module(m) and not instance_forward and not _has_forward_hooks(m) and \
+                not tx.output.state_overrides:  # (functional_call: inline, read overrides)
             # call_module. A backend that compiles the graph bakes this module's forward in,
             # so hooks registered later must recompile: guard the (empty) hook dicts too
             self.install_hook_guards(tx)
@@ -360,6 +364,9 @@ class ModuleMethodVariable(VariableTracker):
 
         mv = self.module_var
         m = mv.module
+        if tx.output.state_overrides:
+            raise Unsupported(f"module.{self.name}() inside torch.func.functional_call "
+                              "(would list the real parameters)")
         try:
             cargs = [a.as_python_constant() for a in args]
             ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}

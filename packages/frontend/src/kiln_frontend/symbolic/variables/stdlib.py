@@ -4,7 +4,7 @@
 ``torch.nn`` module inside the frame.
 
 Two tables, each refusing duplicates: ``BUILTIN_HANDLERS`` (a C callable -> handler, merged
-into the builtins of ``functions.py``) and ``CLASS_CONSTRUCTORS`` (a class -> what calling
+into the builtins of ``builtins.py``) and ``CLASS_CONSTRUCTORS`` (a class -> what calling
 it builds, consulted by ``UserDefinedClassVariable``).  A handler returns a tracker, or
 None when the call is not one it knows (the caller then graph-breaks with the name)."""
 
@@ -147,7 +147,7 @@ register_builtin(collections.OrderedDict.fromkeys, _dict_fromkeys(collections.Or
 
 
 def _ordered_dict(tx, cls, args, kwargs):
-    from .functions import BuiltinVariable
+    from .builtins import BuiltinVariable
 
     plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
     if not isinstance(plain, ConstDictVariable):
@@ -204,7 +204,7 @@ def _default_dict(tx, cls, args, kwargs):
         return None  # a defaultdict without a factory is a dict; rare: break
     items = {}
     if len(args) == 2:
-        from .functions import BuiltinVariable
+        from .builtins import BuiltinVariable
 
         plain = BuiltinVariable(dict).call_function(tx, [args[1]], {})
         items = plain.items

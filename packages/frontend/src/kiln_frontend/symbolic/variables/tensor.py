@@ -31,17 +31,36 @@ CONSTANT_METHODS = frozenset({
 
 #: methods that cannot be captured (data-dependent Python values or side effects)
 UNSUPPORTED_METHODS = {
-    "item": "Tensor.item() reads a value out of a tensor (data-dependent)",
     "tolist": "Tensor.tolist() reads values out of a tensor (data-dependent)",
-    "numpy": "Tensor.numpy() leaves torch",
     "backward": "Tensor.backward() inside a captured frame",
     "register_hook": "Tensor.register_hook",
     "retain_grad": "Tensor.retain_grad",
     "data_ptr": "Tensor.data_ptr() depends on the storage",
     "__bool__": "bool() of a tensor (data-dependent)",
-    "__int__": "int() of a tensor (data-dependent)",
-    "__float__": "float() of a tensor (data-dependent)",
     "__index__": "index() of a tensor (data-dependent)",
+}
+
+
+def _python_number(cast: type):
+    """``int(t)``/``float(t)`` on the value ``t.item()`` gave: a node when the dtype differs."""
+
+    def convert(tx, value: VariableTracker) -> VariableTracker:
+        from ... import shapes
+
+        if value.python_type() is cast:
+            return value
+        return shapes.sym_operator(tx, torch.sym_int if cast is int else torch.sym_float,
+                                   [value])
+
+    return convert
+
+
+#: methods that read one number out of a tensor: ``t.item()`` in the graph (an unbacked
+#: symbol, shapes.scalar_of_tensor), then converted to the Python type they promise
+SCALAR_METHODS = {
+    "item": lambda tx, value: value,
+    "__float__": _python_number(float),
+    "__int__": _python_number(int),
 }
 
 
@@ -138,8 +157,15 @@ class TensorMethodVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         name = self.name
+        if name in SCALAR_METHODS and not args and not kwargs:
+            from ... import shapes
+
+            value = shapes.scalar_of_tensor(tx, self.tensor, f"Tensor.{name}()")
+            return SCALAR_METHODS[name](tx, value)
         if name in UNSUPPORTED_METHODS:
             raise Unsupported(UNSUPPORTED_METHODS[name])
+        if name == "numpy":
+            return self.as_numpy(args, kwargs)
         if name in CONSTANT_METHODS:
             fake = self.tensor.example_value
             try:
@@ -157,6 +183,20 @@ class TensorMethodVariable(VariableTracker):
                     "call_method", name, (self.tensor.proxy, *cargs), ckwargs), value)
             return ConstantVariable.create(value)
         return tx.output.create_graph_op("call_method", name, [self.tensor, *args], kwargs)
+
+    def as_numpy(self, args, kwargs) -> VariableTracker:
+        """``t.numpy()``: the array sharing ``t``'s memory (numpy_arrays.py)."""
+        from .numpy_arrays import NumpyNdarrayVariable, np
+
+        fake = self.tensor.example_value
+        if np is None:
+            raise Unsupported("Tensor.numpy() without NumPy installed")
+        if args or kwargs:
+            raise Unsupported("Tensor.numpy(force=...)")
+        if fake.requires_grad or fake.device.type != "cpu":
+            raise Unsupported("Tensor.numpy() of a tensor that requires grad or is not on "
+                              "the CPU (eager raises)")
+        return NumpyNdarrayVariable(self.tensor)
 
     def reconstruct(self, codegen):
         codegen(self.tensor)

@@ -135,6 +135,12 @@ class TorchFunctionVariable(VariableTracker):
                 return wrap_constant_result(fn(*cargs, **ckwargs), what=f"torch.{self.name}")
             return tx.output.create_graph_op("call_function", fn, args, kwargs,
                                              allow_constant_result=True)
+        if fn in (torch.from_numpy, torch.as_tensor, torch.tensor):
+            from .numpy_arrays import tensor_from_array
+
+            tensor = tensor_from_array(tx, fn, list(args), dict(kwargs))
+            if tensor is not None:
+                return tensor
         return tx.output.create_graph_op("call_function", fn, args, kwargs)
 
     def reconstruct(self, codegen):
@@ -285,6 +291,12 @@ def _special_functions() -> dict[Any, Any]:
                torch._C._has_torch_function_variadic):
         table[fn] = _has_torch_function
     table[torch.is_autocast_enabled] = _fold_state_query(torch.is_autocast_enabled)
+    from torch.nn.utils import stateless
+
+    from .functional_call import functional_call
+
+    table[torch.func.functional_call] = functional_call
+    table[stateless.functional_call] = functional_call
     from torch.utils import _python_dispatch
 
     # torch's attention modules ask whether make_fx is tracing: no dispatch mode while we

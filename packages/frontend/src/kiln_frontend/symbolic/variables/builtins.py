@@ -1,0 +1,560 @@
+"""Builtins (``len``, ``isinstance``, ``getattr``, ``min``, ``zip``...) and ``operator``
+functions called as values: ``BuiltinVariable``.
+
+A call looks for a handler, registered with ``@builtin_handler(fn)`` in ``BUILTIN_CALLS``
+(one per builtin, duplicates refused) or in ``stdlib.BUILTIN_HANDLERS``.  A handler returns
+a tracker, or None when the call is not one it knows; the call is then an ``operator``
+function (``operators.call_operator``), folded on constants (``FOLDABLE_BUILTINS``), or a
+graph break saying ``call to builtin <name>``."""
+
+from __future__ import annotations
+
+import math
+import operator
+import types
+from typing import Any
+
+import torch
+
+from ...exc import Unsupported
+from ...guards import GuardKind
+from .base import NotConstant, VariableTracker, tracker_for
+from .constant import ConstantVariable, wrap_constant_result
+from .functions import (
+    NestedUserFunctionVariable,
+    NoOpVariable,
+    PartialVariable,
+    SuperVariable,
+    UserFunctionVariable,
+)
+from .handler_table import HandlerTable
+from .operators import OPERATOR_FUNCTIONS, call_operator, constant_args, has_tensor, known_object
+
+#: builtin -> handler(tx, args, kwargs) returning a tracker or None (not a call it knows)
+BUILTIN_CALLS = HandlerTable("builtin calls")
+builtin_handler = BUILTIN_CALLS.register
+
+#: builtins run on constant arguments while tracing (their result is a constant)
+FOLDABLE_BUILTINS = frozenset({
+    abs, all, any, bool, bytes, callable, chr, complex, divmod, float, format, hash, int,
+    len, max, min, ord, pow, repr, round, sorted, str, sum, slice, range, tuple, list, dict,
+    set, frozenset,
+    math.sqrt, math.ceil, math.floor, math.prod, math.log, math.exp, math.isclose,
+})
+
+#: builtins that are classes (tuple, list, range...) are wrapped as BuiltinVariable too
+BUILTIN_CLASSES = frozenset({
+    int, float, bool, str, tuple, list, dict, set, frozenset, slice, range, enumerate, zip,
+    reversed, type, bytes, complex, object, super, map, filter,
+})
+
+
+def is_builtin_callable(value: Any) -> bool:
+    from .stdlib import BUILTIN_HANDLERS as stdlib_handlers
+
+    return (value in BUILTIN_CALLS or value in FOLDABLE_BUILTINS or
+            value in stdlib_handlers or
+            value in OPERATOR_FUNCTIONS or value in BUILTIN_CLASSES or
+            getattr(value, "__module__", None) in ("builtins", "_operator", "operator"))
+
+
+@tracker_for(types.BuiltinFunctionType)
+class BuiltinVariable(VariableTracker):
+    """``len``, ``isinstance``, ``range``, ``operator.add``...: folded on constants, turned
+    into graph nodes on tensors where that means something, a graph break otherwise."""
+
+    def __init__(self, fn: Any, *, source=None):
+        super().__init__(source=source)
+        self.fn = fn
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from .torch import TorchFunctionVariable, is_torch_callable
+
+        if is_torch_callable(value):
+            return TorchFunctionVariable.wrap(builder, value)
+        if builder.source is not None:  # a global, a module's or an object's attribute
+            builder.install_identity_guard(value, what="builtin")
+        return cls(value, source=builder.source)
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+    def describe(self) -> str:
+        return f"BuiltinVariable({self.name})"
+
+    def reconstruct(self, codegen):
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.fn)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .misc import ObjectSetattrVariable
+
+        if self.fn is object and name == "__setattr__":
+            return ObjectSetattrVariable()
+        if self.fn is object and name == "__init__":
+            return NoOpVariable("object.__init__")
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError:
+            raise Unsupported(f"builtin {self.name} has no attribute {name!r}") from None
+        from .constant import is_constant_value
+
+        if is_constant_value(value):
+            return ConstantVariable.create(value)
+        if isinstance(value, types.BuiltinFunctionType) and is_builtin_callable(value):
+            return BuiltinVariable(value)
+        raise Unsupported(f"attribute {name!r} of builtin {self.name}")
+
+    def call_function(self, tx, args, kwargs):
+        fn = self.fn
+        handler = BUILTIN_CALLS.get(fn)
+        if handler is None:
+            from .stdlib import BUILTIN_HANDLERS as stdlib_handlers
+
+            handler = stdlib_handlers.get(fn)
+        if handler is not None:
+            result = handler(tx, args, kwargs)
+            if result is not None:
+                return result
+        if fn in OPERATOR_FUNCTIONS:
+            return call_operator(tx, fn, args, kwargs)
+        if fn in FOLDABLE_BUILTINS:
+            cargs, ckwargs = constant_args(args, kwargs, f"builtin {self.name}")
+            try:
+                result = fn(*cargs, **ckwargs)
+            except Exception as e:  # noqa: BLE001
+                raise Unsupported(f"builtin {self.name} raised {type(e).__name__}: {e}") from e
+            return wrap_constant_result(result, what=f"builtin {self.name}")
+        raise Unsupported(f"call to builtin {self.name}")
+
+
+# -- handlers, one per builtin ----------------------------------------------------------
+
+
+@builtin_handler(len)
+def _b_len(tx, args, kwargs):
+    from .containers import BaseSequenceVariable, ConstDictVariable
+    from .tensor import TensorVariable
+
+    if len(args) != 1 or kwargs:
+        return None
+    (x,) = args
+    if isinstance(x, TensorVariable):
+        if x.example_value.dim() == 0:
+            raise Unsupported("len() of a 0-d tensor")
+        return ConstantVariable(int(x.example_value.shape[0]))
+    if isinstance(x, (BaseSequenceVariable, ConstDictVariable)):
+        return ConstantVariable(len(x.items))
+    if hasattr(x, "module") and hasattr(x.module, "__len__"):
+        if hasattr(x, "guard_structure"):  # a module container: its length is guarded
+            x.guard_structure(tx)
+        return ConstantVariable(len(x.module))
+    if hasattr(x, "len_value"):
+        return ConstantVariable(x.len_value(tx))
+    return None
+
+
+def _python_type_of(tx, v: VariableTracker) -> type:
+    return v.python_type()
+
+
+@builtin_handler(isinstance)
+def _b_isinstance(tx, args, kwargs):
+    if len(args) != 2 or kwargs:
+        return None
+    obj, cls_var = args
+    try:
+        cls = cls_var.as_python_constant()
+    except NotConstant:
+        raise Unsupported("isinstance() with a non-constant class") from None
+    typ = _python_type_of(tx, obj)
+    try:
+        return ConstantVariable(issubclass(typ, cls))
+    except TypeError as e:
+        raise Unsupported(f"isinstance(): {e}") from e
+
+
+@builtin_handler(issubclass)
+def _b_issubclass(tx, args, kwargs):
+    cargs, ckwargs = constant_args(args, kwargs, "issubclass")
+    return ConstantVariable(issubclass(*cargs, **ckwargs))
+
+
+@builtin_handler(type)
+def _b_type(tx, args, kwargs):
+    if len(args) != 1 or kwargs:
+        return None
+    typ = args[0].python_type()
+    from .misc import wrap_class
+
+    return wrap_class(typ)
+
+
+@builtin_handler(iter)
+def _b_iter(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if len(args) != 1 or kwargs:
+        return None
+    if isinstance(args[0], ListIteratorVariable):
+        return args[0]
+    return ListIteratorVariable(tx.unpack_sequence(args[0]))
+
+
+@builtin_handler(next)
+def _b_next(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if not args or kwargs or not isinstance(args[0], ListIteratorVariable):
+        return None
+    item = args[0].next_item()
+    if item is None:
+        if len(args) == 2:
+            return args[1]
+        raise Unsupported("next() on an exhausted iterator (StopIteration)")
+    return item
+
+
+@builtin_handler(enumerate)
+def _b_enumerate(tx, args, kwargs):
+    from .containers import ListIteratorVariable, TupleVariable
+
+    if not args:
+        return None
+    start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    try:
+        s = start.as_python_constant()
+    except NotConstant:
+        raise Unsupported("enumerate() with a non-constant start") from None
+    items = tx.unpack_sequence(args[0])
+    return ListIteratorVariable([TupleVariable([ConstantVariable(s + i), it])
+                                 for i, it in enumerate(items)])
+
+
+@builtin_handler(zip)
+def _b_zip(tx, args, kwargs):
+    from .containers import ListIteratorVariable, TupleVariable
+
+    if kwargs and set(kwargs) != {"strict"}:
+        return None
+    seqs = [tx.unpack_sequence(a) for a in args]
+    return ListIteratorVariable([TupleVariable(list(group)) for group in zip(*seqs, strict=False)])
+
+
+@builtin_handler(reversed)
+def _b_reversed(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if len(args) != 1 or kwargs:
+        return None
+    return ListIteratorVariable(list(reversed(tx.unpack_sequence(args[0]))))
+
+
+def _b_tuple_list(kind):
+    def handler(tx, args, kwargs):
+        from .containers import ListVariable, TupleVariable
+
+        if kwargs or len(args) > 1:
+            return None
+        items = tx.unpack_sequence(args[0]) if args else []
+        return TupleVariable(items) if kind is tuple else ListVariable(items)
+
+    return handler
+
+
+for _cls in (tuple, list):
+    BUILTIN_CALLS.add(_cls, _b_tuple_list(_cls))
+
+
+@builtin_handler(dict)
+def _b_dict(tx, args, kwargs):
+    from .containers import ConstDictVariable
+
+    items: dict[Any, VariableTracker] = {}
+    if len(args) > 1:
+        return None
+    if args:
+        src = args[0]
+        if isinstance(src, ConstDictVariable):
+            items.update(src.items)
+        else:
+            for pair in tx.unpack_sequence(src):
+                k, v = tx.unpack_sequence(pair)
+                try:
+                    items[k.as_python_constant()] = v
+                except NotConstant:
+                    raise Unsupported("dict() with a non-constant key") from None
+    items.update(kwargs)
+    return ConstDictVariable(items)
+
+
+def _attribute_name(v: VariableTracker, builtin: str) -> str:
+    """The name argument of getattr/hasattr/setattr, which must be known while tracing."""
+    try:
+        return v.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"{builtin}() with a non-constant name") from None
+
+
+@builtin_handler(getattr)
+def _b_getattr(tx, args, kwargs):
+    if kwargs or len(args) not in (2, 3):
+        return None
+    name = _attribute_name(args[1], "getattr")
+    if len(args) == 3:
+        has = _b_hasattr(tx, args[:2], {})
+        if has is not None and not has.as_python_constant():
+            return args[2]
+        try:
+            return tx.getattr(args[0], name)
+        except Unsupported as e:
+            if "has no attribute" in str(e):
+                return args[2]
+            raise
+    return tx.getattr(args[0], name)
+
+
+@builtin_handler(hasattr)
+def _b_hasattr(tx, args, kwargs):
+    if kwargs or len(args) != 2:
+        return None
+    name = _attribute_name(args[1], "hasattr")
+    if isinstance(args[0], ConstantVariable):  # None, numbers, strings: already guarded
+        return ConstantVariable(hasattr(args[0].value, name))
+    obj = known_object(args[0])
+    from .tensor import TensorVariable
+
+    if obj is not None and not isinstance(obj, torch.Tensor):
+        result = hasattr(obj, name)
+    elif isinstance(args[0], TensorVariable):
+        return ConstantVariable(hasattr(args[0].example_value, name))
+    elif getattr(args[0], "has_attr", None) is not None:
+        result = args[0].has_attr(tx, name)
+    else:
+        return None
+    if args[0].source is not None:  # an attribute added or deleted later recompiles
+        from ...guards import Guard
+
+        tx.output.guards.add(Guard(args[0].source, GuardKind.HASATTR, (name, bool(result))))
+    return ConstantVariable(result)
+
+
+@builtin_handler(sum)
+def _b_sum(tx, args, kwargs):
+    if kwargs or not args or len(args) > 2:
+        return None
+    items = [tx.realize(it) for it in tx.unpack_sequence(args[0])]
+    acc = args[1] if len(args) == 2 else ConstantVariable(0)
+    for it in items:
+        acc = call_operator(tx, operator.add, [acc, it], {})
+    return acc
+
+
+def _b_minmax(fn):
+    def handler(tx, args, kwargs):
+        if kwargs:
+            return None
+        items = tx.unpack_sequence(args[0]) if len(args) == 1 else list(args)
+        items = [tx.realize(it) for it in items]
+        if has_tensor(items):
+            raise Unsupported(f"{fn.__name__}() over tensors (data-dependent)")
+        try:
+            values = [it.as_python_constant() for it in items]
+        except NotConstant:
+            raise Unsupported(f"{fn.__name__}() over non-constants") from None
+        try:
+            result = fn(values)
+        except (ValueError, TypeError) as e:
+            raise Unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}") from None
+        return wrap_constant_result(result, what=fn.__name__)
+
+    return handler
+
+
+for _fn in (min, max):
+    BUILTIN_CALLS.add(_fn, _b_minmax(_fn))
+
+
+@builtin_handler(abs)
+def _b_abs(tx, args, kwargs):
+    if len(args) == 1 and has_tensor(args):
+        return tx.output.create_graph_op("call_function", operator.abs, list(args), {})
+    return None
+
+
+def _b_scalar_cast(fn):
+    def handler(tx, args, kwargs):
+        if has_tensor(args):
+            if fn in (int, float) and len(args) == 1 and not kwargs:
+                # t.item() in the graph: an unbacked symbol (tensor.SCALAR_METHODS)
+                return args[0].call_method(tx, f"__{fn.__name__}__", [], {})
+            raise Unsupported(f"{fn.__name__}() of a tensor (data-dependent)")
+        return None
+
+    return handler
+
+
+for _cls in (int, float, bool):
+    BUILTIN_CALLS.add(_cls, _b_scalar_cast(_cls))
+
+
+@builtin_handler(callable)
+def _b_callable(tx, args, kwargs):
+    if len(args) != 1:
+        return None
+    v = args[0]
+    obj = known_object(v)
+    if obj is not None:
+        return ConstantVariable(callable(obj))
+    if isinstance(v, (UserFunctionVariable, NestedUserFunctionVariable, PartialVariable,
+                      BuiltinVariable, NoOpVariable)):
+        return ConstantVariable(True)
+    try:
+        cls = v.python_type()
+    except Unsupported:
+        return None
+    return ConstantVariable(any("__call__" in k.__dict__ for k in cls.__mro__))
+
+
+@builtin_handler(super)
+def _b_super(tx, args, kwargs):
+    if kwargs:
+        return None
+    if len(args) == 2:
+        try:
+            cls = args[0].as_python_constant()
+        except NotConstant:
+            raise Unsupported("super() with a non-constant class") from None
+        return SuperVariable(cls, args[1])
+    if args:
+        return None
+    code = tx.code
+    if "__class__" not in code.co_freevars or code.co_argcount == 0:
+        raise Unsupported("super() outside a method")
+    cls = tx.realize(tx.load_deref("__class__"))
+    first = code.co_varnames[0]
+    if first not in tx.symbolic_locals:
+        raise Unsupported("super(): the first argument was deleted")
+    obj = tx.realize(tx.symbolic_locals[first])
+    tx.symbolic_locals[first] = obj
+    return SuperVariable(cls.as_python_constant(), obj)
+
+
+@builtin_handler(setattr)
+def _b_setattr(tx, args, kwargs):
+    if kwargs or len(args) != 3:
+        return None
+    name = _attribute_name(args[1], "setattr")
+    store = getattr(args[0], "store_attr", None)
+    if store is None:  # an object from the frame: replayed after the graph
+        tx.output.side_effects.store_attr(tx, args[0], name, args[2])
+        return ConstantVariable(None)
+    store(tx, name, args[2])
+    return ConstantVariable(None)
+
+
+@builtin_handler(delattr)
+def _b_delattr(tx, args, kwargs):
+    if kwargs or len(args) != 2:
+        return None
+    name = _attribute_name(args[1], "delattr")
+    tx.output.side_effects.delete_attr(tx, tx.realize(args[0]), name)
+    return ConstantVariable(None)
+
+
+@builtin_handler(sorted)
+def _b_sorted(tx, args, kwargs):
+    if len(args) != 1:
+        return None
+    items = tx.unpack_sequence(args[0])
+    key = kwargs.get("key")
+    reverse = kwargs.get("reverse", ConstantVariable(False))
+    if set(kwargs) - {"key", "reverse"}:
+        return None
+    try:
+        rev = reverse.as_python_constant()
+        if key is None or (key.is_python_constant() and key.as_python_constant() is None):
+            values = [it.as_python_constant() for it in items]
+            return ConstantVariable.create(sorted(values, reverse=rev))
+    except NotConstant:
+        pass
+    if key is None:
+        raise Unsupported("sorted() of non-constant items")
+    # sort trackers by a key computed while tracing (must give constants)
+    keyed = []
+    for it in items:
+        k = tx.call_function(key, [it], {})
+        try:
+            keyed.append((k.as_python_constant(), it))
+        except NotConstant:
+            raise Unsupported("sorted() with a key that is not a constant") from None
+    from .containers import ListVariable
+
+    order = sorted(range(len(keyed)), key=lambda i: keyed[i][0], reverse=rev)
+    return ListVariable([keyed[i][1] for i in order])
+
+
+@builtin_handler(map)
+def _b_map(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if kwargs or len(args) < 2:
+        return None
+    seqs = [tx.unpack_sequence(a) for a in args[1:]]
+    return ListIteratorVariable([tx.call_function(args[0], list(group), {})
+                                 for group in zip(*seqs, strict=False)])
+
+
+@builtin_handler(filter)
+def _b_filter(tx, args, kwargs):
+    from .containers import ListIteratorVariable
+
+    if kwargs or len(args) != 2:
+        return None
+    out = []
+    for item in tx.unpack_sequence(args[1]):
+        keep = item if _is_none_var(args[0]) else tx.call_function(args[0], [item], {})
+        if tx.realize(keep).truth_value(tx):
+            out.append(item)
+    return ListIteratorVariable(out)
+
+
+def _is_none_var(v) -> bool:
+    return v.is_python_constant() and v.as_python_constant() is None
+
+
+def _b_any_all(fn):
+    def handler(tx, args, kwargs):
+        if kwargs or len(args) != 1:
+            return None
+        values = [tx.realize(v).truth_value(tx) for v in tx.unpack_sequence(args[0])]
+        return ConstantVariable(fn(values))
+
+    return handler
+
+
+for _fn in (any, all):
+    BUILTIN_CALLS.add(_fn, _b_any_all(_fn))
+
+
+@builtin_handler(id)
+def _b_id(tx, args, kwargs):
+    if len(args) != 1 or kwargs:
+        return None
+    obj = known_object(args[0])
+    if obj is None or args[0].mutable:
+        raise Unsupported(f"id() of {args[0].describe()}")
+    if args[0].source is not None:  # the id is baked: the object must be the same one
+        from ...guards import Guard
+
+        tx.output.guards.add(Guard(args[0].source, GuardKind.ID_MATCH, id(obj), "object"))
+    return ConstantVariable(id(obj))

@@ -1,0 +1,300 @@
+"""``operator.<fn>(*args)`` on trackers: what BINARY_OP, COMPARE_OP, ``is``, ``in``,
+subscripts and the ``operator`` module's functions mean while tracing.
+
+``call_operator`` consults, in order:
+
+1. ``ON_ANY_OPERANDS``: operators whose meaning does not depend on what the operands are
+   (``is``, ``in``, ``[]``, ``not``);
+2. a tensor operand: a graph node; a symbolic size: a symbolic expression (shapes.py);
+3. ``ON_PYTHON_VALUES``: what ``+``, ``*``, ``==`` mean on Python containers and objects
+   (a handler returns None when the operands are not its kind);
+4. folding on constants, a graph break naming the operator otherwise.
+
+Also the helpers that builtins share with operators: ``constant_args``, ``known_object``,
+``has_tensor``."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from ...exc import Unsupported
+from ...guards import Guard, GuardKind
+from .base import NotConstant, VariableTracker
+from .constant import (
+    BINARY_OPERATORS,
+    COMPARE_OPERATORS,
+    ConstantVariable,
+    wrap_constant_result,
+)
+from .handler_table import HandlerTable
+
+#: every operator function ``call_operator`` knows (a BuiltinVariable of one calls it)
+OPERATOR_FUNCTIONS = frozenset(
+    set(BINARY_OPERATORS.values()) | set(COMPARE_OPERATORS.values()) | {
+        operator.neg, operator.pos, operator.invert, operator.not_, operator.abs,
+        operator.getitem, operator.contains, operator.is_, operator.is_not, operator.truth,
+        operator.index,
+    })
+
+#: operators that can become graph nodes when a tensor is involved
+_TENSOR_OPERATORS = frozenset(
+    set(BINARY_OPERATORS.values()) | set(COMPARE_OPERATORS.values()) | {
+        operator.neg, operator.pos, operator.invert, operator.abs, operator.getitem,
+    })
+
+#: in-place operator -> the operator it means when its left operand is not a tensor
+_OUT_OF_PLACE: dict[Any, Any] = {
+    BINARY_OPERATORS[sym + "="]: BINARY_OPERATORS[sym]
+    for sym in ("+", "&", "//", "<<", "@", "*", "%", "|", "**", ">>", "-", "/", "^")
+}
+
+#: handler(tx, fn, args) -> tracker, for any operands
+ON_ANY_OPERANDS = HandlerTable("operators on any operands")
+#: handler(tx, fn, args) -> tracker or None (not these operands), after tensors and sizes
+ON_PYTHON_VALUES = HandlerTable("operators on Python values")
+
+
+def constant_args(args, kwargs, what: str) -> tuple[list[Any], dict[str, Any]]:
+    """The Python values of constant arguments; ``Unsupported`` naming ``what`` otherwise."""
+    try:
+        return ([a.as_python_constant() for a in args],
+                {k: v.as_python_constant() for k, v in kwargs.items()})
+    except NotConstant:
+        raise Unsupported(f"{what} with non-constant arguments") from None
+
+
+def known_object(v: VariableTracker) -> Any:
+    """The real object behind a tracker when it is known (modules, functions, constants)."""
+    for attr in ("module", "value", "fn", "cls"):
+        obj = getattr(v, attr, None)
+        if obj is not None:
+            return obj
+    return None
+
+
+def has_tensor(args) -> bool:
+    from .tensor import TensorVariable
+
+    return any(isinstance(a, TensorVariable) for a in args)
+
+
+def call_operator(tx, fn, args, kwargs) -> VariableTracker:
+    """``operator.<fn>(*args)`` on trackers (also what BINARY_OP / COMPARE_OP use)."""
+    if kwargs:
+        raise Unsupported(f"operator.{fn.__name__} with keyword arguments")
+    handler = ON_ANY_OPERANDS.get(fn)
+    if handler is not None:
+        return handler(tx, fn, args)
+    from .numpy_arrays import has_array, numpy_operator
+
+    if has_array(args):  # NumPy arrays: torch._numpy's operator in the graph
+        return numpy_operator(tx, fn, args)
+    if has_tensor(args):
+        return _tensor_operator(tx, fn, args)
+    from ...shapes import SYM_OPERATORS, has_symnode, sym_operator
+
+    if has_symnode(args) and fn in SYM_OPERATORS:  # arithmetic on symbolic sizes
+        return sym_operator(tx, fn, list(args))
+    handler = ON_PYTHON_VALUES.get(fn)
+    if handler is not None:
+        result = handler(tx, fn, args)
+        if result is not None:
+            return result
+    name = getattr(fn, "__name__", repr(fn))
+    cargs, _ = constant_args(args, {}, f"operator.{name}")
+    try:
+        result = fn(*cargs)
+    except Exception as e:  # noqa: BLE001
+        raise Unsupported(f"operator.{name} raised {type(e).__name__}: {e}") from e
+    return wrap_constant_result(result, what=f"operator.{name}")
+
+
+def _tensor_operator(tx, fn, args) -> VariableTracker:
+    if fn not in _TENSOR_OPERATORS:
+        raise Unsupported(f"operator.{getattr(fn, '__name__', repr(fn))} on a tensor")
+    if fn in _OUT_OF_PLACE and not has_tensor(args[:1]):
+        # ``n += t`` with a Python number ``n`` rebinds n to ``n + t``; FX would print
+        # the in-place form as ``0 += t``, which is not Python
+        fn = _OUT_OF_PLACE[fn]
+    return tx.output.create_graph_op("call_function", fn, list(args), {})
+
+
+# -- operators on any operands ----------------------------------------------------------
+
+
+@ON_ANY_OPERANDS.register(operator.is_, operator.is_not)
+def _identity_test(tx, fn, args):
+    return is_op(tx, args[0], args[1], negate=fn is operator.is_not)
+
+
+@ON_ANY_OPERANDS.register(operator.contains)
+def _membership(tx, fn, args):
+    return contains_op(tx, args[1], args[0])
+
+
+@ON_ANY_OPERANDS.register(operator.getitem)
+def _subscript(tx, fn, args):
+    return tx.getitem(args[0], args[1])
+
+
+@ON_ANY_OPERANDS.register(operator.not_, operator.truth)
+def _truth(tx, fn, args):
+    truth = args[0].truth_value(tx)
+    return ConstantVariable(not truth if fn is operator.not_ else truth)
+
+
+# -- operators on Python containers and objects -------------------------------------------
+
+
+@ON_PYTHON_VALUES.register(operator.add, operator.iadd)
+def _concatenate(tx, fn, args):
+    from .containers import BaseSequenceVariable, ListVariable, TupleVariable
+
+    if len(args) != 2:
+        return None
+    a, b = args
+    if not (isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable)
+            and a.python_cls is b.python_cls):
+        return None
+    if fn is operator.iadd and isinstance(a, ListVariable):
+        a.check_mutable("list +=")
+        a.items.extend(b.items)
+        return a
+    return type(a)(a.items + b.items) if isinstance(a, ListVariable) else \
+        TupleVariable(a.items + b.items)
+
+
+@ON_PYTHON_VALUES.register(operator.mul, operator.imul)
+def _repeat(tx, fn, args):
+    from .containers import BaseSequenceVariable, ListVariable, TupleVariable
+
+    if len(args) != 2:
+        return None
+    a, b = args
+    if not (isinstance(a, BaseSequenceVariable) or isinstance(b, BaseSequenceVariable)):
+        return None
+    seq, n = (a, b) if isinstance(a, BaseSequenceVariable) else (b, a)
+    try:
+        times = n.as_python_constant()
+    except NotConstant:
+        raise Unsupported("repeating a sequence a non-constant number of times") from None
+    items = seq.items * times
+    return ListVariable(items) if isinstance(seq, ListVariable) else TupleVariable(items)
+
+
+@ON_PYTHON_VALUES.register(operator.eq, operator.ne)
+def _equality_of_objects(tx, fn, args):
+    """``==`` between objects known by identity (modules, functions): their identity."""
+    from .containers import BaseSequenceVariable, ConstDictVariable
+
+    if len(args) != 2:
+        return None
+    a, b = args
+    if a.is_python_constant() and b.is_python_constant():
+        return None
+    if isinstance(a, (BaseSequenceVariable, ConstDictVariable)) or isinstance(
+            b, (BaseSequenceVariable, ConstDictVariable)):
+        raise Unsupported("comparing containers with non-constant items")
+    ia = known_object(a)
+    ib = known_object(b)
+    if ia is None or ib is None:
+        return None
+    same = ia is ib
+    return ConstantVariable(same if fn is operator.eq else not same)
+
+
+# -- `is` and `in` -------------------------------------------------------------------------
+
+
+def _same_input(tx, a, b) -> bool:
+    """Whether two tensors that came from the frame are one object (guarded)."""
+    from ...sources import IdentitySource
+
+    src = IdentitySource(a.source, b.source)
+    if not src.guardable:
+        raise Unsupported("`is` between two input tensors that cannot be guarded")
+    real = {node: value for node, _src, value in tx.output.graph_inputs}
+    for tv in (a, b):
+        if tv.node.op == "get_attr":
+            real[tv.node] = tx.output.attr_tensors[tv.node.target]
+    if a.node not in real or b.node not in real:
+        raise Unsupported("`is` between two input tensors")
+    same = real[a.node] is real[b.node]
+    tx.output.guards.add(Guard(src, GuardKind.CONSTANT_MATCH, same, "identity"))
+    return same
+
+
+def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> VariableTracker:
+    """``a is b`` (``is not`` with ``negate``), decided while tracing: two input tensors
+    that may or may not be one object are compared now and the answer guarded."""
+    from .tensor import TensorVariable
+
+    def result(same: bool) -> VariableTracker:
+        return ConstantVariable(same != negate)
+
+    if a is b:
+        return result(True)
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        if a.node is b.node:
+            return result(True)
+        if a.source is not None and b.source is not None:
+            # two inputs may or may not be the same object: decide now, guard the answer
+            return result(_same_input(tx, a, b))
+        return result(False)
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return result(False)
+    if (a.mutable and a.source is None) or (b.mutable and b.source is None):
+        # an object made while tracing is only ever the same tracker
+        return result(False)
+    if a.is_python_constant() and b.is_python_constant():
+        return result(a.as_python_constant() is b.as_python_constant())
+    ia, ib = known_object(a), known_object(b)
+    if ia is not None and ib is not None:
+        return result(ia is ib)
+    from .misc import NullVariable
+
+    if isinstance(a, NullVariable) or isinstance(b, NullVariable):
+        raise Unsupported("`is` on NULL")
+    # different tracker kinds with known python types: different objects
+    try:
+        ta, tb = a.python_type(), b.python_type()
+        if ta is not tb:
+            return result(False)
+    except Unsupported:
+        pass
+    raise Unsupported(f"`is` between {a.describe()} and {b.describe()}")
+
+
+def contains_op(tx, container: VariableTracker, item: VariableTracker) -> VariableTracker:
+    """``item in container``: the container's own ``contains``, else decided on constants
+    or on the identity of known objects."""
+    from .containers import BaseSequenceVariable, ConstDictVariable
+
+    contains = getattr(container, "contains", None)
+    if contains is not None:
+        return contains(tx, item)
+
+    if isinstance(container, ConstDictVariable):
+        try:
+            return ConstantVariable(item.as_python_constant() in container.items)
+        except NotConstant:
+            raise Unsupported("`in` on a dict with a non-constant key") from None
+    if container.is_python_constant() and item.is_python_constant():
+        return ConstantVariable(item.as_python_constant() in container.as_python_constant())
+    if isinstance(container, BaseSequenceVariable):
+        if item.is_python_constant():
+            target = item.as_python_constant()
+            found = False
+            for el in container.items:
+                if el.is_python_constant() and el.as_python_constant() == target:
+                    found = True
+                    break
+                if not el.is_python_constant():
+                    raise Unsupported("`in` on a sequence with non-constant items")
+            return ConstantVariable(found)
+        ident = known_object(item)
+        if ident is not None and all(known_object(el) is not None for el in container.items):
+            return ConstantVariable(any(known_object(el) is ident for el in container.items))
+    raise Unsupported(f"`in` between {item.describe()} and {container.describe()}")
+

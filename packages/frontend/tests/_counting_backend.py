@@ -1,0 +1,47 @@
+"""The recording backend the frontend tests compile with, and ``one_graph`` (one place for
+every test file; ``conftest.py`` puts this folder on ``sys.path``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class CountingBackend:
+    """Records every GraphModule and its example inputs and runs it as is (like the
+    ``eager`` backend); ``transform(gm)``, when given, edits each graph first."""
+
+    def __init__(self, transform: Callable[[torch.fx.GraphModule], Any] | None = None):
+        self.graphs: list[torch.fx.GraphModule] = []
+        self.example_inputs: list[list[Any]] = []
+        self.transform = transform
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
+        self.graphs.append(gm)
+        self.example_inputs.append(list(example_inputs))
+        if self.transform is not None:
+            self.transform(gm)
+        return gm.forward
+
+    def call_targets(self, i: int = 0) -> list[Any]:
+        """The targets of graph ``i``'s call nodes, in order."""
+        return [n.target for n in self.graphs[i].graph.nodes
+                if n.op in ("call_function", "call_method", "call_module")]
+
+    def __repr__(self) -> str:
+        return f"CountingBackend({len(self.graphs)} graphs)"
+
+
+def one_graph(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+    """Compile ``fn`` with ``fullgraph=True``, check the result against eager and that
+    exactly one graph was captured; returns that graph."""
+    from kiln_frontend import compile as kiln_compile
+
+    backend = CountingBackend()
+    expected = fn(*args)
+    actual = kiln_compile(fn, backend=backend, fullgraph=True)(*args)
+    torch.testing.assert_close(actual, expected)
+    assert len(backend.graphs) == 1, [gm.code for gm in backend.graphs]
+    return backend.graphs[0]
