@@ -13,8 +13,11 @@ Sections (each in its own try/except: an error is recorded in the JSON and the r
 * ``cos_sin``: ``cos(x) + sin(y)`` on 2^27 float32 against a device-to-device copy of the
   same size: bandwidth of each (bytes read + written / time) and kiln's and torch.compile's
   share of the copy's.
-* ``norms``: softmax and layernorm+GELU on 8192x4096 fp16, softmax on 1024x262144 fp32:
-  time and share of copy bandwidth, kiln and torch.compile.
+* ``norms`` (``--only norms``): softmax and layernorm+GELU on 8192x4096 fp16, softmax on
+  1024x262144 fp32 (long rows: read twice with the online softmax): time and share of copy
+  bandwidth, kiln and torch.compile; then the long-row softmax again with kiln's cooperative
+  rows (``KILN_TRITON_COOPERATIVE=1``: K programs per row, the second read from L2), kiln
+  only.
 * ``models``: fp16 inference, speedup over eager of kiln and torch.compile, cold compile time
   of each: timm resnet50 and vit_base_patch16_224 (batch 32), transformers BERT-base and GPT-2
   built from their configs (batch 8, seq 512).
@@ -169,12 +172,16 @@ def first(x):
     return x
 
 
-def bandwidth_case(b: Bench, name: str, f, args, nbytes: int, copy_bw: float, tol: dict) -> dict:
+def bandwidth_case(b: Bench, name: str, f, args, nbytes: int, copy_bw: float, tol: dict,
+                   inductor: bool = True) -> dict:
     torch = b.torch
     row: dict = {"name": name, "bytes": nbytes}
+    compilers = [("kiln", lambda: b.kiln_fx(f, args))]
+    if inductor:
+        compilers.append(("torch.compile", lambda: b.compile_inductor(f)))
     with torch.no_grad():
         expected = f(*args)
-        for label, make in (("kiln", lambda: b.kiln_fx(f, args)), ("torch.compile", lambda: b.compile_inductor(f))):
+        for label, make in compilers:
             try:
                 fn, out, cold = b.cold(lambda make=make: (lambda g: (g, g(*args)))(make()))
                 torch.testing.assert_close(first(out), expected, **tol)
@@ -244,6 +251,20 @@ def section_norms(b: Bench) -> dict:
     xl = torch.randn(lrows, lcols, device=b.device)
     out["softmax_long_fp32"] = bandwidth_case(b, f"softmax {lrows}x{lcols} float32", softmax, (xl,),
                                               2 * 4 * xl.numel(), copy_f, {"atol": 1e-6, "rtol": 1e-4})
+    # the same with cooperative rows (off by default; under --cpu-smoke the interpreter never
+    # takes it, see kiln_codegen_triton/cooperative.py); no graph cache: a fresh compile
+    saved = {k: os.environ.get(k) for k in ("KILN_TRITON_COOPERATIVE", "KILN_GRAPH_CACHE")}
+    os.environ.update({"KILN_TRITON_COOPERATIVE": "1", "KILN_GRAPH_CACHE": "0"})
+    try:
+        out["softmax_long_fp32_cooperative"] = bandwidth_case(
+            b, f"softmax {lrows}x{lcols} float32 cooperative", softmax, (xl,), 2 * 4 * xl.numel(),
+            copy_f, {"atol": 1e-6, "rtol": 1e-4}, inductor=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return out
 
 
@@ -489,7 +510,7 @@ def plot(results: dict, path: Path) -> str | None:
     cs = results.get("cos_sin", {}).get("result")
     if cs:
         bw.append(cs)
-    for k in ("softmax_fp16", "layernorm_gelu_fp16", "softmax_long_fp32"):
+    for k in ("softmax_fp16", "layernorm_gelu_fp16", "softmax_long_fp32", "softmax_long_fp32_cooperative"):
         r = results.get("norms", {}).get(k)
         if isinstance(r, dict):
             bw.append(r)
@@ -523,7 +544,10 @@ def plot(results: dict, path: Path) -> str | None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU under TRITON_INTERPRET=1")
-    p.add_argument("--only", default="", help="comma-separated: cos_sin,norms,models,opinfo")
+    p.add_argument("--only", default="",
+                   help="comma-separated: cos_sin,norms,models,opinfo (norms: softmax and "
+                        "layernorm+GELU, the long-row softmax's %% of copy bandwidth, with and "
+                        "without cooperative rows)")
     p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
     p.add_argument("--profile", action="store_true",
                    help="models: torch.profiler per compiled model (profile-<model>-<compiler>.txt)")

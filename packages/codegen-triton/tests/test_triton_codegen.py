@@ -341,3 +341,172 @@ def test_lean_launch_calls_the_compiled_kernel_directly_per_specialization(monke
     assert len(compiled) == 2 and len(direct) == 1
     launcher(out[:1], x, 1)  # an integer argument of 1: another specialization
     assert len(compiled) == 3
+
+
+# ---------------------------------------------------------------- Welford, online softmax
+
+
+def run_loopir(fn, *args, **tol):
+    """Like ``run`` but traced with torch's core decompositions straight into loopir (aotgrad
+    rewrites var/var_mean into two sums; this route keeps them, so Welford is exercised)."""
+    import kiln_loopir
+    import kiln_runtime
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*args)
+    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, list(args)))
+    module = kiln_loopir.generate_wrapper(sched, TritonCodegen())
+    call = kiln_runtime.load(module)
+    expected = torch.utils._pytree.tree_leaves(fn(*args))
+    actual = call(*args)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, equal_nan=True, **tol)
+    return module
+
+
+WELFORD = {
+    "var": lambda x: x.var(1),
+    "var_mean": lambda x: torch.var_mean(x, 1),
+    "std_mean_dim0": lambda x: torch.std_mean(x, 0, correction=0),
+    "var_all": lambda x: x.var(),
+    "layer_norm": lambda x: torch.nn.functional.layer_norm(x, (300,)),
+}
+
+
+@pytest.mark.parametrize("persistent_max", [4096, 16])  # persistent rows, then looped rows
+@pytest.mark.parametrize("kind", sorted(WELFORD))
+def test_welford_var_of_large_mean_data(monkeypatch, kind, persistent_max):
+    """1e4 + randn: E[x^2] - E[x]^2 in fp32 would lose every digit of the variance."""
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", persistent_max)
+    torch.manual_seed(0)
+    x = 1e4 + torch.randn(17, 300)
+    # layer_norm's x - mean carries the fp32 rounding of 1e4 (1e-3), in eager as here
+    tol = dict(atol=1e-2, rtol=1e-2) if kind == "layer_norm" else dict(atol=1e-3, rtol=1e-3)
+    module = run_loopir(WELFORD[kind], x, **tol)
+    src = "\n".join(k.source for k in module.kernels)
+    looped = persistent_max < 300 or kind == "var_all"
+    assert ("1, _kiln_welford)" in src) == looped
+    if kind in ("var_mean", "layer_norm") and looped:  # mean and m2 from one state, one loop
+        assert src.count("1, _kiln_welford)") == 1
+        assert src.count("for roffset") == (1 if kind == "var_mean" else 2)
+
+
+def test_welford_empty_rows_and_half(monkeypatch):
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    run_loopir(lambda x: torch.var_mean(x, 1), torch.randn(3, 0))
+    run_loopir(lambda x: torch.var_mean(x, 1), (100 + torch.randn(5, 40)).half(), atol=2e-2, rtol=2e-2)
+
+
+def _inf_rows(x):
+    x = x.clone()
+    x[3] = float("-inf")  # a row of -inf: softmax NaN, logsumexp -inf
+    x[5, ::3] = float("-inf")
+    x[7, 2] = float("inf")  # +inf: softmax NaN
+    return x
+
+
+ONLINE = {
+    # fn, rows the online rewrite saves (loops without it, with it)
+    "softmax": (lambda x: torch.softmax(x, -1), (3, 2)),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), (3, 2)),
+    "logsumexp": (lambda x: torch.logsumexp(x, -1), (2, 1)),
+    "by_hand": (lambda x: torch.exp(x - x.amax(1, keepdim=True)).sum(1), (2, 1)),
+    "softmax_inf": (lambda x: torch.softmax(x, -1), (3, 2)),
+    "logsumexp_inf": (lambda x: torch.logsumexp(x, -1), (2, 1)),
+    "softmax_fp16": (lambda x: torch.softmax(x.half(), -1), (3, 2)),
+}
+
+
+@pytest.mark.parametrize("online", [True, False])
+@pytest.mark.parametrize("kind", sorted(ONLINE))
+def test_online_softmax_reads_each_row_twice(monkeypatch, kind, online):
+    """A looped sum(exp(x - max)) joins the max's loop, rescaled online: a rule on the IR
+    (the by-hand version is matched too), not on the aten op name."""
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(tk, "ONLINE_SOFTMAX", online)
+    fn, (loops_before, loops_online) = ONLINE[kind]
+    x = torch.randn(9, 100) * 4
+    if kind.endswith("_inf"):
+        x = _inf_rows(x)
+    tol = dict(atol=2e-3, rtol=2e-3) if kind.endswith("fp16") else {}
+    (src,) = sources(run(fn, x, **tol))
+    assert src.count("for roffset") == (loops_online if online else loops_before)
+
+
+def test_online_softmax_leaves_other_sums_alone(monkeypatch):
+    """sum(exp(x - max)) * x is not a pure exp of (a - shift(max)): no rewrite, 3 loops."""
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    fn = lambda x: (torch.exp(x - x.amax(1, keepdim=True)) * x).sum(1)  # noqa: E731
+    (src,) = sources(run(fn, torch.randn(9, 100)))
+    assert src.count("for roffset") == 2 and "_prev" not in src
+
+
+def test_row_loop_fusion_shares_one_read(monkeypatch):
+    """Independent reductions over the same rows share one loop and one load."""
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    (src,) = sources(run(lambda x: (x.sum(1), x.amax(1), (x * x).sum(1)), torch.randn(9, 100)))
+    assert src.count("for roffset") == 1 and src.count("tl.load(") == 1
+
+
+# ---------------------------------------------------------------- cooperative rows (GPU only)
+
+
+def _softmax_source(monkeypatch, interpret: bool, x) -> str:
+    import kiln_loopir
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: torch.softmax(x, -1), decomposition_table=core_aten_decompositions())(x)
+    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+    module = kiln_loopir.generate_wrapper(sched, TritonCodegen(interpret=interpret))
+    (src,) = [k.source for k in module.kernels]
+    return src
+
+
+def test_cooperative_rows_source(monkeypatch):
+    """The cooperative kernel (cooperative.py) as text: K consecutive programs per row,
+    partials published, a ticket spin, the K partials combined (max, then the online sum
+    rescaled to the row max), then the second loop over this program's chunk only."""
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "1")
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(tk.coop, "MIN_RNUMEL", 64)
+    x = torch.randn(4, 200)
+    src = _softmax_source(monkeypatch, False, x)
+    for text in ["kchunk = pid % nsplit", "xoffset = (pid // nsplit) * XBLOCK",
+                 "rstart = kchunk * rchunk", "tl.atomic_add(coop_tickets + xindex, 1, xmask, sem='acq_rel')",
+                 "target = ticket - ticket % nsplit + nsplit", "while tl.min(tl.where(xmask, seen - target, 0)) < 0:",
+                 "_parts = tl.load(coop_ws + ((xindex * nsplit + sindex) * 3 + 0), smask, other=float(\"-inf\")",
+                 "tl.reduce(", "def kiln_kernel(buf2, arg0, coop_ws, coop_tickets, rchunk, nsplit, XBLOCK"]:
+        assert text in src, text
+    assert src.count("for roffset in range(rstart, rend, RBLOCK):") == 2
+    # the spin comes after the publishing stores and before the second loop
+    assert src.index("tl.store(coop_ws") < src.index("while tl.min") < src.rindex("for roffset")
+    # under the interpreter (programs run one after another) never: the ordinary kernel
+    assert "coop_ws" not in _softmax_source(monkeypatch, True, x)
+
+
+def test_cooperative_rows_one_chunk_runs_under_the_interpreter(monkeypatch):
+    """With K = 1 the spin returns at once, so the interpreter can run the cooperative
+    kernel's publish / load / combine code end to end against eager."""
+    from kiln_codegen_triton import cooperative
+
+    monkeypatch.setattr(tk.coop, "cooperative_rows_enabled", lambda interpret: True)
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(tk.coop, "MIN_RNUMEL", 64)
+    monkeypatch.setattr(cooperative, "CHUNK_BYTES", 1 << 20)
+    x = _inf_rows(torch.randn(9, 200) * 4)
+    (src,) = sources(run(lambda x: torch.softmax(x, -1), x))
+    assert "coop_tickets" in src
+    assert cooperative.split_row(200, 64) == (1024 * 256, 1)
+
+
+def test_cooperative_split_row():
+    from kiln_codegen_triton.cooperative import MAX_SPLIT, split_row
+
+    assert split_row(262144, 2048) == (8192, 32)  # 32 KB chunks of a 1 MB fp32 row
+    assert split_row(262144, 2048, 64 << 10) == (16384, 16)
+    assert split_row(1000, 2048) == (8192, 1)
+    chunk, k = split_row(1 << 26, 2048)
+    assert k <= MAX_SPLIT and chunk % 2048 == 0 and chunk * k >= 1 << 26

@@ -43,7 +43,7 @@ import sympy
 import torch
 from kiln_loopir.analysis import body_deps
 from kiln_loopir.kernel_plan import collapse_outer_loops, on_chip_buffers
-from kiln_loopir.ops_spec import OPS, reduction_identity, result_dtype
+from kiln_loopir.ops_spec import OPS, WELFORD_TYPES, reduction_identity, result_dtype
 from kiln_loopir.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -528,6 +528,8 @@ class CppKernel:
         nodes = self.group.nodes
         if any(n.kind == "reduction" and not n.inner for n in nodes):
             return False
+        if any(n.reduction_type in WELFORD_TYPES for n in nodes):  # scalar rows only
+            return False
         last = outer_syms[-1]
         score = 0
         for node, deps in zip(nodes, self._node_deps, strict=True):
@@ -719,7 +721,11 @@ class CppKernel:
                              "ops.reduction + ops.store_reduction")
         if not inner_syms:  # a reduction over nothing: the value itself
             red.acc = f"acc{node_no}"
+            if red.rtype == "welford_m2":
+                return self._store_reduction_result(red, "0", red.dtype, [])
             return self._store_reduction_result(red, red.value.expr, red.value.dtype, [])
+        if red.rtype in WELFORD_TYPES:
+            return self._welford_node(node, red, inner_syms, blocks, node_no)
 
         acc_dtype = red.dtype
         rtype = red.rtype
@@ -837,6 +843,26 @@ class CppKernel:
         if result_dtype in HALF:
             result_dtype = torch.float32
         return lines + self._store_reduction_result(red, result, result_dtype, [])
+
+    def _welford_node(self, node, red: _Reduction, inner_syms, blocks, node_no: int) -> list[str]:
+        """welford_mean / welford_m2: one pass of Welford's update over the row (scalar, one
+        thread per row: no lanes, no split of the row across threads)."""
+        vt = ctype(red.dtype) if red.dtype not in HALF else "float"
+        acc = red.acc = f"acc{node_no}"
+        value = self._as_compute(red.value, red.dtype)
+        update = [f"{{ const {vt} v = {value}; {acc}_n += 1;",
+                  f"  const {vt} d = v - {acc}_mean; {acc}_mean += d / ({vt}){acc}_n;",
+                  f"  {acc}_m2 += d * (v - {acc}_mean); }}"]
+        code = blocks[-1].lines + update
+        for j in reversed(range(len(inner_syms))):
+            s = inner_syms[j]
+            code = [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
+                    *_indent((blocks[j].lines if j < len(inner_syms) - 1 else []) + code), "}"]
+        head = [f"// node {node_no}: {red.rtype} over [{', '.join(self._c(r) for r in node.inner)}]",
+                f"{vt} {acc}_mean = 0; {vt} {acc}_m2 = 0; int64_t {acc}_n = 0;"]
+        result = f"({acc}_n == 0 ? ({vt})NAN : {acc}_mean)" if red.rtype == "welford_mean" else f"{acc}_m2"
+        rdtype = torch.float32 if red.dtype in HALF else red.dtype
+        return self._store_reduction_result(red, result, rdtype, head + code)
 
     def _combine(self, rtype: str, a: str, b: str, dtype: torch.dtype) -> str:
         if rtype == "sum":
@@ -1058,7 +1084,8 @@ class CppKernel:
             raise MissingOpError(f"store mode {mode!r}", self)
 
     def reduction(self, dtype, src_dtype, reduction_type, value) -> CppValue:
-        if reduction_type not in ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"):
+        if reduction_type not in ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all",
+                                  *WELFORD_TYPES):
             raise MissingOpError(f"reduction {reduction_type!r}", self)
         self._reduction = _Reduction(dtype, src_dtype, reduction_type, self._value(value))
         return CppValue("<reduction>", dtype, 0)

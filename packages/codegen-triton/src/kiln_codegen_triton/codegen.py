@@ -12,12 +12,27 @@ from kiln_loopir.kernel_plan import plan_kernel
 from kiln_loopir.wrapper import extern_call_source
 
 from .kernel import Tiling, TritonKernel, _next_pow2, interpreting
-from .launcher import KernelSpec, load_kernels
+from .launcher import KernelSpec, load_kernels, raw_stream_function
+
+#: a persistent reduction over at least this many rows gets one config chosen from the size
+#: hints (rows are plentiful: every candidate fills the GPU; benchmarking only costs compiles)
+MANY_ROWS = 1024
+#: programs a persistent reduction keeps at least (when it has the rows): about two waves
+#: of an H100/H200's 132 SMs
+MIN_PROGRAMS = 256
+
+
+def _warps(tile: int) -> int:
+    return 4 if tile <= 1024 else 8 if tile <= 2048 else 16
 
 
 def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool) -> list[dict]:
-    """A few block-size configs for a kernel shape (first = the default, and the interpreter's
-    choice). Sizes come from the example inputs' hints."""
+    """The block-size configs a kernel's launcher chooses from (first = the default, and the
+    interpreter's choice), from the example inputs' size hints. Each candidate is one more
+    compile at load (cold compile time) and a benchmark at the first call, so there is more
+    than one only where more than one is plausible: pointwise kernels (memory-bound: the block
+    size barely matters) and persistent reductions over many rows get one config picked from
+    the hints; reductions over few rows, looped and split reductions are benchmarked."""
     if tiling.kind == "pointwise1d":
         if interpret:
             return [{"XBLOCK": min(_next_pow2(hint_x), 1024)}]
@@ -27,9 +42,14 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     if tiling.kind == "pointwise2d":
         if interpret:
             return [{"XBLOCK": min(_next_pow2(hint_x), 64), "YBLOCK": min(_next_pow2(hint_y), 64)}]
-        return [{"XBLOCK": x, "YBLOCK": y, "num_warps": w}
-                for x, y, w in [(64, 64, 4), (32, 32, 4)]]
+        # a tile of up to 64 x 64 (64 along the contiguous x axis when it is that long)
+        x = min(64, _next_pow2(hint_x))
+        y = min(_next_pow2(hint_y), 4096 // x, 1024)
+        return [{"XBLOCK": x, "YBLOCK": y, "num_warps": 4 if x * y >= 1024 else 2 if x * y >= 256 else 1}]
     r = tiling.persistent_rblock
+    if tiling.cooperative:  # one row per program (never under the interpreter), chunk sizes
+        return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w, "CHUNK_BYTES": c << 10}
+                for r, w, c in [(2048, 8, 32), (4096, 16, 64), (2048, 8, 16), (1024, 4, 32)]]
     if tiling.split:
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 16)), "RBLOCK": 64}]
@@ -37,10 +57,16 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     if r is not None:
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 4096 // r)), "RBLOCK": r}]
+        if hint_x >= MANY_ROWS and r < 2048:  # (one row per program: warps are benchmarked)
+            # the most rows per program that keep the tile within 2048 elements and the
+            # program count at MIN_PROGRAMS or more
+            x = 1
+            while x * 2 * r <= 2048 and -(-hint_x // (x * 2)) >= MIN_PROGRAMS:
+                x *= 2
+            return [{"XBLOCK": x, "RBLOCK": r, "num_warps": _warps(x * r)}]
         # the largest few row counts per program that keep the tile within 4096 elements
         xs = [x for x in (1, 2, 4, 8, 16, 32, 64, 128) if x * r <= 4096 and x <= _next_pow2(hint_x)] or [1]
-        configs = [{"XBLOCK": x, "RBLOCK": r, "num_warps": 4 if x * r <= 1024 else 8 if x * r <= 2048 else 16}
-                   for x in reversed(xs[-2:])]
+        configs = [{"XBLOCK": x, "RBLOCK": r, "num_warps": _warps(x * r)} for x in reversed(xs[-2:])]
         if len(configs) == 1 and r >= 2048:  # one row per program: try fewer warps too
             configs.append({"XBLOCK": 1, "RBLOCK": r, "num_warps": 8})
         return configs
@@ -89,8 +115,11 @@ class TritonCodegen:
             arg_hints={**{a.name: plan.hint(sympy.Symbol(a.name)) for a in plan.signature.sizes},
                        **{name: plan.hint(e) for name, e in kernel.derived.items()}},
             split_dtype=kernel.split_kind[1] if kernel.tiling.split else None,
+            cooperative_parts=kernel.coop_nparts if kernel.tiling.cooperative else 0,
         )
-        launch = KernelLaunch(kernel=name, args=args, derived=dict(kernel.derived), grid=str(kernel.tiling))
+        # ``run(stream, *args)``: the stream is read once per wrapper call (wrapper_prelude)
+        launch = KernelLaunch(kernel=f"{name}.run", args=["stream", *args], derived=dict(kernel.derived),
+                              grid=str(kernel.tiling))
         return KernelDef(name=name, source=source, arg_names=args, group=group,
                          meta={"spec": spec, "tiling": str(kernel.tiling)}, launch=launch, plan=plan)
 
@@ -101,20 +130,27 @@ class TritonCodegen:
         return extern_call_source(node)
 
     def wrapper_prelude(self, device) -> str:
-        """The device guard of a CUDA wrapper: Triton launches on the current device, so make
-        it the graph's (only when it differs: a one-GPU program pays one integer compare)."""
-        if getattr(device, "type", None) == "cuda" and device.index is not None:
-            return (f"if torch.cuda.current_device() != {device.index}:\n"
-                    f"    torch.cuda.set_device({device.index})")
-        return ""
+        """Once per wrapper call, not per launch: the device guard of a CUDA wrapper (Triton
+        launches on the current device, so make it the graph's, only when it differs) and the
+        current stream every launch of this call goes to (``stream``; None off CUDA, where the
+        interpreter runs the kernels)."""
+        if getattr(device, "type", None) != "cuda":
+            return "stream = None"
+        if device.index is None:
+            return "stream = get_raw_stream(torch.cuda.current_device())"
+        return (f"if torch.cuda.current_device() != {device.index}:\n"
+                f"    torch.cuda.set_device({device.index})\n"
+                f"stream = get_raw_stream({device.index})")
 
     def finalize(self, kernels: list[KernelDef]) -> dict[str, Callable]:
-        """Import every kernel (in parallel) and return name -> launcher."""
-        return load_kernels({k.name: k.meta["spec"] for k in kernels})
+        """Import every kernel (in parallel) and return name -> launcher, plus the stream
+        query the prelude calls."""
+        return {**load_kernels({k.name: k.meta["spec"] for k in kernels}), "get_raw_stream": raw_stream_function()}
 
     def standalone_source(self, kernels: list[KernelDef]) -> str:
         """Python that rebuilds the launchers by name (for output_code.py)."""
-        lines = ["import torch", "from kiln_codegen_triton.launcher import KernelSpec, load_kernels", "",
+        lines = ["import torch", "from kiln_codegen_triton.launcher import KernelSpec, load_kernels, raw_stream_function", "",
+                 "get_raw_stream = raw_stream_function()",
                  "_triton_kernels = {"]
         for k in kernels:
             s = k.meta["spec"]
@@ -122,7 +158,7 @@ class TritonCodegen:
             lines.append(s.source.rstrip("\n"))
             lines.append(f"''', tiling={s.tiling!r}, configs={s.configs!r}, numels={s.numels!r}, "
                          f"arg_names={s.arg_names!r}, written={s.written!r}, "
-                         f"split_dtype={s.split_dtype!r}),")
+                         f"split_dtype={s.split_dtype!r}, cooperative_parts={s.cooperative_parts!r}),")
             # (no arg_dtypes: a standalone file compiles each kernel at its first launch)
         lines.append("}")
         lines.append("globals().update(load_kernels(_triton_kernels))")

@@ -13,7 +13,12 @@ How a ``KernelPlan`` becomes Triton (``TritonKernel(plan).generate()``):
   ranges and the row fits one block (``PERSISTENT_MAX``): the row stays in registers and later
   nodes (softmax's output) reuse what earlier ones loaded and computed. Otherwise each node
   loops over its row in ``RBLOCK`` chunks with ``[XBLOCK, RBLOCK]`` accumulators, reduced
-  along the row after the loop.
+  along the row after the loop. Consecutive looped nodes over the same rows that do not read
+  each other share one loop (``_row_runs``); a ``sum(exp(a - w(max)))`` joins its max's loop
+  with online rescaling (``online_rescale``); long rows may be split over cooperating
+  programs (``cooperative``, off by default).
+* Welford (``welford_mean``/``welford_m2``): per-lane (mean, m2, count), merged with Chan's
+  formula (``_kiln_welford``); nodes reducing the same value share the state.
 * Values in loop bodies are typed Triton tensors; values that depend only on the outer point
   are computed once per node, before its row loop. Buffers the plan keeps in registers never
   touch memory; other buffers written and read inside the kernel pass through memory with a
@@ -35,10 +40,12 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 from kiln_loopir.kernel_plan import KernelPlan
-from kiln_loopir.ops_spec import OPS, reduction_identity, result_dtype
+from kiln_loopir.ops_spec import OPS, WELFORD_TYPES, reduction_identity, result_dtype
 from kiln_loopir.sizevars import FloorDiv, ModularIndexing, symbol_kind
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
+from . import cooperative as coop
+from .online_rescale import OnlineSum, match_online_sum, replay, trace_body
 from .printer import texpr
 
 #: longest row a reduction keeps in registers (one block); longer rows loop over RBLOCK chunks
@@ -47,6 +54,10 @@ PERSISTENT_MAX = 4096
 SPLIT_MAX_OUTPUTS = 64
 SPLIT_MIN_RNUMEL = 65536
 SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
+#: looped reductions: consecutive nodes over the same rows share one loop (one read of the row)
+ROW_LOOP_FUSION = True
+#: looped softmax: sum(exp(x - max)) joins the max's loop, rescaled online (``online_rescale``)
+ONLINE_SOFTMAX = True
 KERNEL_NAME = "kiln_kernel"
 FINAL_NAME = "kiln_kernel_final"
 
@@ -107,6 +118,14 @@ def _kiln_prod(a, b):
 
 
 @triton.jit
+def _kiln_welford(ma, m2a, na, mb, m2b, nb):
+    n = na + nb
+    delta = mb - ma
+    wb = tl.where(n == 0, 0.0, nb / tl.maximum(n, 1.0))
+    return ma + delta * wb, m2a + m2b + delta * delta * na * wb, n
+
+
+@triton.jit
 def _kiln_argmax(av, ai, bv, bi):
     a_nan = av != av
     b_nan = bv != bv
@@ -145,11 +164,14 @@ class Tiling:
     persistent_rblock: int | None = None  # RBLOCK of a persistent reduction (fixed)
     rnumel_hint: int = 1
     split: bool = False  # a split reduction: partial results per row chunk, then a final kernel
+    #: cooperative rows: K programs per row exchange partials in a workspace (``cooperative``)
+    cooperative: bool = False
 
     def __str__(self) -> str:
         nums = ", ".join(f"{k}={v}" for k, v in self.numels.items())
         p = f" persistent RBLOCK={self.persistent_rblock}" if self.persistent_rblock else ""
-        return f"{self.kind} ({nums}){p}{' split' if self.split else ''}"
+        return (f"{self.kind} ({nums}){p}{' split' if self.split else ''}"
+                f"{' cooperative' if self.cooperative else ''}")
 
 
 def _next_pow2(n: int) -> int:
@@ -173,7 +195,13 @@ class TritonKernel:
         self.cache: dict[str, TVal] = {}  # x-scope CSE (expression text -> value)
         self.rcache: dict[str, TVal] = {}  # row-scope CSE
         self.names: dict[str, str] = {}  # sympy symbol name -> Triton variable
+        self.welford: dict[str, tuple[str, str]] = {}  # value variable -> (state prefix, count)
         self.tiling = self._plan_tiling()
+        self.online: dict[int, OnlineSum] = {}  # sum node -> its online rewrite over a max node
+        self.online_max: dict[int, tuple[str, torch.dtype, str]] = {}  # max node -> (acc, dtype, result)
+        self.online_parts: dict[int, tuple[str, str]] = {}  # sum node -> (lane sum, any -inf) variables
+        self.runs = self._row_runs()
+        self.tiling.cooperative = self._cooperative_plan()
 
     # ------------------------------------------------------------------------------ planning
     def _plan_tiling(self) -> Tiling:
@@ -252,8 +280,8 @@ class TritonKernel:
         self.row_lines = None
         self.row_pre = self.lines
         self._header()
-        for k, node in enumerate(p.nodes):
-            self._node(k, node)
+        for run in self.runs:
+            self._nodes(run)
         numel_params = list(self.derived)
         consts = ["XBLOCK: tl.constexpr"]
         if self.tiling.kind == "pointwise2d":
@@ -263,6 +291,9 @@ class TritonKernel:
         split_params = []
         if self.tiling.split:
             split_params = ["partial", "rchunk", "nsplit"]
+            consts.append("SPLITB: tl.constexpr")
+        if self.tiling.cooperative:
+            split_params = ["coop_ws", "coop_tickets", "rchunk", "nsplit"]
             consts.append("SPLITB: tl.constexpr")
         sig = ", ".join(params + numel_params + split_params + consts)
         out = [
@@ -347,7 +378,12 @@ class TritonKernel:
             self.zero = {"x": "xzero", "xr": "xzero"}
         else:
             xn = self._numel("xnumel", t.numels["xnumel"])
-            self.emit("xoffset = tl.program_id(0) * XBLOCK")
+            if t.cooperative:  # K consecutive programs per row (see cooperative.py)
+                self.emit("pid = tl.program_id(0)")
+                self.emit("kchunk = pid % nsplit")
+                self.emit("xoffset = (pid // nsplit) * XBLOCK")
+            else:
+                self.emit("xoffset = tl.program_id(0) * XBLOCK")
             self.emit("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
             self.emit(f"xmask = xindex < {xn}")
             self.emit("xzero = tl.zeros([XBLOCK, 1], tl.int32)")
@@ -355,6 +391,9 @@ class TritonKernel:
                 self._unflatten("xindex", p.loop_ranges, syms)
             self.mask = {"x": "xmask", "xr": "rxmask"}
             self.zero = {"x": "xzero", "xr": "rzero"}
+            if t.cooperative:
+                self.emit("rstart = kchunk * rchunk")
+                self.emit(f"rend = tl.minimum(rstart + rchunk, {self._numel('rnumel0', p.nodes[0].rnumel)})")
             if self.persistent:
                 inner = next(n for n in p.nodes if n.inner)
                 self.emit("rindex = tl.arange(0, RBLOCK)[None, :]")
@@ -364,14 +403,61 @@ class TritonKernel:
                 self._unflatten("rindex", inner.inner, [s.name for s in inner.inner_symbols])
 
     # ------------------------------------------------------------------------------ nodes
-    def _node(self, k: int, node) -> None:
+    def _row_runs(self) -> list[list[int]]:
+        """The nodes, in order, grouped into runs that share one loop over their rows (see
+        ``_joins``); every other node is a run of its own."""
+        runs: list[list[int]] = []
+        for k in range(len(self.plan.nodes)):
+            if runs and self._joins(runs[-1], k):
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        return runs
+
+    def _joins(self, run: list[int], k: int) -> bool:
+        """Node ``k`` joins the looped run ``run`` when it loops over the same inner ranges and
+        touches nothing the run writes (nor writes what it reads), or when it is a ``sum`` the
+        online rule rewrites over a ``max`` of the run (``online_rescale``)."""
         p = self.plan
-        group_node = p.group.nodes[k]
-        if any(d.name in self.written_memory for d in node.reads):
+        if self.persistent or self.tiling.split or not ROW_LOOP_FUSION:
+            return False
+        node, first = p.nodes[k], p.nodes[run[0]]
+        if not node.inner or not first.inner or len(node.inner) != len(first.inner):
+            return False
+        if any(sympy.simplify(a - b) != 0 for a, b in zip(node.inner, first.inner, strict=True)):
+            return False
+        if [s.name for s in node.inner_symbols] != [s.name for s in first.inner_symbols]:
+            return False
+        written = {d.name for j in run for d in p.nodes[j].writes}
+        read = {d.name for j in run for d in p.nodes[j].reads}
+        mine_r, mine_w = {d.name for d in node.reads}, {d.name for d in node.writes}
+        if mine_w & (read | written):
+            return False
+        clash = mine_r & written
+        if not clash:
+            return True
+        if len(clash) != 1 or not ONLINE_SOFTMAX:
+            return False
+        (m_name,) = clash
+        writer = next(j for j in run if m_name in {d.name for d in p.nodes[j].writes})
+        if m_name not in p.register_buffers or writer in self.online_max:
+            return False
+        trace = [trace_body(p.group.nodes[j].body, list(p.outer_index), list(p.nodes[j].inner_symbols))
+                 for j in (k, writer)]
+        match = match_online_sum(trace[0], trace[1], writer, m_name)
+        if match is None:
+            return False
+        self.online[k] = match
+        self.online_max[writer] = None  # filled by reduction(): its accumulator's names
+        return True
+
+    def _nodes(self, run: list[int]) -> None:
+        p = self.plan
+        first = p.nodes[run[0]]
+        if any(d.name in self.written_memory for k in run for d in p.nodes[k].reads):
             self.emit("tl.debug_barrier()")
-        self.node_plan = node
-        if node.inner and not self.persistent:
-            rn = self._numel(f"rnumel{k}", node.rnumel)
+        if first.inner and not self.persistent:
+            rn = self._numel(f"rnumel{run[0]}", first.rnumel)
             self.row_pre = self.target  # per-outer-point values: before the loop
             loop: list[str] = []
             self.rcache = {}
@@ -382,6 +468,8 @@ class TritonKernel:
                 self.emit("rstart = tl.program_id(1) * rchunk")
                 self.emit(f"rend = tl.minimum(rstart + rchunk, {rn})")
                 start, end = "rstart", "rend"
+            elif self.tiling.cooperative:  # this program's chunk (rstart/rend: the header)
+                start, end = "rstart", "rend"
             header = [f"for roffset in range({start}, {end}, RBLOCK):",
                       "    rindex = roffset + tl.arange(0, RBLOCK)[None, :]",
                       f"    rmask = rindex < {end}",
@@ -390,8 +478,14 @@ class TritonKernel:
             saved = self.target
             self.target = loop
             self.row_lines = loop
-            self._unflatten("rindex", node.inner, [s.name for s in node.inner_symbols])
-            self._run_body(group_node)
+            self._unflatten("rindex", first.inner, [s.name for s in first.inner_symbols])
+            for k in run:
+                self.node_k, self.node_plan = k, p.nodes[k]
+                self.target, self.row_lines = loop, loop
+                if k in self.online:
+                    self._online_sum(self.online[k])
+                else:
+                    self._run_body(p.group.nodes[k])
             self.target = saved
             saved.extend(self.acc_init)
             saved.extend(header)
@@ -399,13 +493,130 @@ class TritonKernel:
             saved.extend(self.after)
             self.row_lines = None
             self.rcache = {}
+            if self.tiling.cooperative and run is self.runs[0]:
+                self._coop_exchange(run)
         else:
+            (k,) = run
+            self.node_k, self.node_plan = k, first
             self.row_lines = None
             self.after = self.target
             self.acc_init = self.target
             if not self.persistent:
                 self.rcache = {}
-            self._run_body(group_node)
+            self._run_body(p.group.nodes[k])
+
+    def _cooperative_plan(self) -> bool:
+        """Cooperative rows (``cooperative.py``) when enabled, for a looped kernel whose first
+        run reduces long float32 rows into registers (sum/max/min, online sums) and whose
+        other nodes are per-element work over the same rows (no further reductions)."""
+        p, t = self.plan, self.tiling
+        if not coop.cooperative_rows_enabled(self.interpret) or t.kind != "reduction":
+            return False
+        if self.persistent or t.split or t.rnumel_hint < coop.MIN_RNUMEL:
+            return False
+        first = [p.nodes[k] for k in self.runs[0]]
+        if not all(n.kind == "reduction" and n.reduction_type in coop.COMBINABLE for n in first):
+            return False
+        for n in first:
+            for d in n.writes:
+                if d.name not in p.register_buffers or _dtype_of(p, d.name) != torch.float32:
+                    return False
+        for run in self.runs[1:]:
+            for k in run:
+                n = p.nodes[k]
+                if n.kind == "reduction":
+                    return False
+                if n.inner and (len(n.inner) != len(first[0].inner) or any(
+                        sympy.simplify(a - b) != 0 for a, b in zip(n.inner, first[0].inner, strict=True))):
+                    return False
+        self.tiling.numels["rnumel"] = first[0].rnumel
+        return True
+
+    def _coop_exchange(self, run: list[int]) -> None:
+        """After the first run of a cooperative kernel: publish this chunk's partials, wait for
+        the row's K programs (tickets, see cooperative.py), load and combine all K partials and
+        make the combined values the registers later nodes read."""
+        p = self.plan
+        parts: list[tuple[int, str, str]] = []  # (node, kind, variable) in workspace order
+        for k in run:
+            name = p.nodes[k].writes[0].name
+            if k in self.online:
+                raw, ninf = self.online_parts[k]
+                parts += [(k, "online_sum", raw), (k, "online_ninf", ninf)]
+            else:
+                parts.append((k, p.nodes[k].reduction_type, self.registers[name].name))
+        self.coop_nparts = n = len(parts)
+        self.emit("# cooperative rows: publish, wait for the row's K programs, combine")
+        for j, (_, _, var) in enumerate(parts):
+            self.emit(f"tl.store(coop_ws + ((xindex * nsplit + kchunk) * {n} + {j}), {var}.to(tl.float32), xmask)")
+        self.emit("ticket = tl.atomic_add(coop_tickets + xindex, 1, xmask, sem='acq_rel')")
+        self.emit("target = ticket - ticket % nsplit + nsplit")
+        self.emit("seen = tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire')")
+        self.emit("while tl.min(tl.where(xmask, seen - target, 0)) < 0:")
+        self.emit("    seen = tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire')")
+        self.emit("sindex = tl.arange(0, SPLITB)[None, :]")
+        self.emit("smask = (sindex < nsplit) & xmask")
+        part_of: dict[tuple[int, str], str] = {}
+        for j, (k, kind, var) in enumerate(parts):
+            other = {"max": 'float("-inf")', "min": 'float("inf")'}.get(kind, "0.0")
+            self.emit(f"{var}_parts = tl.load(coop_ws + ((xindex * nsplit + sindex) * {n} + {j}), smask, "
+                      f"other={other}, volatile=True)")
+            part_of[(k, kind)] = f"{var}_parts"
+        self.rcache = {}
+        final = {"sum": "tl.sum({}, 1)", "max": "tl.reduce({}, 1, _kiln_max)", "min": "tl.reduce({}, 1, _kiln_min)"}
+        for k in run:  # in run order: a max is combined before the online sum over it
+            name = p.nodes[k].writes[0].name
+            res = self.new_tmp()
+            if k in self.online:
+                m = self.online[k]
+                m_parts = TVal(part_of[(m.max_node, "max")], torch.float32, "xr")
+                w_k = self._as(replay(m.shift, self, {m.m_name: m_parts}), torch.float32)
+                w_row = self._as(replay(m.shift, self, {m.m_name: self.registers[m.m_name]}), torch.float32)
+                s_parts, ninf_parts = part_of[(k, "online_sum")], part_of[(k, "online_ninf")]
+                self.emit(f"{res} = tl.sum(tl.where({s_parts} == 0, 0.0, {s_parts} * tl.exp({w_k} - {w_row})), 1)"
+                          f"[:, None] + tl.where(tl.max({ninf_parts}, 1)[:, None] > 0, "
+                          f"tl.exp(float('-inf') - {w_row}), 0.0)")
+            else:
+                kind = p.nodes[k].reduction_type
+                self.emit(f"{res} = {final[kind].format(part_of[(k, kind)])}[:, None]")
+            self.registers[name] = TVal(res, torch.float32, "x")
+        self.rcache = {}
+
+    def _online_sum(self, m: OnlineSum) -> None:
+        """Emit the sum node ``m`` inside its max's loop: each lane's partial sum is relative
+        to the lane's running max and rescaled when that max moves; after the loop the lanes
+        are rescaled to the row max and summed (``online_rescale`` says why it is exact)."""
+        acc, work_t, res = self.online_max[m.max_node]
+        acc_t = m.reduction.args[0]
+        tlt = tl_dtype(acc_t)
+        a = self._as(replay(m.a, self, {}), acc_t)
+        w_new = replay(m.shift, self, {m.m_name: TVal(acc, work_t, "xr")})
+        w_prev = replay(m.shift, self, {m.m_name: TVal(f"{acc}_prev", work_t, "xr")})
+        term = self.exp(self.sub(a, self._as(w_new, acc_t)))
+        scale = self.exp(self.sub(self._as(w_prev, acc_t), self._as(w_new, acc_t)))
+        res_s = self.new_tmp()
+        sacc, ninf = f"{res_s}_acc", f"{res_s}_ninf"
+        self.acc_init.append(f"{sacc} = tl.full([XBLOCK, RBLOCK], 0.0, {tlt})")
+        self.acc_init.append(f"{ninf} = tl.zeros([XBLOCK, RBLOCK], tl.int32)")
+        # a lane with nothing summed yet stays 0 (its max may still be -inf: no inf * 0); an
+        # a of -inf adds exp(-inf - shift(M)) (0, or NaN when M is -inf too): added after
+        is_ninf = f"rxmask & ({a} == float('-inf'))"
+        self.emit(f"{sacc} = tl.where({sacc} == 0, 0.0, {sacc} * {scale}) + "
+                  f"tl.where(rxmask & ({a} != float('-inf')), {term}, 0.0)")
+        self.emit(f"{ninf} = tl.maximum({ninf}, ({is_ninf}).to(tl.int32))")
+        # after the loop: lanes to the row max. Values made here must not leak into the loop.
+        saved_caches = dict(self.cache), self.rcache
+        self.target, self.row_lines, self.rcache = self.after, None, {}
+        w_lane = self._as(replay(m.shift, self, {m.m_name: TVal(acc, work_t, "xr")}), acc_t)
+        w_row = self._as(replay(m.shift, self, {m.m_name: TVal(res, work_t, "x")}), acc_t)
+        self.emit(f"{res_s}_raw = tl.sum(tl.where({sacc} == 0, 0.0, {sacc} * tl.exp({w_lane} - {w_row})), 1)[:, None]")
+        self.emit(f"{res_s}_anyninf = tl.max({ninf}, 1)[:, None].to({tlt})")
+        self.emit(f"{res_s} = ({res_s}_raw + tl.where({res_s}_anyninf > 0, "
+                  f"tl.exp(float('-inf') - {w_row}), 0.0)).to({tlt})")
+        self.cache, self.rcache = saved_caches
+        self.online_parts[self.node_k] = (f"{res_s}_raw", f"{res_s}_anyninf")
+        name, index, _ = m.store.args
+        self.store_reduction(name, index, TVal(res_s, acc_t, "x"))
 
     def _run_body(self, node) -> None:
         outer = list(self.plan.outer_index)
@@ -509,7 +720,11 @@ class TritonKernel:
         if not self.node_plan.inner:  # a reduction over no dims: one element per output
             if rt in ("argmax", "argmin"):
                 return self.constant(0, torch.int64)
+            if rt == "welford_m2":
+                return self.constant(0.0, acc_t)
             return self.to_dtype(value, torch.bool if rt in ("any", "all") else acc_t)
+        if rt in WELFORD_TYPES:
+            return self._welford(rt, acc_t, value)
         if rt in ("argmax", "argmin", "max", "min"):
             work_t = value.dtype if value.dtype != torch.bool else torch.int8
         elif rt in ("any", "all"):
@@ -564,6 +779,9 @@ class TritonKernel:
         else:
             acc = f"{res}_acc"
             self.acc_init.append(f"{acc} = tl.full({shape}, {lit}, {tlt})")
+            if self.node_k in self.online_max:  # a sum rescales over this running max
+                self.emit(f"{acc}_prev = {acc}")
+                self.online_max[self.node_k] = (acc, work_t, res)
             self.emit(f"{acc} = {combine[rt](acc, masked)}")
             self.after.append(f"{res} = {final[rt](acc)}")
         out_t = torch.bool if rt in ("any", "all") else acc_t
@@ -573,6 +791,43 @@ class TritonKernel:
             self.after.append(f"{res} = {res}[:, None].to({tl_dtype(out_t)})")
         self.target, self.row_lines = self.after, None
         return TVal(res, out_t, "x")
+
+    def _welford(self, rt: str, acc_t: torch.dtype, value: TVal) -> TVal:
+        """welford_mean / welford_m2 of the row. Looped: per-lane (mean, m2, count) updated by
+        Welford's rule, merged across lanes with Chan's formula (``_kiln_welford``).
+        Persistent: the row is in registers, so mean then squared deviations, exactly. Nodes
+        reducing the same value (var_mean: mean and m2) share one state."""
+        tlt = tl_dtype(acc_t)
+        shape = "[XBLOCK, RBLOCK]"
+        v = self._as(value, acc_t)
+        state = self.welford.get(v.name)
+        if state is None:
+            w = self.new_tmp() + "_w"
+            vb = f"tl.broadcast_to({v.name}, {shape})"
+            if self.persistent:
+                self.emit(f"{w}_n = tl.sum(rxmask.to({tlt}), 1)[:, None]")
+                self.emit(f"{w}_mean = tl.sum(tl.where(rxmask, {vb}, 0.0), 1)[:, None] / {w}_n")
+                self.emit(f"{w}_d = tl.where(rxmask, {vb} - {w}_mean, 0.0)")
+                self.emit(f"{w}_m2 = tl.sum({w}_d * {w}_d, 1)[:, None]")
+            else:
+                for part in ("mean", "m2", "n"):
+                    self.acc_init.append(f"{w}_{part}_acc = tl.zeros({shape}, {tlt})")
+                self.emit(f"{w}_n_acc = {w}_n_acc + rxmask.to({tlt})")
+                self.emit(f"{w}_d = {vb} - {w}_mean_acc")
+                self.emit(f"{w}_mean_acc = tl.where(rxmask, {w}_mean_acc + {w}_d / tl.maximum({w}_n_acc, 1.0), "
+                          f"{w}_mean_acc)")
+                self.emit(f"{w}_m2_acc = tl.where(rxmask, {w}_m2_acc + {w}_d * ({vb} - {w}_mean_acc), {w}_m2_acc)")
+                self.after.append(f"{w}_mean, {w}_m2, {w}_n = tl.reduce(({w}_mean_acc, {w}_m2_acc, {w}_n_acc), "
+                                  "1, _kiln_welford)")
+                self.after.append(f"{w}_mean, {w}_m2, {w}_n = {w}_mean[:, None], {w}_m2[:, None], {w}_n[:, None]")
+            state = self.welford[v.name] = w
+        res = self.new_tmp()
+        if rt == "welford_mean":  # an empty row's mean is NaN, as torch's
+            self.after.append(f"{res} = tl.where({state}_n == 0, float('nan'), {state}_mean).to({tlt})")
+        else:
+            self.after.append(f"{res} = {state}_m2.to({tlt})")
+        self.target, self.row_lines = self.after, None
+        return TVal(res, acc_t, "x")
 
     # ------------------------------------------------------------------------------ ops: values
     def index_expr(self, expr, dtype) -> TVal:

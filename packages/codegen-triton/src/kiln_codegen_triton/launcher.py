@@ -4,8 +4,10 @@
 (``$KILN_CACHE_DIR/triton_src/<hash>/kernel.py``: ``@triton.jit`` needs a real file), imports
 them in parallel threads and returns ``{name: TritonLauncher}``.
 
-A ``TritonLauncher`` is what the wrapper calls: ``kernel(buf0, arg0, s0, xnumel)``. It picks a
-block-size config, computes the grid from the numel arguments and launches. The config is
+A ``TritonLauncher`` is what the wrapper calls: ``kernel.run(stream, buf0, arg0, s0, xnumel)``
+(the stream read once per wrapper call; ``kernel(*args)`` asks for it itself). It picks a
+block-size config, computes the grid from the numel arguments and launches; on a GPU, after
+the first launch, through a generated fast path and Triton's C launcher (``DirectLaunch``). The config is
 chosen on the first call: under ``TRITON_INTERPRET=1`` the first candidate (no benchmarking);
 on a GPU each candidate is compiled (in parallel threads) and timed on the real arguments
 (buffers the kernel writes are restored after timing), and the winner is stored on disk under
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kiln_runtime
+
+from . import compile_workers
 
 log = logging.getLogger("kiln")
 
@@ -54,6 +58,8 @@ class KernelSpec:
     arg_hints: dict[str, int] = field(default_factory=dict)
     #: a split reduction: the dtype of its partial results (None: not split)
     split_dtype: Any = None
+    #: cooperative rows (cooperative.py): float32 partials per (row, chunk); 0: not cooperative
+    cooperative_parts: int = 0
 
 
 def _interpreting() -> bool:
@@ -104,17 +110,18 @@ def load_kernels(specs: dict[str, KernelSpec]) -> dict[str, TritonLauncher]:
 
 
 def precompile(launchers: list[TritonLauncher]) -> None:
-    """Compile every kernel x config before the first call, in parallel threads (Triton's
-    compile runs LLVM and ptxas outside the GIL), on placeholder arguments with the example
-    sizes: the real launch then finds the binary in Triton's cache. Best effort: a failure
-    here only means that kernel compiles at its first launch."""
+    """Compile every kernel x config before the first call, on placeholder arguments with the
+    example sizes: the real launch then finds the binary in Triton's cache. With compile
+    workers running (``compile_workers``), each pair compiles in a worker process first and
+    this process only loads it; threads overlap the rest. Best effort: a failure here only
+    means that kernel compiles at its first launch."""
     import torch
 
     jobs = []
     seen = set()
     for ln in launchers:
-        if not ln.spec.arg_dtypes:
-            continue
+        if not ln.spec.arg_dtypes or ln.spec.split_dtype is not None or ln.spec.cooperative_parts:
+            continue  # split/cooperative kernels compile at their first launch (size-dependent args)
         args = []
         for name, dt in zip(ln.spec.arg_names, ln.spec.arg_dtypes, strict=True):
             if dt == "int":
@@ -128,8 +135,20 @@ def precompile(launchers: list[TritonLauncher]) -> None:
                 jobs.append((ln, c, args))
     if not jobs:
         return
+    if len(jobs) >= compile_workers.MIN_JOBS:
+        compile_workers.start()
+
+    def one(i: int) -> None:
+        ln, c, args = jobs[i]
+        future = compile_workers.submit(compile_workers.job_for(
+            ln.path, ln.spec.arg_dtypes, [a for a in args if isinstance(a, int)], c))
+        if future is not None:
+            kiln_runtime.counters["triton_worker_compiles"] += 1
+            compile_workers.wait(future)
+        ln._warmup(c, args)
+
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        list(pool.map(lambda j: j[0]._warmup(j[1], j[2]), jobs))
+        list(pool.map(one, range(len(jobs))))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -141,8 +160,15 @@ class TritonLauncher:
         self.name, self.fn, self.path, self.spec = name, fn, path, spec
         self.chosen: dict[tuple, dict] = {}
         self._entries: dict[tuple, _LaunchEntry] = {}
+        self._coop_ws: dict[tuple, tuple] = {}
         self._xnumel = self._numel_getter("xnumel")
         self._ynumel = self._numel_getter("ynumel")
+        #: what the wrapper calls: ``run(stream, *args)``; replaced by a generated fast path
+        #: (``DirectLaunch.fast``) once the kernel is compiled, where that path applies
+        self.run = self._run_general
+        #: constant numels: one config and one grid for every call
+        self._static = all(not isinstance(spec.numels.get(k, 1), str) for k in ("xnumel", "ynumel"))
+        self._fast_device = None  # the device the fast path's kernel is loaded on
 
     def _numel_getter(self, key: str):
         """``args -> numel`` for one grid axis: a constant, or an argument position."""
@@ -185,10 +211,33 @@ class TritonLauncher:
         splitb = 1 << max(0, (nsplit - 1).bit_length())
         return [partial, rchunk, nsplit], {"SPLITB": splitb}, (xtiles, nsplit), xtiles
 
+    def _coop_args(self, config: dict, args) -> tuple[list, dict, tuple]:
+        """Cooperative rows' extra arguments: the partials workspace and the per-row ticket
+        counters (kept per (device, rows, K, parts): never reset, see cooperative.py), the
+        chunk length and K; the grid (rows x K programs, a row's K consecutive)."""
+        import torch
+
+        from .cooperative import split_row
+
+        xnumel, rnumel = self._numel("xnumel", args), self._numel("rnumel", args)
+        rchunk, k = split_row(rnumel, config["RBLOCK"], config.get("CHUNK_BYTES"))
+        device = next(a.device for a in args if hasattr(a, "device"))
+        key = (str(device), xnumel, k, self.spec.cooperative_parts)
+        ws = self._coop_ws.get(key)
+        if ws is None:
+            ws = self._coop_ws[key] = (
+                torch.empty(xnumel * k * self.spec.cooperative_parts, dtype=torch.float32, device=device),
+                torch.zeros(xnumel, dtype=torch.int64, device=device))
+        return [*ws, rchunk, k], {"SPLITB": 1 << max(0, (k - 1).bit_length())}, (xnumel * k,)
+
     def _launch(self, config: dict, args) -> None:
-        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages", "CHUNK_BYTES")}
         opts = {} if _interpreting() else {k: config[k] for k in ("num_warps", "num_stages") if k in config}
         try:
+            if self.spec.cooperative_parts:
+                extra, more, grid = self._coop_args(config, args)
+                self.fn[grid](*args, *extra, **meta, **more, **opts)
+                return
             if self.spec.split_dtype is not None:
                 extra, more, grid, xtiles = self._split_args(config, args)
                 self.fn[grid](*args, *extra, **meta, **more, **opts)
@@ -201,6 +250,18 @@ class TritonLauncher:
             raise
 
     def __call__(self, *args) -> None:
+        """``kernel(*args)`` outside a wrapper (output_code.py, tests): asks for the current
+        stream itself, then ``run``."""
+        if not _lean_launch_enabled():
+            self.run(None, *args)
+            return
+        device = _DRIVER[0]()
+        run = self.run if device == self._fast_device else self._run_general  # (fast: one device)
+        run(_DRIVER[1](device), *args)
+
+    def _run_general(self, stream, *args) -> None:
+        """Every launch until a fast path is installed (and after, for what it does not
+        cover): config per numel, then the compiled kernel per specialization."""
         numels = (self._xnumel(args), self._ynumel(args))
         if numels[0] == 0 or numels[1] == 0:
             return
@@ -213,25 +274,31 @@ class TritonLauncher:
         if entry.lean is None:
             self._launch(entry.config, args)
             return
-        device = _DRIVER[0]()
-        key = (device, _specialization_key(args))  # a compiled kernel is loaded on one device
-        kernel = entry.lean.get(key)
-        if kernel is None:  # Triton's own path compiles (or finds) this specialization
-            try:
-                kernel = self.fn.run(*args, grid=entry.grid, warmup=False, **entry.meta, **entry.opts)
-            except Exception as e:
-                if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
-                    raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
-                raise
-            kernel._init_handles()
-            if not hasattr(kernel, "packed_metadata"):  # another Triton: its own launch path only
-                entry.lean = None
-                return
-            entry.lean[key] = kernel
-            kiln_runtime.counters["triton_lean_launch_kernels"] += 1
+        key = (_DRIVER[0](), _specialization_key(args))  # a compiled kernel is loaded on one device
+        launch = entry.lean.get(key)
+        if launch is not None:
+            launch(*entry.grid, stream, args)
             return
-        kernel.run(*entry.grid, _DRIVER[1](device), kernel.function, kernel.packed_metadata,
-                   None, None, None, *args, *entry.constexprs)
+        # Triton's own path compiles (or finds) this specialization and launches it once
+        try:
+            kernel = self.fn.run(*args, grid=entry.grid, warmup=False, **entry.meta, **entry.opts)
+        except Exception as e:
+            if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+                raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
+            raise
+        kernel._init_handles()
+        if not hasattr(kernel, "packed_metadata"):  # another Triton: its own launch path only
+            entry.lean = None
+            return
+        direct = DirectLaunch.of(kernel, len(args) + len(entry.constexprs))
+        entry.lean[key] = direct.general(entry.constexprs)
+        kiln_runtime.counters["triton_lean_launch_kernels"] += 1
+        if (self._static and self._fast_device is None
+                and all(hasattr(a, "data_ptr") and k[0] for a, k in zip(args, key[1], strict=True))):
+            # only tensors, every pointer 16-byte aligned: left to check per call is alignment
+            # (a wrapper launches on its graph's device only)
+            self.run = direct.fast(len(args), entry.grid, entry.constexprs, self._run_general)
+            self._fast_device = key[0]
 
     # ---------------------------------------------------------------------------- autotuning
     def _choose(self, args, numels) -> dict:
@@ -278,7 +345,7 @@ class TritonLauncher:
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
         try:
-            if self.spec.split_dtype is not None:
+            if self.spec.split_dtype is not None or self.spec.cooperative_parts:
                 return  # compiles at its first launch (its extra arguments depend on sizes)
             self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts)
         except Exception:
@@ -288,11 +355,11 @@ class TritonLauncher:
 @dataclass
 class _LaunchEntry:
     """One launcher's launch at one numel: its config, grid and Triton keyword arguments, and
-    (on a GPU) the compiled kernels by specialization, launched directly through the compiled
-    kernel's ``run`` (what Triton's ``JITFunction.run`` does after its binder, cache-key and
-    global checks: those cost tens of microseconds per launch, more than a small kernel runs).
-    ``lean`` is None where the direct call is not used (interpreter, split reductions, Triton
-    launch hooks, ``KILN_TRITON_LEAN_LAUNCH=0``)."""
+    (on a GPU) by (device, specialization) the compiled kernel's launch function
+    (``DirectLaunch.general``: what Triton's ``JITFunction.run`` does after its binder,
+    cache-key and global checks, which cost tens of microseconds per launch, more than a small
+    kernel runs). ``lean`` is None where the direct call is not used (interpreter, split
+    reductions, Triton launch hooks, ``KILN_TRITON_LEAN_LAUNCH=0``)."""
 
     config: dict
     grid: tuple
@@ -309,13 +376,176 @@ class _LaunchEntry:
         constexprs: tuple = ()
         grid = launcher.grid(config, args)
         grid = (grid + (1, 1))[:3]
-        if _lean_launch_enabled() and launcher.spec.split_dtype is None:
+        if _lean_launch_enabled() and launcher.spec.split_dtype is None and not launcher.spec.cooperative_parts:
             names = list(getattr(launcher.fn, "arg_names", []))
             rest = names[len(args):]
             if names and all(n in meta for n in rest) and len(meta) == len(rest):
                 constexprs = tuple(meta[n] for n in rest)
                 lean = {}
         return _LaunchEntry(config, grid, meta, opts, constexprs, lean)
+
+
+class _Slot:
+    """A stand-in argument: where the compiled kernel's launcher puts it is recorded."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<slot {self.name}>"
+
+
+_LAUNCH_SLOTS = ("gx", "gy", "gz", "stream", "function", "metadata")
+
+
+class DirectLaunch:
+    """How to launch one compiled kernel with the least Python: a call expression (tokens)
+    and the constants it names.
+
+    Triton's compiled kernel ``run`` is a Python object (``CudaLauncher``) whose ``__call__``
+    allocates scratch memory where the kernel needs some, then calls a C function ``launch``
+    with the grid, stream, function, the kernel's constants and the arguments. Where the kernel
+    needs no scratch memory, kiln calls that C function itself. Its argument layout differs
+    between Triton versions, so it is not written down here: it is recorded once per kernel by
+    calling ``run`` with stand-ins (``_Slot``) while ``launch`` is replaced by a recorder.
+    Anything unexpected (scratch memory, a stand-in that ``run`` computes with, a layout that
+    does not come out whole, ``KILN_TRITON_DIRECT_LAUNCH=0``) keeps the call through ``run``."""
+
+    def __init__(self, tokens: list, names: dict):
+        self.tokens = tokens  # slot names, "ARGS" (splat), "(ARGS,)" (one tuple), constants' names
+        self.names = names
+
+    def __repr__(self) -> str:
+        return f"DirectLaunch({self.render({})})"
+
+    @staticmethod
+    def of(kernel, nargs: int) -> DirectLaunch:
+        run = kernel.run
+        names = {"_function": kernel.function, "_metadata": kernel.packed_metadata}
+        recorded = _record_c_launch(run, nargs) if _direct_c_launch_enabled() else None
+        if recorded is None:
+            names["_run"] = run
+            return DirectLaunch(["_run(", "gx", "gy", "gz", "stream", "function", "metadata",
+                                 "None", "None", "None", "ARGS"], names)
+        names["_launch"] = run.launch
+        tokens = ["_launch("]
+        for i, tok in enumerate(recorded):
+            if isinstance(tok, tuple) and (tok[1] is None or type(tok[1]) in (bool, int)):
+                tokens.append(repr(tok[1]))  # a literal: no name to look up per launch
+            elif isinstance(tok, tuple):  # ("const", value)
+                names[f"_k{i}"] = tok[1]
+                tokens.append(f"_k{i}")
+            else:
+                tokens.append(tok)
+        kiln_runtime.counters["triton_c_launch_kernels"] += 1
+        return DirectLaunch(tokens, names)
+
+    def render(self, values: dict) -> str:
+        """The call's text, slots replaced by ``values`` (``ARGS``: the argument list text)."""
+        fixed = {"function": "_function", "metadata": "_metadata"}
+        parts = []
+        for tok in self.tokens[1:]:
+            if tok == "(ARGS,)":
+                parts.append(f"({values.get('ARGS', 'ARGS')},)")
+            else:
+                parts.append(str(values.get(tok, fixed.get(tok, tok))))
+        return f"{self.tokens[0]}{', '.join(parts)})"
+
+    def general(self, constexprs: tuple):
+        """``launch(gx, gy, gz, stream, args)`` for any call."""
+        code = ("def launch(gx, gy, gz, stream, args):\n"
+                "    args = args + _constexprs\n"
+                f"    {self.render({'ARGS': '*args'})}\n")
+        return _exec_function(code, "launch", {**self.names, "_constexprs": constexprs})
+
+    def fast(self, nargs: int, grid: tuple, constexprs: tuple, slow):
+        """``run(stream, a0, a1, ...)`` for a launcher whose numels are constants and whose
+        arguments are all tensors: the grid and constexprs are literals, the one check left is
+        that every pointer is 16-byte aligned (the specialization it was compiled for), else
+        ``slow``."""
+        params = ", ".join(f"a{i}" for i in range(nargs))
+        consts = {f"_c{j}": c for j, c in enumerate(constexprs)}
+        texts = [repr(c) if c is None or type(c) in (bool, int) else n for n, c in consts.items()]
+        values = {"gx": grid[0], "gy": grid[1], "gz": grid[2], "ARGS": ", ".join([params, *texts])}
+        ptrs = " | ".join(f"a{i}.data_ptr()" for i in range(nargs))
+        code = (f"def run(stream, {params}):\n"
+                f"    if ({ptrs}) & 15:\n"
+                f"        return _slow(stream, {params})\n"
+                f"    {self.render(values)}\n")
+        return _exec_function(code, "run", {**self.names, **consts, "_slow": slow})
+
+
+def _exec_function(code: str, name: str, namespace: dict):
+    namespace = dict(namespace)
+    exec(compile(code, f"<kiln-triton-{name}>", "exec"), namespace)
+    fn = namespace[name]
+    fn.source = code  # for people debugging a launch
+    return fn
+
+
+def _record_c_launch(run, nargs: int) -> list | None:
+    """The argument layout ``run`` gives Triton's C ``launch``: one token per argument (a slot
+    name, ``"ARGS"``/``"(ARGS,)"`` for the kernel arguments, or ``("const", value)``), or None
+    where it cannot be recorded whole (see ``DirectLaunch``)."""
+    c_launch = getattr(run, "launch", None)
+    if (nargs == 0 or not callable(c_launch) or getattr(run, "global_scratch_size", 0)
+            or getattr(run, "profile_scratch_size", 0) or getattr(run, "gsan_enabled", False)):
+        return None
+    slots = {n: _Slot(n) for n in _LAUNCH_SLOTS}
+    argslots = tuple(_Slot(f"a{i}") for i in range(nargs))
+    own = "launch" in getattr(run, "__dict__", {})
+    calls: list = []
+    try:
+        run.launch = lambda *a: calls.append(a)
+    except Exception:  # noqa: BLE001  (a launcher whose attributes are fixed)
+        return None
+    try:
+        run(*(slots[n] for n in _LAUNCH_SLOTS), None, None, None, *argslots)
+    except Exception:  # noqa: BLE001  (this Triton's launcher computes with its arguments)
+        return None
+    finally:
+        if own:
+            run.launch = c_launch
+        else:
+            del run.launch
+    if len(calls) != 1:
+        return None
+    rec, tokens, found, i = calls[0], [], set(), 0
+    while i < len(rec):
+        v = rec[i]
+        if isinstance(v, _Slot) and v.name in slots:
+            tokens.append(v.name)
+            found.add(v.name)
+        elif isinstance(v, tuple) and len(v) == nargs and all(a is b for a, b in zip(v, argslots, strict=True)):
+            tokens.append("(ARGS,)")
+            found.add("args")
+        elif v is argslots[0] and all(a is b for a, b in zip(rec[i:i + nargs], argslots, strict=False)):
+            tokens.append("ARGS")
+            found.add("args")
+            i += nargs
+            continue
+        elif _holds_slot(v):
+            return None
+        else:
+            tokens.append(("const", v))
+        i += 1
+    return tokens if found == set(_LAUNCH_SLOTS) | {"args"} else None
+
+
+def _holds_slot(v) -> bool:
+    if isinstance(v, _Slot):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_holds_slot(x) for x in v)
+    if isinstance(v, dict):
+        return any(_holds_slot(x) for x in v.values())
+    return False
+
+
+def _direct_c_launch_enabled() -> bool:
+    return os.environ.get("KILN_TRITON_DIRECT_LAUNCH", "1") != "0"
 
 
 def _specialization_key(args) -> tuple:
@@ -363,6 +593,16 @@ def _hook_set(hook) -> bool:
 
 #: (current device, current raw stream) of Triton's active driver, resolved once
 _DRIVER: list = []
+
+
+def raw_stream_function():
+    """``get_raw_stream(index) -> int``: the current CUDA stream of a device as the integer
+    handle Triton's launcher takes (torch's C function where there is one); the wrapper
+    prelude calls it once per graph call."""
+    import torch
+
+    fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return fn if fn is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def _sm_count() -> int:

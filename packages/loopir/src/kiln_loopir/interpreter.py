@@ -192,6 +192,11 @@ class _Handler:
             r = torch.any(v.to(torch.bool), -1)
         elif reduction_type == "all":
             r = torch.all(v.to(torch.bool), -1)
+        elif reduction_type == "welford_mean":
+            r = torch.mean(v.to(dtype), -1)
+        elif reduction_type == "welford_m2":  # the oracle: exact two-pass
+            w = v.to(dtype)
+            r = torch.sum((w - torch.mean(w, -1, keepdim=True)) ** 2, -1)
         else:
             raise NotImplementedError(f"reduction {reduction_type}")
         r = r.to(dtype)

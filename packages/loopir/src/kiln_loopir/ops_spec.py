@@ -28,7 +28,11 @@ Conventions every codegen can rely on
   torch.amax/amin), ``argmax``, ``argmin`` (result int64: the row-major linear index over the
   node's inner (reduction) ranges in their given order; first occurrence wins on ties; a NaN
   counts as the maximum AND the minimum, first NaN wins, as torch), ``any``, ``all`` (bool
-  value, bool result). See ``REDUCTION_TYPES``.
+  value, bool result), ``welford_mean`` and ``welford_m2`` (floating value and result: the
+  row's mean, and its sum of squared deviations from that mean, computed in one pass by
+  Welford's update and merged across chunks/lanes with Chan's formula; an empty row gives
+  mean NaN and m2 0). Two welford nodes over the same value and rows share one accumulator
+  in a codegen. See ``REDUCTION_TYPES``.
 * Index expressions are SymPy integer expressions over loop symbols ``i*``/``r*``, size symbols
   ``s*`` and indirect symbols ``ind*`` (see ``indirect_indexing``), built from Integer, Symbol,
   Add, Mul, ``FloorDiv``, ``ModularIndexing`` (kiln_loopir.sizevars), ``sympy.Min`` and
@@ -59,6 +63,7 @@ __all__ = [
     "OpSpec",
     "OPS",
     "REDUCTION_TYPES",
+    "WELFORD_TYPES",
     "STORE_MODES",
     "MATH_OPS",
     "op_names",
@@ -208,8 +213,11 @@ OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 MATH_OPS: frozenset[str] = frozenset(s.name for s in _SPECS if s.ref is not None)
 
 REDUCTION_TYPES: frozenset[str] = frozenset(
-    {"sum", "prod", "max", "min", "argmax", "argmin", "any", "all"}
+    {"sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_mean", "welford_m2"}
 )
+
+#: the one-pass (mean, m2, count) reductions: their state is not one scalar accumulator
+WELFORD_TYPES: frozenset[str] = frozenset({"welford_mean", "welford_m2"})
 
 STORE_MODES: frozenset = frozenset({None, "atomic_add"})
 

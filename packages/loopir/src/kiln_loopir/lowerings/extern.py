@@ -7,14 +7,15 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from ..ir import ConstantBuffer, GenericView, Layout, Pointwise
+from ..ir import Buffer, ConstantBuffer, GenericView, Layout, Pointwise, ReinterpretView
 from ..lowering import current, lowering, make_extern, meta_val, realize
 from ..sizevars import sympify
+from ..virtualized import ops
 
 aten = torch.ops.aten
 
 EXTERN_OPS = []
-for _name in ["mm.default", "bmm.default", "addmm.default", "baddbmm.default", "addbmm.default",
+for _name in ["mm.default", "bmm.default", "baddbmm.default", "addbmm.default",
               "_convolution.default", "matmul.default",
               "_scaled_dot_product_flash_attention_for_cpu.default",
               "_scaled_dot_product_flash_attention.default",
@@ -47,7 +48,7 @@ for _op in EXTERN_OPS:
 
 
 # --------------------------------------------------------------------------------------------
-# convolution: channels-last on CPU
+# convolution: channels-last where the device's conv library is fastest with it
 # --------------------------------------------------------------------------------------------
 
 
@@ -57,15 +58,33 @@ def channels_last_strides(size) -> list:
     return [c * h * w, sympify(1), w * c, c]
 
 
+#: device type -> (dtypes whose 2-d convolutions run channels-last, is the library there).
+#: CPU float32: oneDNN (resnet18: ~25% less time than NCHW). CUDA fp16/bf16: cuDNN's tensor-core
+#: kernels are NHWC (an NCHW input is transposed around each conv), as torch.compile's layout
+#: optimization does. CUDA float32 stays NCHW.
+CHANNELS_LAST_CONVS = {
+    "cpu": ((torch.float32,), lambda: torch.backends.mkldnn.is_available()),
+    "cuda": ((torch.float16, torch.bfloat16), lambda: torch.backends.cudnn.enabled),
+}
+
+
+def conv_prefers_channels_last(device_type: str, dtype: torch.dtype, ndim: int, transposed: bool) -> bool:
+    """The one layout choice for convolutions: does a conv of this device/dtype/rank run
+    channels-last (activations and weights NHWC)? Devices not in ``CHANNELS_LAST_CONVS`` keep
+    eager's layout."""
+    entry = CHANNELS_LAST_CONVS.get(device_type)
+    return entry is not None and ndim == 4 and not transposed and dtype in entry[0] and bool(entry[1]())
+
+
 def runs_channels_last(node) -> bool:
-    """A float32 2-d convolution on CPU: oneDNN runs it fastest with channels-last (NHWC)
-    activations and weights (resnet18: ~25% less time than NCHW), as torch.compile does."""
+    """An ``aten.convolution`` FX node that runs channels-last (``conv_prefers_channels_last``
+    on its result's device and dtype)."""
     if node is None or node.op != "call_function" or node.target is not aten.convolution.default:
         return False
     val = node.meta.get("val")
     transposed = node.args[6] if len(node.args) > 6 else False
-    return (isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dtype == torch.float32
-            and val.dim() == 4 and not transposed and torch.backends.mkldnn.is_available())
+    return isinstance(val, torch.Tensor) and conv_prefers_channels_last(
+        val.device.type, val.dtype, val.dim(), bool(transposed))
 
 
 def _channels_last_constant(w: ConstantBuffer) -> ConstantBuffer:
@@ -85,9 +104,11 @@ def _channels_last_constant(w: ConstantBuffer) -> ConstantBuffer:
 
 @lowering(aten.convolution.default)
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """An extern call; on CPU float32 2-d convolutions the input computed by the graph is
+    """An extern call; on convolutions that run channels-last (CPU float32, CUDA fp16/bf16:
+    ``runs_channels_last``) the input computed by the graph is
     realized channels-last and a constant weight stored channels-last (``make_extern`` then
-    gives the output the layout torch's conv picks for those layouts: channels-last)."""
+    gives the output the layout torch's conv picks for those layouts: channels-last). A 1x1
+    convolution over channels-last data is a matrix product (``conv_as_matmul``)."""
     node, meta = current().current_node, meta_val()
     args = [x, weight, bias, stride, padding, dilation, transposed, output_padding, groups]
     if runs_channels_last(node):
@@ -95,7 +116,107 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
             args[0] = realize(x, channels_last_strides(x.get_size()))
         if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
             args[1] = _channels_last_constant(weight)
+        as_matmul = conv_as_matmul(node, *args)
+        if as_matmul is not None:
+            return as_matmul
     return make_extern(aten.convolution.default, args, {}, meta, fallback=False)
+
+
+# --------------------------------------------------------------------------------------------
+# matmul bias in the consumer's kernel; 1x1 convolutions as matrix products
+# --------------------------------------------------------------------------------------------
+
+# A/B switch for measurements: False lowers addmm and 1x1 convolutions as plain externs (the
+# graph cache does not key on it: compile with KILN_GRAPH_CACHE=0 when flipping it).
+MATMUL_REWRITES = True
+
+_VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def only_pointwise_users(node) -> bool:
+    """Every use of ``node`` (looking through views) is an elementwise op: a value computed
+    lazily for it is fused into that op's kernel rather than realized on its own."""
+    if node is None or not node.users:
+        return False
+    for u in node.users:
+        if u.op != "call_function":
+            return False
+        if u.target in _VIEW_OPS:
+            if not only_pointwise_users(u):
+                return False
+        elif not (isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags):
+            return False
+    return True
+
+
+def _plus_bias(product, bias, channel_dim: int) -> Pointwise:
+    """``product + bias`` broadcast along ``channel_dim``: a lazy Pointwise, so the bias add
+    runs in the kernel of the op that reads the product (an activation, a residual add)."""
+    load, load_bias = product.make_loader(), bias.make_loader()
+    return Pointwise(product.get_device(), product.get_dtype(), product.get_size(),
+                     lambda idx: ops.add(load(idx), load_bias([idx[channel_dim]])))
+
+
+def _bias_in_epilogue(node, bias) -> bool:
+    """Move a matmul's 1-d float32/64 bias into its consumers' kernel when they are all
+    elementwise: the product is then written once (addmm first copies the bias into the
+    output, then accumulates into it: one more pass over the result)."""
+    return (MATMUL_REWRITES and bias is not None and len(bias.get_size()) == 1 and bias.get_dtype() in _EXACT_DTYPES
+            and only_pointwise_users(node))
+
+
+_EXACT_DTYPES = (torch.float32, torch.float64)  # half types: addmm rounds once, mm + add twice
+
+
+@lowering(aten.addmm.default)
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    """``bias + a @ b``: an extern call; with a 1-d bias and elementwise consumers, ``mm`` and
+    the bias added in the consumer's kernel (``_bias_in_epilogue``)."""
+    node, meta = current().current_node, meta_val()
+    if (beta == 1 and alpha == 1 and isinstance(meta, torch.Tensor) and meta.dtype in _EXACT_DTYPES
+            and _bias_in_epilogue(node, bias)):
+        return _plus_bias(make_extern(aten.mm.default, [a, b], {}, meta), bias, 1)
+    kwargs = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
+    return make_extern(aten.addmm.default, [bias, a, b], kwargs, meta)
+
+
+def conv_as_matmul(node, x, weight, bias, stride, padding, dilation, transposed, output_padding,
+                   groups):
+    """A 1x1, stride-1, unpadded, ungrouped convolution over channels-last data
+    ``[N, C, H, W]`` (stored NHWC) is ``[N*H*W, C] @ W[K, C].T``: one library matrix product
+    on views, no im2col, the result ``[N*H*W, K]`` read back as an NCHW-sized channels-last
+    ``[N, K, H, W]`` (what the convolution returns). The bias goes to the consumer's kernel
+    when it is elementwise (``_bias_in_epilogue``), else ``addmm``. None when it does not
+    apply (the convolution extern runs)."""
+    meta = meta_val()
+    if (not MATMUL_REWRITES or transposed or groups != 1 or list(stride) != [1, 1] or list(padding) != [0, 0]
+            or list(dilation) != [1, 1] or not isinstance(weight, ConstantBuffer)
+            or not isinstance(meta, torch.Tensor) or meta.dtype not in _EXACT_DTYPES):
+        return None
+    if isinstance(x, Buffer):
+        x = ReinterpretView(x, x.layout) if x.layout is not None else None
+    if not isinstance(x, ReinterpretView):
+        return None
+    try:
+        n, c, h, w = (int(s) for s in x.get_size())
+        k, wc, kh, kw = (int(s) for s in weight.get_size())
+        xs = [int(s) for s in x.layout.stride]
+        ws = [int(s) for s in weight.layout.stride]
+    except TypeError:  # symbolic sizes: leave it to the convolution
+        return None
+    if (kh, kw) != (1, 1) or wc != c or xs[1:] != [1, w * c, c] or (n > 1 and xs[0] != h * w * c):
+        return None
+    dev, dtype = x.get_device(), x.get_dtype()
+    rows = ReinterpretView(x.data, Layout(dev, dtype, [n * h * w, c], [c, 1], x.layout.offset))
+    cols = ReinterpretView(weight, Layout(dev, dtype, [c, k], [ws[1], ws[0]], weight.layout.offset))
+    product_meta = meta.new_empty_strided((n * h * w, k), (k, 1))
+    epilogue = _bias_in_epilogue(node, bias)
+    if bias is None or epilogue:
+        product = make_extern(aten.mm.default, [rows, cols], {}, product_meta)
+    else:
+        product = make_extern(aten.addmm.default, [bias, rows, cols], {}, product_meta)
+    nhwc = ReinterpretView(product, Layout(dev, dtype, [n, k, h, w], [h * w * k, 1, w * k, k], 0))
+    return _plus_bias(nhwc, bias, 1) if epilogue else nhwc
 
 
 def _is_graph_output(n) -> bool:

@@ -3,7 +3,8 @@ softmax/log_softmax and native_layer_norm (when they reach loopir undecomposed).
 
 Every reduction is realized into its own ComputedBuffer (its pointwise prologue is inlined into
 the reduction body); epilogues are Pointwise values over it, which the scheduler fuses into the
-reduction's group. var/std are two-pass (mean, then the mean of squared deviations).
+reduction's group. var/std/var_mean and layer_norm's statistics are one Welford pass
+(``welford_m2`` + ``welford_mean`` reductions over the same value).
 """
 
 from __future__ import annotations
@@ -238,31 +239,17 @@ lowering(aten.all.default, aten.all.dim, aten.all.dims)(_any_all("all"))
 
 
 def _var_mean_impl(x, dims, correction, keepdim, out_dtype):
-    """(var, mean) as IRNodes in out_dtype, two-pass."""
+    """(var, mean) in out_dtype from one Welford pass: ``welford_m2`` and ``welford_mean``
+    reductions over the same value, which a codegen computes in one loop over the row. The
+    mean is returned unrealized (realize it to use it), so var/std alone compute no mean
+    buffer."""
     cd = compute_dtype(out_dtype)
     src = x.get_dtype()
     conv = (lambda v, idx: to_dtype(v, src, cd)) if compute_dtype(src) != cd else None
-    s = realize(make_reduction(x, dims, True, "sum", cd, conv, src_dtype=cd))
-    nel = _numel(x, dims)
-    s_loader = s.make_loader()
-    size = list(x.get_size())
-
-    def mean_at(full):
-        kidx = [S0 if k in dims else full[k] for k in range(len(size))]
-        return ops.truediv(s_loader(kidx), constant_value(nel, cd))
-
-    def dev2(v, full):
-        if conv is not None:
-            v = conv(v, full)
-        d = ops.sub(v, mean_at(full))
-        return ops.mul(d, d)
-
-    ss = realize(make_reduction(x, dims, keepdim, "sum", cd, dev2, src_dtype=cd))
-    ss_loader = ss.make_loader()
-    c = 1 if correction is None else correction
-    denom = nel - c
-
-    denom = sympy.simplify(denom)
+    m2 = realize(make_reduction(x, dims, keepdim, "welford_m2", cd, conv, src_dtype=cd))
+    mean = make_reduction(x, dims, keepdim, "welford_mean", cd, conv, src_dtype=cd)
+    m2_loader = m2.make_loader()
+    denom = sympy.simplify(_numel(x, dims) - (1 if correction is None else correction))
     if denom.is_Integer:
         denom = max(int(denom), 0)
 
@@ -270,27 +257,9 @@ def _var_mean_impl(x, dims, correction, keepdim, out_dtype):
         dn = constant_value(denom, cd)
         if not isinstance(denom, int):
             dn = ops.maximum(dn, ops.constant(0.0, cd))
-        return ops.truediv(ss_loader(index), dn)
+        return ops.truediv(m2_loader(index), dn)
 
-    var = Pointwise(x.get_device(), cd, ss.get_size(), var_fn)
-    # mean with the requested keepdim
-    if keepdim:
-        mean_size = s.get_size()
-
-        def mean_fn(index):
-            return ops.truediv(s_loader(index), constant_value(nel, cd))
-    else:
-        kept = [k for k in range(len(size)) if k not in dims]
-        mean_size = [size[k] for k in kept]
-
-        def mean_fn(index):
-            full = [S0] * len(size)
-            for j, k in enumerate(kept):
-                full[k] = index[j]
-            return ops.truediv(s_loader(full), constant_value(nel, cd))
-
-    mean = Pointwise(x.get_device(), cd, mean_size, mean_fn)
-    return var, mean
+    return Pointwise(x.get_device(), cd, m2.get_size(), var_fn), mean
 
 
 def _cast_node(x: IRNode, dtype) -> IRNode:
@@ -342,14 +311,14 @@ def _std_dim(x, dim=None, unbiased=True, keepdim=False):
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     dims, c, keepdim = _var_args(x, dim, correction, keepdim)
     v, m = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
-    return (_cast_node(v, x.get_dtype()), _cast_node(m, x.get_dtype()))
+    return (_cast_node(v, x.get_dtype()), _cast_node(realize(m), x.get_dtype()))
 
 
 @lowering(aten.std_mean.correction)
 def _std_mean(x, dim=None, *, correction=None, keepdim=False):
     dims, c, keepdim = _var_args(x, dim, correction, keepdim)
     v, m = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
-    return (_cast_node(_sqrt_node(v), x.get_dtype()), _cast_node(m, x.get_dtype()))
+    return (_cast_node(_sqrt_node(v), x.get_dtype()), _cast_node(realize(m), x.get_dtype()))
 
 
 # ---- logsumexp / softmax -------------------------------------------------------------------------
@@ -446,6 +415,7 @@ def _native_layer_norm(x, normalized_shape, weight, bias, eps):
     dt = x.get_dtype()
     cd = compute_dtype(dt)
     var_b, mean_b = _var_mean_impl(x, dims, 0, True, cd)
+    mean_b = realize(mean_b)
     v_loader, m_loader = var_b.make_loader(), mean_b.make_loader()
     x_loader = x.make_loader()
     w_loader = broadcast_loader(weight, x.get_size()) if weight is not None else None

@@ -1,0 +1,265 @@
+"""Compiling Triton kernels in worker processes (cold compile time).
+
+Triton's compile holds the GIL for much of its Python work (the MLIR pipeline driver, the
+binder, the cache), so compile threads in one process overlap little. Worker processes
+compile each (kernel, config) on placeholder arguments, which writes the binary to Triton's
+on-disk cache; the parent's own warm-up of that pair then only loads it from there.
+
+- ``start()`` starts the workers, ``python .../compile_workers.py`` subprocesses fed jobs
+  (plain tuples, pickled) over their pipes (multiprocessing's spawned children would re-run
+  the user's main script); importing torch and triton takes them seconds. The
+  launcher calls it for a graph with at least ``MIN_JOBS`` kernel x config pairs (a model, not
+  a small test graph: each worker holds a CUDA context). The pool then stays for later graphs.
+- ``submit(job)`` returns a future (None: no pool, or its workers are still starting:
+  compile in-process). Jobs are offered one at a time, so a graph whose compile starts before
+  the workers are up moves its remaining jobs to them as they come up.
+- ``compile_job(job)`` is what a worker runs; it runs in-process too (tests, no pool).
+
+A failure here only costs time: the parent then compiles the pair itself, and a real
+compile error is reported by its launch as before. ``KILN_TRITON_COMPILE_WORKERS=N`` sets
+the pool size (0 or 1: no pool; default: the CPU count, at most 8). Never under the interpreter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+log = logging.getLogger("kiln")
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One kernel x config to compile: the kernel's source file, each argument as ``"int"``
+    (its example value in ``ints``) or a dtype name (a 16-element placeholder tensor on
+    ``device``), the config (block sizes, ``num_warps``/``num_stages``)."""
+
+    path: str
+    arg_types: tuple[str, ...]
+    ints: tuple[int, ...]
+    config: tuple[tuple[str, int], ...]
+    device: str = "cuda"
+
+    def __str__(self) -> str:
+        return f"CompileJob({os.path.basename(os.path.dirname(self.path))} {dict(self.config)})"
+
+
+def job_for(path: str, arg_types: list, hints: list[int], config: dict, device: str = "cuda") -> CompileJob:
+    """A picklable job from a launcher's argument dtypes (``"int"`` or ``torch.dtype``)."""
+    types = tuple("int" if t == "int" else str(t).removeprefix("torch.") for t in arg_types)
+    return CompileJob(path, types, tuple(int(h) for h in hints), tuple(sorted(config.items())), device)
+
+
+#: a graph with fewer kernel x config pairs than this compiles in-process only
+MIN_JOBS = 16
+
+_MODULES: dict[str, object] = {}
+
+
+def compile_job(job: CompileJob) -> str | None:
+    """Compile one job with Triton's ``warmup`` (fills Triton's cache); returns None, or the
+    error's text (the parent compiles that pair itself and reports a real error)."""
+    import torch
+
+    try:
+        fn = _MODULES.get(job.path)
+        if fn is None:
+            spec = importlib.util.spec_from_file_location(f"kiln_triton_worker_{len(_MODULES)}", job.path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            fn = _MODULES[job.path] = module.kiln_kernel
+        ints = iter(job.ints)
+        args = [next(ints) if t == "int" else torch.empty(16, dtype=getattr(torch, t), device=job.device)
+                for t in job.arg_types]
+        config = dict(job.config)
+        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+        opts = {k: v for k, v in config.items() if k in ("num_warps", "num_stages")}
+        fn.warmup(*args, grid=(1,), **meta, **opts)
+        return None
+    except Exception as e:  # noqa: BLE001  (reported by the parent's own compile)
+        return f"{type(e).__name__}: {e}"
+
+
+def _worker_ready() -> int:
+    """Run once per worker at start: import what a compile needs, initialize CUDA."""
+    import torch
+    import triton  # noqa: F401
+
+    if torch.cuda.is_available():
+        torch.empty(1, device="cuda")
+    return os.getpid()
+
+
+# ------------------------------------------------------------------------------ the pool
+# Worker processes are this file run as a script (``python compile_workers.py``), not
+# multiprocessing's children: a spawned multiprocessing child re-runs the user's main script.
+
+
+def _send(stream, obj) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError("compile worker closed its pipe")
+    (n,) = struct.unpack("<Q", head)
+    return pickle.loads(stream.read(n))
+
+
+class _Pool:
+    """``n`` worker processes, each served by one thread of this process that hands it jobs
+    from a shared queue. A worker that dies marks the pool broken (its queued jobs fail: their
+    pairs compile in-process)."""
+
+    def __init__(self, n: int):
+        self.jobs: queue.Queue = queue.Queue()
+        self.ready = [Future() for _ in range(n)]
+        self.broken = False
+        self.owner = os.getpid()  # a forked child has the object but not the serving threads
+        self.procs: list = []
+        for i in range(n):
+            threading.Thread(target=self._serve, args=(i,), daemon=True, name=f"kiln-compile-{i}").start()
+
+    def _serve(self, i: int) -> None:
+        try:
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self.procs.append(proc)
+            self.ready[i].set_result(_receive(proc.stdout))
+        except Exception as e:  # noqa: BLE001
+            self.ready[i].set_exception(e)
+            self._break()
+            return
+        while True:
+            item = self.jobs.get()
+            if item is None:
+                break
+            job, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                _send(proc.stdin, dataclasses.astuple(job))  # plain data: the worker imports no kiln
+                future.set_result(_receive(proc.stdout))
+            except Exception as e:  # noqa: BLE001  (a dead worker)
+                future.set_exception(e)
+                self._break()
+                break
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            proc.kill()
+
+    def _break(self) -> None:
+        self.broken = True
+        while True:
+            try:
+                item = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and item[1].set_running_or_notify_cancel():
+                item[1].set_exception(RuntimeError("compile workers broken"))
+
+    def submit(self, job: CompileJob) -> Future:
+        future: Future = Future()
+        self.jobs.put((job, future))
+        if self.broken:
+            self._break()
+        return future
+
+    def shutdown(self) -> None:
+        for _ in self.ready:
+            self.jobs.put(None)
+
+
+_POOL: list = []  # [_Pool] once started
+_LOCK = threading.Lock()
+
+
+def ready() -> bool:
+    """The pool is there, not broken, and at least half its workers have started (starting
+    one imports torch and triton: seconds; until then compiling in-process is faster than
+    waiting)."""
+    if not _POOL or _POOL[0].broken or _POOL[0].owner != os.getpid():
+        return False
+    up = sum(f.done() and f.exception() is None for f in _POOL[0].ready)
+    return up >= max(1, len(_POOL[0].ready) // 2)
+
+
+def pool_size() -> int:
+    v = os.environ.get("KILN_TRITON_COMPILE_WORKERS")
+    if v is not None:
+        return max(0, int(v))
+    return min(8, os.cpu_count() or 1)
+
+
+def start() -> None:
+    """Start the worker processes (returns at once). Idempotent; a no-op with a pool size
+    below 2."""
+    n = pool_size()
+    if n < 2:
+        return
+    with _LOCK:
+        if not _POOL:
+            _POOL.append(_Pool(n))
+
+
+def submit(job: CompileJob) -> Future | None:
+    """A future for the job (its result: ``compile_job``'s), or None without a ready pool."""
+    if not ready():
+        return None
+    return _POOL[0].submit(job)
+
+
+#: seconds to wait for one job before compiling the pair in-process instead
+JOB_TIMEOUT_S = 120
+
+
+def wait(future: Future | None) -> None:
+    """Wait for a job; its failure is only logged (the caller compiles the pair itself)."""
+    if future is None:
+        return
+    try:
+        error = future.result(timeout=JOB_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001  (a dead worker, a timeout)
+        error = f"{type(e).__name__}: {e}"
+    if error:
+        log.debug("kiln: Triton compile worker: %s", error)
+
+
+def shutdown() -> None:
+    with _LOCK:
+        while _POOL:
+            _POOL.pop().shutdown()
+
+
+def _main() -> None:
+    """A worker: say it is ready, then compile jobs from stdin until it closes."""
+    out, inp = sys.stdout.buffer, sys.stdin.buffer
+    sys.stdout = sys.stderr  # prints of imported code must not mix into the replies
+    _send(out, _worker_ready())
+    while True:
+        try:
+            job = CompileJob(*_receive(inp))
+        except EOFError:
+            return
+        _send(out, compile_job(job))
+
+
+if __name__ == "__main__":  # run as a file, so that a worker imports torch and triton, not kiln
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # this package's modules are no top-level modules
+    _main()

@@ -1,0 +1,47 @@
+"""The one layout choice for convolutions (``conv_prefers_channels_last``): CPU float32 and
+CUDA fp16/bf16 2-d convolutions run channels-last; everything else keeps eager's layout. CUDA
+is asked directly (no GPU here: the choice is a function of device type and dtype)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kiln_loopir.lowerings.extern import (
+    CHANNELS_LAST_CONVS,
+    conv_prefers_channels_last,
+    runs_channels_last,
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_half_convolutions_run_channels_last(dtype, monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "enabled", True)
+    assert conv_prefers_channels_last("cuda", dtype, 4, False)
+    assert not conv_prefers_channels_last("cuda", dtype, 4, True)  # transposed
+    assert not conv_prefers_channels_last("cuda", dtype, 5, False)  # 3-d
+    assert not conv_prefers_channels_last("cuda", dtype, 3, False)  # 1-d
+    monkeypatch.setattr(torch.backends.cudnn, "enabled", False)
+    assert not conv_prefers_channels_last("cuda", dtype, 4, False)
+
+
+def test_cuda_float32_and_other_devices_keep_eager_layout():
+    assert not conv_prefers_channels_last("cuda", torch.float32, 4, False)
+    assert not conv_prefers_channels_last("mps", torch.float16, 4, False)
+    assert "mps" not in CHANNELS_LAST_CONVS
+
+
+def test_cpu_choice_is_unchanged():
+    mkldnn = torch.backends.mkldnn.is_available()
+    assert conv_prefers_channels_last("cpu", torch.float32, 4, False) == mkldnn
+    assert not conv_prefers_channels_last("cpu", torch.float16, 4, False)
+    assert not conv_prefers_channels_last("cpu", torch.bfloat16, 4, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fx_conv_node_asks_the_choice_with_its_result(dtype):
+    conv = torch.nn.Conv2d(3, 4, 3).to(dtype)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: conv(x))(torch.randn(1, 3, 8, 8, dtype=dtype))
+    (node,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
+    assert runs_channels_last(node) == conv_prefers_channels_last("cpu", dtype, 4, False)
+    assert runs_channels_last(node) == (dtype == torch.float32 and torch.backends.mkldnn.is_available())
+    assert not runs_channels_last(next(iter(gm.graph.nodes)))  # a placeholder
