@@ -2,7 +2,7 @@
 
 Each step is a fresh Python process compiling timm resnet18 (1x3x64x64, seed 0) with
 ``kiln.compile``: a cold process fills an empty ``KILN_CACHE_DIR``; a second process with
-that cache compiles at least 3x faster (compile time = capture + backend, summed over the
+that cache compiles at least 5x faster (compile time = capture + backend, summed over the
 graphs, from ``kiln_runtime.compile_timer``) and gives identical outputs; the artifacts the
 first process saved make a third process with an empty cache just as warm.
 """
@@ -91,11 +91,12 @@ def test_warm_process_compiles_faster_and_shipped_artifacts_are_warm(tmp_path):
     assert warm["cpp_compiles"] == 0, warm
     assert torch.equal(warm_out, cold_out)
     print(f"cold process: {cold}\nwarm process: {warm}")
-    # issue 13 asks 5x. On 2 cores resnet18's cold compile is 1.4-2.5 s and the warm one
-    # 0.2-0.33 s: capture (not cached) plus the lookup, which folds the BatchNorms again from
-    # the live weights (the entry stores recipes, not weights). That measured 7-8x in three
-    # runs and 4.8x in one CI run, so this timing check holds 3x, which noise does not reach
-    assert cold["compile_s"] >= 3 * warm["compile_s"], (cold, warm)
+    # issue 13: at least 5x. The warm compile is capture (not cached) plus the lookup, which
+    # folds the BatchNorms again from the live weights on one intra-op thread (on two busy
+    # cores the refolds took 0.4 s and the ratio once fell to 4.8x). Three runs under load
+    # (load average 7-8 on 2 cores): cold 7.1 / 5.3 / 6.2 s, warm 0.77 / 0.51 / 0.32 s:
+    # 9.3x, 10.2x, 19.5x
+    assert cold["compile_s"] >= 5 * warm["compile_s"], (cold, warm)
 
     shipped, shipped_out = _run(tmp_path, "shipped", fresh, load=blob)
     assert shipped["graph_cache_misses"] == 0 and shipped["graph_cache_hits"] >= 1, shipped

@@ -129,6 +129,41 @@ def test_weights_folded_into_constants_are_folded_again_from_the_live_weights():
         torch.testing.assert_close(compiled_b(X), b(X))
 
 
+def test_a_hit_guards_only_the_weights_its_constants_come_from():
+    a, b = _net(0), _net(1)
+    _compile(a, X)
+    guard = _compile(b, X)  # a hit with folded constants: behind a weights guard
+    assert isinstance(guard, kiln.cache.WeightsGuard), guard
+    guarded = {id(t) for t in guard.tensors}
+    assert {id(b.conv.weight), id(b.norm.running_var), id(b.norm.weight)} <= guarded
+    assert id(b.fc.weight) not in guarded  # the graph reads it live
+    with torch.no_grad():
+        b.fc.weight.add_(0.5)  # no constant comes from it: no recompile, still right
+        torch.testing.assert_close(guard(X), b(X))
+        assert guard.tensors is not None
+        b.norm.running_mean.add_(0.25)  # the folded bias is stale: compile again
+        torch.testing.assert_close(guard(X), b(X))
+        assert guard.tensors is None
+
+
+@pytest.mark.parametrize("value, restorer", [
+    ((1, 2), tuple), ([1, 2], list), (1, "itemgetter"), ((1, (2, 3)), "pytree"),
+    ({"a": 1}, "pytree"), ((1, None), "pytree")])
+def test_structure_restorer_picks_a_c_call_for_plain_outputs(value, restorer):
+    import operator
+
+    import torch.utils._pytree as pytree
+
+    leaves, spec = pytree.tree_flatten(value)
+    template = [(leaf is not None, leaf if leaf is None else None) for leaf in leaves]
+    outputs = [leaf for leaf in leaves if leaf is not None]
+    restore = kiln.cache.structure_restorer((spec, template))
+    assert restore(outputs) == value
+    kind = {tuple: tuple, list: list}.get(restore) or (
+        "itemgetter" if isinstance(restore, operator.itemgetter) else "pytree")
+    assert kind == restorer
+
+
 def test_an_entry_with_folded_constants_holds_recipes_not_weights(graph_cache_on):
     _compile(_net(0), X)
     (path,) = graph_cache_on.glob(f"{kiln.cache.KIND}/*/*/{kiln.cache.ARTIFACT}")

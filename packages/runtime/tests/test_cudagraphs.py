@@ -154,7 +154,7 @@ def test_buckets_pad_dim0_and_slice_outputs():
         del s, d
     # buckets 4, 2 and the exact size 11 (past the last bucket)
     assert engine.captures == 3
-    assert sorted(runner.entries) == sorted(
+    assert sorted(e.signature for e in runner.entries.values()) == sorted(
         ["torch.float32[4, 5]c", "torch.float32[2, 5]c", "torch.float32[11, 5](5, 1)"])
 
 
@@ -205,6 +205,77 @@ def test_recordings_report_memory():
     (rec,) = cudagraphs.recordings()
     assert rec.output_bytes == 16 * 4 + 4 and rec.input_bytes == 16 * 4
     assert rec.total_bytes == rec.output_bytes + rec.input_bytes + rec.pool_bytes
+
+
+def test_holding_the_last_output_in_a_loop_stays_correct():
+    # ``out = runner(x)`` in a loop: at each call the previous output is still held
+    runner, engine = _runner()
+    runner(torch.randn(4))
+    previous = None
+    for _ in range(9):
+        x = torch.randn(4)
+        out = runner(x)
+        torch.testing.assert_close(out[0], x * 2 + 1)
+        if previous is not None:  # the call did not overwrite what the user held
+            torch.testing.assert_close(previous[1][0], previous[0] * 2 + 1)
+        previous = (x, out)
+    assert engine.captures == 3  # two alias slots and the copy slot, recorded once each
+
+
+def test_entries_are_keyed_by_strides_dtypes_and_plain_inputs():
+    def scale(args):
+        x, k = args
+        return [x * k]
+
+    runner, engine = _runner(scale)
+    runner(torch.randn(2, 3), 2)
+    x = torch.randn(3, 2)
+    calls = [(torch.randn(2, 3), 2), (x.t(), 2), (torch.randn(2, 3, dtype=torch.float64), 2),
+             (torch.randn(2, 3), 2.5), (torch.randn(2, 3), 2)]
+    for a, k in calls:
+        torch.testing.assert_close(runner(a, k)[0], a * k)
+    assert len(runner.entries) == 4 and engine.captures == 4
+    assert sorted(e.signature for e in runner.entries.values())[0].startswith("torch.float32[2, 3]")
+
+
+def test_static_inputs_are_used_in_place_and_keyed_by_address():
+    def times_weight(args):
+        x, w = args
+        return [x * w]
+
+    w = torch.ones(4)
+    runner, engine = _runner(times_weight, static_inputs=(1,))
+    runner(torch.randn(4), w)
+    x = torch.randn(4)
+    torch.testing.assert_close(runner(x, w)[0], x)
+    w.fill_(3.0)  # read in place by the graph: no copy, the replay sees the new value
+    torch.testing.assert_close(runner(x, w)[0], x * 3)
+    other = torch.full((4,), 5.0)  # another address: another entry
+    torch.testing.assert_close(runner(x, other)[0], x * 5)
+    assert len(runner.entries) == 2 and engine.captures == 2
+
+
+def test_outputs_of_a_dropped_runner_still_block_earlier_slots():
+    # a recompile drops a runner while the user holds its outputs: their memory stays in the
+    # shared pool, where an earlier graph's temporaries may go
+    engine = ReplayEngine()
+    a, _ = _runner(engine=engine)
+    b, _ = _runner(lambda args: [args[0] - 1], engine=engine)
+    for r in (a, b):
+        r(torch.randn(4))
+    del a(torch.randn(4))[0]
+    xb = torch.randn(4)
+    held_b = b(xb)  # recorded after a's slot 0, outputs held
+    del b
+    captures = engine.captures
+    x = torch.randn(4)
+    torch.testing.assert_close(a(x)[0], x * 2 + 1)
+    assert engine.captures == captures + 1  # not a's slot 0: a new slot
+    torch.testing.assert_close(held_b[0], xb - 1)
+    del held_b
+    captures = engine.captures
+    torch.testing.assert_close(a(x)[0], x * 2 + 1)  # nothing held now: slot 0 again
+    assert engine.captures == captures
 
 
 # ------------------------------------------------------------------------------- on CUDA

@@ -64,6 +64,9 @@ __all__ = [
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=None) -> Callable:
     """The ``kiln`` backend: ATen graph -> loop IR -> generated kernels -> a callable."""
     config = Options.from_user(options)
+    declined = non_strided_tensors(gm, example_inputs)
+    if declined:
+        return run_eagerly(gm, declined)
     return cache.compile_cached(  # a graph-level cache hit skips the whole pipeline
         gm, example_inputs, config,
         lambda: compile_inference(gm, example_inputs, config, back_half=compile_aten),
@@ -76,7 +79,22 @@ def loopir_interpret_backend(
     """The ``loopir_interpret`` backend: aotgrad -> loopir -> loopir's reference interpreter
     (torch ops). Slow; it is the oracle every codegen is checked against."""
     config = Options.from_user(options)
+    declined = non_strided_tensors(gm, example_inputs)
+    if declined:
+        return run_eagerly(gm, declined)
     return compile_inference(gm, example_inputs, config, back_half=interpret_aten)
+
+
+def non_strided_tensors(gm: torch.fx.GraphModule, example_inputs: Sequence) -> str | None:
+    """Why the graph runs eagerly when an input, parameter or buffer is sparse (or another
+    non-strided layout): such tensors have no strides, so they never reach loopir."""
+    named = [(f"input {i}", x) for i, x in enumerate(example_inputs)]
+    named += [(f"parameter {n}", t) for n, t in gm.named_parameters()]
+    named += [(f"buffer {n}", t) for n, t in gm.named_buffers()]
+    for name, t in named:
+        if isinstance(t, torch.Tensor) and t.layout is not torch.strided:
+            return f"{name} is a {str(t.layout).replace('torch.', '')} tensor (only strided tensors compile)"
+    return None
 
 
 def compile_inference(
@@ -99,8 +117,12 @@ def compile_inference(
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
         folded.guard_copies(getattr(compiled, "derived_from", ()))  # e.g. channels-last weights
-        compiled = folded.guarding(  # a folded or copied parameter written in place: compile again
-            compiled, lambda: compile_inference(gm, example_inputs, config, back_half=back_half))
+        if folded.sources:  # a folded or copied parameter written in place: compile again
+            compiled = cache.WeightsGuard(
+                compiled,
+                lambda: compile_inference(gm, example_inputs, config, back_half=back_half),
+                [t for t, _ in folded.sources], folded.eval_modules,
+                version_sum=sum(v for _, v in folded.sources))  # the versions folded from
     except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
         return run_eagerly(gm, str(e))
     except kiln_loopir.LoweringError as e:  # mutates a non-input, symbolic floats, ...
@@ -279,9 +301,11 @@ def with_output_structure(aten_gm, flat_fn: Callable, *, derived_from=()) -> Cal
     if "kiln" not in getattr(aten_gm, "meta", {}):
         def compiled_graph(*args):
             return flat_fn(*args)
-    else:
+    else:  # the restore is chosen once (a plain tuple of outputs: ``tuple``)
+        restore = cache.structure_restorer(cache.out_structure(aten_gm))
+
         def compiled_graph(*args):
-            return kiln_aotgrad.restore_outputs(aten_gm, flat_fn(*args))
+            return restore(flat_fn(*args))
 
     compiled_graph.flat = flat_fn
     compiled_graph.aten_gm = aten_gm
@@ -296,8 +320,10 @@ def inference_only(gm, compiled: Callable) -> Callable:
         p.requires_grad for p in gm.parameters()
     )
 
+    is_grad_enabled = torch.is_grad_enabled
+
     def call(*args: Any):
-        if torch.is_grad_enabled() and (
+        if is_grad_enabled() and (
             params_need_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         ):
             return gm(*args)

@@ -49,6 +49,7 @@ import importlib.util
 import io
 import itertools
 import logging
+import operator
 import os
 import sys
 import threading
@@ -71,6 +72,7 @@ log = logging.getLogger("kiln.cache")
 __all__ = [
     "KIND",
     "NotCacheable",
+    "WeightsGuard",
     "compile_cached",
     "enabled",
     "flush",
@@ -78,7 +80,9 @@ __all__ = [
     "graph_key",
     "record_compiled",
     "record_eager",
+    "out_structure",
     "restore_structure",
+    "structure_restorer",
 ]
 
 #: the disk-cache kind of graph-level artifacts
@@ -562,7 +566,7 @@ def graph_facts(aten_gm) -> dict:
     }
 
 
-def _out_structure(aten_gm) -> tuple[Any, list]:
+def out_structure(aten_gm) -> tuple[Any, list]:
     """(pytree spec, [(is_graph_output, constant leaf)]) of the torch-level output."""
     from kiln_aotgrad.inference import _GRAPH_OUTPUT  # the template's marker of graph outputs
 
@@ -576,6 +580,20 @@ def restore_structure(out_structure, flat_outputs: Sequence) -> Any:
     spec, template = out_structure
     it = iter(flat_outputs)
     return pytree.tree_unflatten([next(it) if is_out else v for is_out, v in template], spec)
+
+
+def structure_restorer(out_structure) -> Callable[[Sequence], Any]:
+    """``restore_structure`` for one output structure, made once: a graph returning a plain
+    tuple, list or single tensor of its outputs (no constants) gets ``tuple``, ``list`` or
+    ``itemgetter(0)`` (one C call per call instead of a pytree walk)."""
+    spec, template = out_structure
+    if all(is_out for is_out, _ in template):
+        if spec.is_leaf():
+            return operator.itemgetter(0)
+        if spec.type in (tuple, list) and all(spec.child(i).is_leaf()
+                                               for i in range(spec.num_children)):
+            return spec.type
+    return functools.partial(restore_structure, out_structure)
 
 
 def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
@@ -727,7 +745,8 @@ def _store(key: str, rec: _Recording, gm, names: GraphNames) -> None:
         disk_cache.put(KIND, key, {ARTIFACT: _serialize(artifact)})
         return
     aten_gm, module, _ = rec.compiled[0]
-    sources, stored = _constant_sources(module, gm, names, rec.folded)
+    with _one_thread():  # it refolds each folded constant to check its recipe
+        sources, stored = _constant_sources(module, gm, names, rec.folded)
     artifact = {
         "format": _FORMAT,
         "kind": "compiled",
@@ -737,7 +756,7 @@ def _store(key: str, rec: _Recording, gm, names: GraphNames) -> None:
         "kernels": [(k.name, k.source, list(k.arg_names), dict(k.meta)) for k in module.kernels],
         "constants": sources,
         "stored_tensors": stored,
-        "out_structure": _out_structure(aten_gm),
+        "out_structure": out_structure(aten_gm),
         "facts": graph_facts(aten_gm),
     }
     weights_key = disk_cache.hash_key(key, _weights_hash(gm)) if stored else None
@@ -786,9 +805,13 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
             fn = run_eagerly(gm, artifact["reason"])
         else:
             fn = _rebuild(artifact, gm, names, config)
-            copies = any(src[0] in ("layout", "folded") for src in artifact["constants"].values())
-            if by_weights or copies:  # constants computed from weights: guard their versions
-                fn = _WeightsGuard(gm, fn, compile_fn)
+            if by_weights:  # stored under the hash of every weight: guard them all
+                fn = WeightsGuard(fn, compile_fn, itertools.chain(gm.parameters(), gm.buffers()),
+                                   gm.modules())
+            else:  # constants computed from some weights: guard those
+                tensors, owners = _derived_from(artifact["constants"], gm, names)
+                if tensors:
+                    fn = WeightsGuard(fn, compile_fn, tensors, owners)
     except Exception as e:
         log.warning("kiln: stale graph cache entry %s ignored (%s: %s); it is rebuilt",
                     entry, type(e).__name__, e)
@@ -800,27 +823,70 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
     return fn
 
 
-class _WeightsGuard:
-    """A hit whose constants were computed from the weights (layout copies, folded
-    BatchNorms, or stored tensors kept under the weights' hash) is valid while they are: an in-place write to a parameter or buffer (``load_state_dict``, an
-    optimizer step) or a module switched to training makes the next call compile again (the
-    pipeline, which guards its own folded weights)."""
+def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
+    """(tensors, their owning modules) that constants of a hit were computed from: the
+    sources of layout copies and of folded BatchNorms."""
+    tensors, owners, seen = [], [], set()
+    for where, ref, *_ in constants.values():
+        if where == "layout":
+            norms = [ref]
+        elif where == "folded":
+            norms = [n for n in ref[1] if n is not None]
+        else:
+            continue
+        for norm in norms:
+            head, *rest = norm.split(".")
+            qualname = ".".join([names.from_norm[head], *rest])
+            for obj in (names.resolve(gm, norm), gm.get_submodule(qualname.rpartition(".")[0])):
+                if id(obj) not in seen:
+                    seen.add(id(obj))
+                    (owners if isinstance(obj, torch.nn.Module) else tensors).append(obj)
+    return tensors, owners
 
-    def __init__(self, gm, fn: Callable, compile_fn: Callable[[], Callable]):
-        self.tensors = [t for t in itertools.chain(gm.parameters(), gm.buffers())]
-        self.versions = [t._version for t in self.tensors]
-        self.modules = list(gm.modules())
-        self.training = [m.training for m in self.modules]
+
+_VERSION = operator.attrgetter("_version")
+_TRAINING = operator.attrgetter("training")
+
+
+class WeightsGuard:
+    """A compiled graph whose constants were computed from weights (layout copies, folded
+    BatchNorms: their sources; a hit's stored tensors kept under the weights' hash: every
+    weight) is valid while they are: an in-place write to one of them (``load_state_dict``, an
+    optimizer step) or a module of theirs switched to or from training makes the next call
+    compile again (``compile_fn``; the pipeline guards its own result), with one log line.
+    The pipeline (``compile_inference``) and a graph-cache hit both use it.
+
+    The check is two C-level passes: the sum of the tensors' version counters (each counter
+    only grows, so the sum is unchanged iff every counter is) and the modules' ``training``
+    flags, no Python frame per tensor."""
+
+    def __init__(self, fn: Callable, compile_fn: Callable[[], Callable], tensors, modules, *,
+                 version_sum: int | None = None):
         self.fn = fn
         self.compile_fn = compile_fn
+        self.tensors: list | None = list(tensors)
+        self.modules = list(modules)
+        #: the versions the constants were computed at (default: the tensors' versions now)
+        self.version_sum = sum(map(_VERSION, self.tensors)) if version_sum is None else version_sum
+        self.training = list(map(_TRAINING, self.modules))
+
+    @property
+    def compiled(self) -> Callable:
+        """What it runs now (wrappers are followed down to the graph by ``.compiled``)."""
+        return self.fn
+
+    def __repr__(self) -> str:
+        state = "recompiled" if self.tensors is None else \
+            f"{len(self.tensors)} tensors, {len(self.modules)} modules"
+        return f"<kiln weights guard: {state}>"
 
     def __call__(self, *args):
         if self.tensors is not None and (
-            any(t._version != v for t, v in zip(self.tensors, self.versions, strict=True))
-            or any(m.training != t for m, t in zip(self.modules, self.training, strict=True))
+            sum(map(_VERSION, self.tensors)) != self.version_sum
+            or list(map(_TRAINING, self.modules)) != self.training
         ):
-            log.info("kiln: weights changed since this graph was loaded from the cache; "
-                     "compiling it again")
+            log.info("kiln: weights that constants were computed from (folded or copied) "
+                     "changed since compile, or a module of theirs left its mode: compiling again")
             self.fn, self.tensors = self.compile_fn(), None
         return self.fn(*args)
 
@@ -834,22 +900,9 @@ def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable
     kernels = [KernelDef(n, src, list(args), meta=dict(meta))
                for n, src, args, meta in artifact["kernels"]]
     constants = {}
-    for name, (where, ref, *layout) in artifact["constants"].items():
-        if where == "stored":
-            constants[name] = artifact["stored_tensors"][ref]
-            continue
-        if where == "folded":
-            constants[name] = _fold_again(ref, gm, names, tuple(layout[0]))
-            continue
-        value = names.resolve(gm, ref)
-        if not isinstance(value, torch.Tensor):
-            raise _Stale(f"constant {name} ({ref}) is not a tensor here")
-        value = value.detach()
-        if where == "layout":
-            (stride,) = layout
-            value = torch.empty_strided(value.shape, stride, dtype=value.dtype,
-                                        device=value.device).copy_(value)
-        constants[name] = value
+    with _one_thread():
+        for name, (where, ref, *layout) in artifact["constants"].items():
+            constants[name] = _bound_constant(name, where, ref, layout, artifact, gm, names)
     module = GeneratedModule(
         wrapper_source=artifact["wrapper_source"],
         kernels=kernels,
@@ -862,6 +915,40 @@ def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable
     counters["graphs_compiled"] += 1  # a hit yields the same compiled graph
     counters["kernels_generated"] += len(kernels)
     return _finish(gm, compiled, artifact["facts"], artifact["out_structure"], config)
+
+
+def _bound_constant(name: str, where: str, ref, layout: list, artifact: dict, gm,
+                    names: GraphNames) -> Any:
+    """The value a hit binds to graph constant ``name`` (``_constant_sources`` says where from)."""
+    if where == "stored":
+        return artifact["stored_tensors"][ref]
+    if where == "folded":
+        return _fold_again(ref, gm, names, tuple(layout[0]))
+    value = names.resolve(gm, ref)
+    if not isinstance(value, torch.Tensor):
+        raise _Stale(f"constant {name} ({ref}) is not a tensor here")
+    value = value.detach()
+    if where == "layout":
+        (stride,) = layout
+        value = torch.empty_strided(value.shape, stride, dtype=value.dtype,
+                                    device=value.device).copy_(value)
+    return value
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run refolds and layout copies (a hit's, and the store's check of each recipe) on one
+    intra-op thread: each is one small memory-bound pass, and on a loaded machine every parallel region waits for a descheduled
+    worker (resnet18's 40 refolds: ~0.04 s on one thread, ~0.4 s on two busy cores)."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _finish(gm, compiled, facts: dict, out_structure, config: Options) -> Callable:
@@ -877,9 +964,10 @@ def _finish(gm, compiled, facts: dict, out_structure, config: Options) -> Callab
     except ImportError:
         pass
     flat = for_mode(compiled, facts, config)
+    restore = structure_restorer(out_structure)
 
     def compiled_graph(*args):
-        return restore_structure(out_structure, flat(*args))
+        return restore(flat(*args))
 
     compiled_graph.flat = flat
     return inference_only(gm, compiled_graph)

@@ -1,7 +1,8 @@
 """``mode="reduce-overhead"``: the kiln backend's hook into ``kiln_runtime.cudagraphs``.
 
 ``for_mode(compiled, facts, config)`` returns ``compiled`` untouched unless the mode asks for
-CUDA graphs; then a ``CudaGraphRunner`` wraps it, told what the compiled graph's facts
+CUDA graphs; then it returns a ``CudaGraphRunner`` around it (``.compiled``; it calls the
+generated wrapper's entry directly), told what the compiled graph's facts
 (``kiln.cache.graph_facts``) say: a graph that touches the CPU or has data-dependent shapes is
 not recorded (the runner logs why), mutated inputs are copied back after each replay, and a
 graph compiled with symbolic sizes may pad dim 0 to ``kiln_runtime.cudagraphs.config.buckets``.
@@ -34,6 +35,7 @@ def for_mode(compiled: Callable, facts, config: Options) -> Callable:
     ``facts``: the graph's facts (a dict) or its ATen graph (facts computed from it)."""
     if config.mode not in CUDAGRAPH_MODES:
         return compiled
+    from kiln_runtime import CompiledGraph
     from kiln_runtime.cudagraphs import CudaGraphRunner, run_before_capture
 
     from .cache import flush, graph_facts
@@ -42,16 +44,12 @@ def for_mode(compiled: Callable, facts, config: Options) -> Callable:
     if not isinstance(facts, dict):
         facts = graph_facts(facts)
     runner = CudaGraphRunner(
-        lambda args: compiled(*args),
+        # the generated wrapper's own entry (it takes a list) when there is one: a layer less
+        compiled.call if isinstance(compiled, CompiledGraph) else lambda args: compiled(*args),
         name=getattr(compiled, "filename", None) or "kiln graph",
         mutated_inputs=facts.get("mutated_inputs", ()),
         bucketed=bool(facts.get("symbolic")),
         skip_reason=skip_reason(facts),
     )
-
-    def run(*inputs):
-        return runner(*inputs)
-
-    run.runner = runner
-    run.compiled = compiled
-    return run
+    runner.compiled = compiled  # what it records (the callers' wrappers follow ``.compiled``)
+    return runner

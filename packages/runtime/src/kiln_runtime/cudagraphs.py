@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "CudaGraphConfig",
@@ -212,8 +213,7 @@ class CudaGraphEngine:
 # ============================================================================ bookkeeping
 
 
-def _use_count(t: torch.Tensor) -> int:
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+_storage_use_count = torch._C._storage_Use_Count
 
 
 def _storage_key(t: torch.Tensor) -> tuple:
@@ -234,31 +234,78 @@ class _Slot:
         self.kinds = kinds
         self.label = label
         self.order = next(_capture_order)
-        # one representative tensor per storage of a graph output, with the use count the
-        # runner's own references give it
+        #: every output is a graph output: handed out as ``detach()`` views, in one pass
+        self.all_graph = all(kind == "graph" for kind in kinds)
+        # per storage of a graph output: its StorageImpl address (stable: the slot holds the
+        # outputs) and the use count the runner's own references give it. Read through the
+        # address, a liveness check is one C call per storage with no storage object made
         reps: dict[tuple, torch.Tensor] = {}
         for out, kind in zip(outputs, kinds, strict=True):
             if kind == "graph":
                 reps.setdefault(_storage_key(out), out)
-        self.baselines = [(t, _use_count(t)) for t in reps.values()]
+        self.storages = [t.untyped_storage()._cdata for t in reps.values()]
+        self.storage_bytes = sum(t.untyped_storage().nbytes() for t in reps.values())
+        self.baselines = [(cdata, _storage_use_count(cdata)) for cdata in self.storages]
 
     def outputs_held(self) -> bool:
         """Whether a user still references an output (or a view of one) of the last replay."""
-        return any(_use_count(t) > base for t, base in self.baselines)
+        for cdata, base in self.baselines:
+            if _storage_use_count(cdata) > base:
+                return True
+        return False
 
     def output_bytes(self) -> int:
-        return sum(t.untyped_storage().nbytes() for t, _ in self.baselines)
+        return self.storage_bytes
+
+    def __repr__(self) -> str:
+        return f"<slot {self.label} #{self.order}: {len(self.outputs)} outputs>"
+
+
+class _PoolRecord:
+    """A slot as its pool remembers it: capture order, the slot (weakly) and weak references
+    to its outputs' storages, which outlive the slot: a user may still hold an output of a
+    dropped runner (a recompile), and that memory stays in the pool where an earlier graph's
+    temporaries may go."""
+
+    __slots__ = ("order", "slot", "storages")
+
+    def __init__(self, slot: _Slot):
+        self.order = slot.order
+        self.slot = weakref.ref(slot)
+        self.storages = [StorageWeakRef(t.untyped_storage()) for t, kind
+                         in zip(slot.outputs, slot.kinds, strict=True) if kind == "graph"]
+
+    def held(self) -> bool:
+        slot = self.slot()
+        if slot is not None:
+            return slot.outputs_held()
+        return any(_storage_use_count(w.cdata) > 0 for w in self.storages)
+
+    def gone(self) -> bool:
+        return self.slot() is None and all(w.expired() for w in self.storages)
 
 
 class _PoolSlots:
-    """Every slot recorded into one pool, in capture order (weakly: a dropped runner's slots
-    go away with it)."""
+    """The slots recorded into one pool whose outputs are handed out as views, in capture
+    order. Copy slots are not listed: their outputs are cloned before anyone sees them."""
 
     def __init__(self) -> None:
-        self.slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
+        self.records: list[_PoolRecord] = []
+
+    def add(self, slot: _Slot) -> None:
+        self.records = [r for r in self.records if not r.gone()]
+        self.records.append(_PoolRecord(slot))
 
     def later_outputs_held(self, slot: _Slot) -> bool:
-        return any(s.order > slot.order and s.outputs_held() for s in list(self.slots))
+        """Whether a slot recorded after ``slot`` has outputs a user holds (its outputs may
+        sit where ``slot``'s temporaries go). Walks back from the newest: usually 0-2 steps."""
+        order = slot.order
+        for record in reversed(self.records):
+            if record.order <= order:
+                return False
+            if record.held():
+                return True
+        return False
 
 
 _pool_slots: dict[Any, _PoolSlots] = {}
@@ -272,12 +319,18 @@ def _slots_of_pool(pool: Any) -> _PoolSlots:
 
 @dataclasses.dataclass
 class _Entry:
-    signature: str
+    signature: str  # the inputs as text (recordings, logs)
     static_inputs: list  # tensor buffers (None for stable and non-tensor inputs)
     padded: int | None  # the bucket dim 0 is padded to
     slots: list = dataclasses.field(default_factory=list)
     copy_slot: _Slot | None = None
     input_bytes: int = 0
+    #: (input position, its static buffer, the buffer's address): the copies made per call
+    copies: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.copies = [(i, buf, buf.data_ptr()) for i, buf in enumerate(self.static_inputs)
+                       if buf is not None]
 
 
 # ============================================================================ the runner
@@ -310,7 +363,8 @@ class CudaGraphRunner:
         self.mutated_inputs = tuple(mutated_inputs)
         self.bucketed = bucketed
         self.settings = settings
-        self.entries: dict[str, _Entry] = {}
+        self.entries: dict[tuple, _Entry] = {}  # by ``_key``
+        self._pool_slots: _PoolSlots | None = None
         self.warmed_up = False
         self.skip_reason: str | None = None
         self._logged: set[str] = set()
@@ -345,28 +399,23 @@ class CudaGraphRunner:
 
     # -- calling ------------------------------------------------------------------------
     def __call__(self, *inputs: Any) -> list:
+        """A replay: look up the entry by the inputs' sizes, strides and dtypes, copy the inputs
+        in, pick a slot, replay it, hand out its outputs (each step a few C calls)."""
         if self.skip_reason is not None:
             return self.fn(list(inputs))
         if not self.warmed_up:
-            outputs = self.fn(list(inputs))
-            self.warmed_up = True
-            device_type = self._engine.device_type if self._engine else CudaGraphEngine.device_type
-            tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
-            if any(t.device.type != device_type for t in tensors):
-                self._skip(f"CPU tensors: a graph input or output is not on {device_type}")
-            elif len({t.device for t in tensors}) > 1:
-                self._skip("tensors on several devices")
-            elif self._engine is None and tensors:
-                self._engine = CudaGraphEngine(tensors[0].device)
-            return outputs
-        if self._mutated_input_aliases(inputs):
+            return self._warm_up(inputs)
+        if self.mutated_inputs and self._mutated_input_aliases(inputs):
             self._once("mutated input aliases another input",
                        "kiln: %s runs without a CUDA graph for this call: a mutated input shares "
                        "memory with another input", self.name)
             return self.fn(list(inputs))
-        padded, real = self._bucket(inputs)
-        signature = self._signature(inputs, padded)
-        entry = self.entries.get(signature)
+        if self.bucketed:
+            padded, real = self._bucket(inputs)
+        else:
+            padded = real = None
+        key = self._key(inputs, padded)
+        entry = self.entries.get(key)
         if entry is None:
             if len(self.entries) >= self.config.max_recordings:
                 self._once("re-recording limit",
@@ -374,9 +423,15 @@ class CudaGraphRunner:
                            "CUDA graph (set kiln_runtime.cudagraphs.config.buckets to pad sizes)",
                            self.name, self.config.max_recordings)
                 return self.fn(list(inputs))
-            entry = self._new_entry(signature, inputs, padded)
-            log.debug("kiln: %s records a CUDA graph for inputs %s", self.name, signature)
-        self._copy_in(entry, inputs, real)
+            entry = self._new_entry(key, inputs, padded)
+            log.debug("kiln: %s records a CUDA graph for inputs %s", self.name, entry.signature)
+        if entry.padded is None:
+            for i, buf, address in entry.copies:
+                x = inputs[i]
+                if x.data_ptr() != address:
+                    buf.copy_(x)
+        else:
+            self._copy_in_padded(entry, inputs, real)
         try:
             slot, copy_out = self._pick_slot(entry, inputs)
         except _CaptureFailed as e:
@@ -388,16 +443,49 @@ class CudaGraphRunner:
                        "recorded copy are still held", self.name)
             return self.fn(list(inputs))
         self.engine.replay(slot.handle)
-        self._copy_back(entry, inputs, real)
+        if self.mutated_inputs:
+            self._copy_back(entry, inputs, real)
+        if slot.all_graph and not copy_out and entry.padded is None:
+            return [out.detach() for out in slot.outputs]
         return self._hand_out(entry, slot, copy_out, real)
+
+    def _warm_up(self, inputs: Sequence) -> list:
+        outputs = self.fn(list(inputs))
+        self.warmed_up = True
+        device_type = self._engine.device_type if self._engine else CudaGraphEngine.device_type
+        tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
+        if any(t.device.type != device_type for t in tensors):
+            self._skip(f"CPU tensors: a graph input or output is not on {device_type}")
+        elif len({t.device for t in tensors}) > 1:
+            self._skip("tensors on several devices")
+        elif self._engine is None and tensors:
+            self._engine = CudaGraphEngine(tensors[0].device)
+        return outputs
 
     # -- steps --------------------------------------------------------------------------
     def _mutated_input_aliases(self, inputs: Sequence) -> bool:
-        if not self.mutated_inputs:
-            return False
         keys = Counter(_storage_key(t) for t in inputs if isinstance(t, torch.Tensor))
         return any(isinstance(inputs[i], torch.Tensor) and keys[_storage_key(inputs[i])] > 1
                    for i in self.mutated_inputs)
+
+    def _key(self, inputs: Sequence, padded: int | None) -> tuple:
+        """The entry key: per input, (sizes, strides, dtype) of a tensor (a static input adds
+        its address; with padding, dim 0 is the bucket and strides are contiguous), the repr
+        of anything else. Built from a few C calls per input, no text."""
+        if padded is None and not self.static_inputs:
+            return tuple([(x.shape, x.stride(), x.dtype) if isinstance(x, torch.Tensor)
+                          else repr(x) for x in inputs])
+        key = []
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor):
+                key.append(repr(x))
+            elif i in self.static_inputs:
+                key.append((x.shape, x.stride(), x.dtype, x.data_ptr()))
+            elif padded is not None and x.dim() > 0:
+                key.append(((padded, *x.shape[1:]), "c", x.dtype))
+            else:
+                key.append((x.shape, x.stride(), x.dtype))
+        return tuple(key)
 
     def _bucket(self, inputs: Sequence) -> tuple[int | None, int | None]:
         """(padded dim-0 size, real dim-0 size), or (None, None) when not bucketing."""
@@ -429,7 +517,7 @@ class CudaGraphRunner:
                 parts.append(repr(x))
         return ", ".join(parts)
 
-    def _new_entry(self, signature: str, inputs: Sequence, padded: int | None) -> _Entry:
+    def _new_entry(self, key: tuple, inputs: Sequence, padded: int | None) -> _Entry:
         static, nbytes = [], 0
         for i, x in enumerate(inputs):
             if not isinstance(x, torch.Tensor) or i in self.static_inputs:
@@ -441,18 +529,19 @@ class CudaGraphRunner:
                 buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
             static.append(buf)
             nbytes += buf.untyped_storage().nbytes()
-        entry = _Entry(signature, static, padded, input_bytes=nbytes)
-        self.entries[signature] = entry
+        entry = _Entry(self._signature(inputs, padded), static, padded, input_bytes=nbytes)
+        self.entries[key] = entry
         return entry
 
     def _graph_inputs(self, entry: _Entry, inputs: Sequence) -> list:
         return [inputs[i] if buf is None else buf for i, buf in enumerate(entry.static_inputs)]
 
-    def _copy_in(self, entry: _Entry, inputs: Sequence, real: int | None) -> None:
-        for x, buf in zip(inputs, entry.static_inputs, strict=True):
-            if buf is None or x.data_ptr() == buf.data_ptr():
+    def _copy_in_padded(self, entry: _Entry, inputs: Sequence, real: int | None) -> None:
+        for i, buf, address in entry.copies:
+            x = inputs[i]
+            if x.data_ptr() == address:
                 continue
-            if real is not None and entry.padded is not None and buf.dim() > 0:
+            if real is not None and buf.dim() > 0:
                 buf[:real].copy_(x)
                 if real < entry.padded:
                     buf[real:].zero_()
@@ -468,7 +557,7 @@ class CudaGraphRunner:
 
     def _pick_slot(self, entry: _Entry, inputs: Sequence) -> tuple[_Slot | None, bool]:
         """(slot to replay, whether its outputs are copied out)."""
-        pool = _slots_of_pool(self.engine.pool)
+        pool = self._pool()
         for slot in entry.slots:
             if not slot.outputs_held() and not pool.later_outputs_held(slot):
                 return slot, False
@@ -482,6 +571,11 @@ class CudaGraphRunner:
             return None, True
         return entry.copy_slot, True
 
+    def _pool(self) -> _PoolSlots:
+        if self._pool_slots is None:
+            self._pool_slots = _slots_of_pool(self.engine.pool)
+        return self._pool_slots
+
     def _record(self, entry: _Entry, label: str, inputs: Sequence) -> _Slot:
         # stable inputs are recorded in place (their addresses are in the entry's signature)
         graph_inputs = self._graph_inputs(entry, inputs)
@@ -491,7 +585,8 @@ class CudaGraphRunner:
             raise _CaptureFailed(f"{type(e).__name__}: {e}") from e
         kinds = self._output_kinds(entry, graph_inputs, outputs)
         slot = _Slot(handle, outputs, kinds, label)
-        _slots_of_pool(self.engine.pool).slots.add(slot)
+        if label != "copy":  # a copy slot's outputs are cloned at once: never held
+            self._pool().add(slot)
         record = Recording(
             runner=self.name,
             signature=entry.signature,
