@@ -18,7 +18,10 @@ How one op is checked (docs/coverage.md says the same in prose):
 - Graph route (no frontend involved): ``make_fx(fn)(*tensors)`` gives the FX graph (``--graph
   fx`` instead builds a one-node torch-level FX graph calling ``op.op``) and the backend is
   called as ``backend(gm, example_inputs)``: ``kiln.backend.loopir_interpret_backend`` or
-  ``kiln.backend.kiln_backend``. ``frontend:<backend>`` runs ``kiln.compile(fn,
+  ``kiln.backend.kiln_backend``. Where make_fx cannot trace a sample (``.item()``,
+  ``torch.equal``, ``cov``, sparse inputs) the case goes through ``kiln.compile(fn,
+  backend=<that backend>)`` instead, as a user compiles it (the frontend graph-breaks before
+  the op); its result says ``via frontend``. ``frontend:<backend>`` runs ``kiln.compile(fn,
   backend=<backend>)`` instead (needs the frontend), and ``inductor`` is
   ``torch.compile(fn, backend="inductor")``, the reference.
 - Comparison: ``torch.testing.assert_close(actual, expected, equal_nan=True)`` with its float32
@@ -391,25 +394,42 @@ def compile_case(case: Case, backend: str, graph: str = "make_fx") -> Callable:
 
         kiln_frontend.reset()
         return kiln.compile(case.fn, backend=backend.split(":", 1)[1])
+    return kiln_graph_route(case, backend, graph, clone_inputs(case.tensors))
+
+
+def _kiln_backend_fn(backend: str) -> Callable:
     import kiln.backend as kb
 
-    be = {
+    return {
         "loopir_interpret": kb.loopir_interpret_backend,
         "kiln": kb.kiln_backend,
         # the Triton codegen (on CPU tensors it needs TRITON_INTERPRET=1)
         "kiln_triton": lambda gm, xs: kb.kiln_backend(gm, xs, options={"codegen": "triton"}),
     }[backend]
+
+
+#: why the last kiln-backend case went through the frontend ("" when make_fx traced it)
+_frontend_route = [""]
+
+
+def kiln_graph_route(case: Case, backend: str, graph: str, example: list) -> Callable:
+    """``backend(gm, example)`` on the FX graph of ``case``.  When make_fx cannot build one (a
+    data-dependent Python value: ``.item()``, ``torch.equal``/``allclose`` and the ops that
+    call them, such as ``cov``; a sparse input), the case goes through kiln's frontend with
+    the same backend instead, as a kiln user compiles it and as the ``inductor`` column goes
+    through torch.compile's frontend: it graph-breaks before such an op and the backend gets
+    what is left. The result says so (``route``); the frontend's own failures still fail."""
+    be = _kiln_backend_fn(backend)
     try:
         gm = build_graph(case, graph)
-    except Exception as e:
-        raise GraphRouteError(f"{type(e).__name__}: {e}") from e
-    return be(gm, clone_inputs(case.tensors))
+    except Exception as e:  # noqa: BLE001
+        _frontend_route[0] = f"make_fx: {_first_line(e)[:150]}"
+        import kiln
+        import kiln_frontend
 
-
-class GraphRouteError(Exception):
-    """Building the FX graph (make_fx / the one-node graph) failed: a limit of the FX route
-    (e.g. ``.item()`` or a data-dependent Python branch, where a frontend would graph-break),
-    not of the backend. Reported as stage ``trace``."""
+        kiln_frontend.reset()
+        return kiln.compile(case.fn, backend=be)
+    return be(gm, example)
 
 
 def _first_line(e: BaseException, lines: int = 1) -> str:
@@ -509,6 +529,7 @@ def check_sample(case: Case, backends: Sequence[str], *, graph: str = "make_fx",
         stage = "compile"
         before = _counters_snapshot()
         graphs_before = _captured_graphs[0]
+        _frontend_route[0] = ""
         t0 = time.perf_counter()
         try:
             with time_limit(timeout):
@@ -530,14 +551,13 @@ def check_sample(case: Case, backends: Sequence[str], *, graph: str = "make_fx",
         except (Exception, SampleTimeout) as e:
             if isinstance(e, SampleTimeout):
                 stage = "timeout"
-            elif isinstance(e, GraphRouteError):
-                stage = "trace"
-                e = e.__cause__ or e
             r.update(stage=stage, error=_first_line(e, 4 if stage == "compare" else 1),
                      error_class=error_class(stage, e),
                      where=_where(e))
         r["time_s"] = round(time.perf_counter() - t0, 3)
         r.update(_counters_delta(before, _counters_snapshot()))
+        if _frontend_route[0]:
+            r["route"] = "frontend (" + _frontend_route[0] + ")"
         if backend in CAPTURE_ROUTES:
             r["graphs"] = _captured_graphs[0] - graphs_before
             r["ran_as_ir"] = r["status"] == "pass" and r["graphs"] > 0
@@ -606,6 +626,7 @@ def check_sample_grad(case: Case, backends: Sequence[str], *, graph: str = "make
         r: dict[str, Any] = {"status": "fail", "shape_only": shape_only}
         stage = "compile"
         before = _counters_snapshot()
+        _frontend_route[0] = ""
         t0 = time.perf_counter()
         try:
             with time_limit(timeout):
@@ -613,14 +634,7 @@ def check_sample_grad(case: Case, backends: Sequence[str], *, graph: str = "make
                 for i in diff:
                     example[i].requires_grad_(True)
                 if backend in KILN_BACKENDS:
-                    gm = build_graph(case, graph)
-                    import kiln.backend as kb
-
-                    be = {"loopir_interpret": kb.loopir_interpret_backend,
-                          "kiln": kb.kiln_backend,
-                          "kiln_triton": lambda g, xs: kb.kiln_backend(
-                              g, xs, options={"codegen": "triton"})}[backend]
-                    compiled = be(gm, example)
+                    compiled = kiln_graph_route(case, backend, graph, example)
                 else:
                     compiled = compile_case(case, backend, graph)
                 stage = "run"
@@ -640,6 +654,8 @@ def check_sample_grad(case: Case, backends: Sequence[str], *, graph: str = "make
                      error_class=error_class(stage, e), where=_where(e))
         r["time_s"] = round(time.perf_counter() - t0, 3)
         r.update(_counters_delta(before, _counters_snapshot()))
+        if _frontend_route[0]:
+            r["route"] = "frontend (" + _frontend_route[0] + ")"
         if backend in KILN_BACKENDS:
             r["ran_as_ir"] = (r["status"] == "pass" and not r.get("aten_fallbacks")
                               and not r.get("eager_fallbacks") and r.get("graphs", 0) > 0)
@@ -690,6 +706,9 @@ def check_op(op, backends: Sequence[str], *, samples: int = 3, graph: str = "mak
             fbs = sorted({f for r in ran for f in r.get("aten_fallbacks", ())})
             if fbs:
                 summary["aten_fallbacks"] = fbs
+            routes = sorted({r["route"] for r in ran if r.get("route")})
+            if routes:
+                summary["route"] = routes[0]
             for k in ("eager_fallbacks", "interpreter_fallbacks", "kernels", "graphs"):
                 if any(k in r for r in ran):
                     summary[k] = sum(r.get(k, 0) for r in ran)
@@ -855,6 +874,8 @@ def summarize(results: Sequence[dict], backends: Sequence[str]) -> dict:
                 and all(LIBRARY_FALLBACK.match(f) for f in r["backends"][b]["aten_fallbacks"]))
             s["ran_as_ir_or_library"] = ir + lib
             s["ran_as_ir_or_library_share"] = (ir + lib) / len(passing) if passing else 0.0
+            if b in KILN_BACKENDS:
+                s["via_frontend"] = sum(1 for r in passing if r["backends"][b].get("route"))
         classes = collections.Counter(
             r["backends"][b].get("error_class", "?") for r in results
             if r["backends"][b]["status"] == "fail")
@@ -881,6 +902,9 @@ def summary_table(summary: dict, backends: Sequence[str]) -> str:
          *[(f"{summary[b]['ran_as_ir_or_library']} "
             f"({summary[b]['ran_as_ir_or_library_share']:.1%})"
             if "ran_as_ir_or_library" in summary[b] else "n/a") for b in backends]],
+        ["passes through the frontend (make_fx cannot trace them)",
+         *[str(summary[b]["via_frontend"]) if "via_frontend" in summary[b] else "n/a"
+           for b in backends]],
         ["passes compared by shape only (random ops)",
          *[str(summary[b]["shape_only"]) for b in backends]],
         ["eager rejects every sample", *[str(summary[b]["eager_error"]) for b in backends]],
@@ -918,10 +942,14 @@ def markdown_report(results: Sequence[dict], backends: Sequence[str], summary: d
                 cell = "pass"
                 if x.get("shape_only"):
                     cell += " (shape-only)"
+                if x.get("route"):
+                    cell += " (via frontend)"
                 if x.get("ran_as_ir") is False:
                     fb = x.get("aten_fallbacks") or []
                     if fb:
                         cell += " (fallback: " + ", ".join(fb) + ")"
+                    elif x.get("eager_fallbacks"):
+                        cell += " (the backend ran its graph eagerly)"
                     elif not x.get("graphs"):
                         cell += " (no graph: ran eagerly)"
                     else:

@@ -97,3 +97,13 @@ def test_kiln_triton(key):
         f"{r.get('aten_fallbacks')}, eager fallbacks {r.get('eager_fallbacks')}, "
         f"interpreter fallbacks {r.get('interpreter_fallbacks')}"
     )
+
+
+@pytest.mark.triton_interpret
+@pytest.mark.parametrize("key", ["item", "allclose", "equal", "cov", "corrcoef",
+                                 "sparse.sampled_addmm"])
+def test_kiln_triton_via_frontend(key):
+    """Ops make_fx cannot trace pass through the frontend (test_opinfo_fast.py)."""
+    from test_opinfo_fast import check_via_frontend
+
+    check_via_frontend(key, "kiln_triton")

@@ -44,9 +44,18 @@ def with_item(x):
     return y * n
 
 
-def test_item_is_captured_without_a_break():
-    """``.item()`` is an unbacked symbol in the graph (issue 10), not a break."""
-    run(with_item, torch.randn(4), graphs=1)
+def test_item_is_a_graph_break_by_default():
+    """As torch.compile's default: a backend that cannot compile a number read out of a
+    tensor still compiles the graphs around it."""
+    run(with_item, torch.randn(4), graphs=2)
+
+
+def test_item_is_captured_when_asked():
+    """``config.capture_scalar_outputs`` (and ``fullgraph``): an unbacked symbol in the graph."""
+    from kiln_frontend import config
+
+    with config.patch(capture_scalar_outputs=True):
+        run(with_item, torch.randn(4), graphs=1)
 
 
 def kw_print(x):

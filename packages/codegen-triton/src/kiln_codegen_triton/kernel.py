@@ -551,9 +551,12 @@ class TritonKernel:
             self.emit(f"tl.store(coop_ws + ((xindex * nsplit + kchunk) * {n} + {j}), {var}.to(tl.float32), xmask)")
         self.emit("ticket = tl.atomic_add(coop_tickets + xindex, 1, xmask, sem='acq_rel')")
         self.emit("target = ticket - ticket % nsplit + nsplit")
-        self.emit("seen = tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire')")
-        self.emit("while tl.min(tl.where(xmask, seen - target, 0)) < 0:")
-        self.emit("    seen = tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire')")
+        # the spin carries only a scalar: a loop-carried [XBLOCK, 1] tensor in the while loop
+        # crashes Triton 3.6's RemoveLayoutConversions (cooperative.py, "Triton versions")
+        poll = "tl.min(tl.where(xmask, tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire') - target, 0))"
+        self.emit(f"pending = {poll}")
+        self.emit("while pending < 0:")
+        self.emit(f"    pending = {poll}")
         self.emit("sindex = tl.arange(0, SPLITB)[None, :]")
         self.emit("smask = (sindex < nsplit) & xmask")
         part_of: dict[tuple[int, str], str] = {}

@@ -23,6 +23,12 @@ attribute                   env var                  meaning
 (``log_graph_breaks``), ``guards`` (``log_guards``) and ``+all`` / ``all``.
 
 ``skip_stdlib``: frames of the standard library's own modules are never captured (True).
+
+``capture_scalar_outputs``: whether ``t.item()``, ``float(t)`` and ``int(t)`` enter the graph
+as unbacked symbols. ``None`` (the default): only under ``fullgraph=True``, which must give
+one graph; otherwise they graph-break, as torch.compile does by default, so that a backend
+that cannot compile a number read out of a tensor still compiles the graphs on both sides.
+``True``: always; ``False``: never (``fullgraph`` then raises).
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ log_recompiles: bool = "recompiles" in _LOGS or "all" in _LOGS
 log_graph_breaks: bool = "graph_breaks" in _LOGS or "all" in _LOGS
 log_guards: bool = "guards" in _LOGS or "all" in _LOGS
 skip_stdlib: bool = True
+capture_scalar_outputs: bool | None = None
 
 _NAMES = (
     "debug",
@@ -73,6 +80,7 @@ _NAMES = (
     "log_graph_breaks",
     "log_guards",
     "skip_stdlib",
+    "capture_scalar_outputs",
 )
 
 

@@ -442,10 +442,23 @@ def first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
+def _captures_scalars(tx) -> bool:
+    """``config.capture_scalar_outputs``, whose default (None) follows the root frame's
+    ``fullgraph``."""
+    from . import config
+
+    if config.capture_scalar_outputs is not None:
+        return config.capture_scalar_outputs
+    return bool(getattr(tx.root(), "nopython", False))
+
+
 def scalar_of_tensor(tx, tensor_var: Any, what: str) -> VariableTracker:
     """``t.item()`` (and ``float(t)``/``int(t)``): a graph node whose value is an unbacked
     symbol (``zuf0`` for a float, ``u0`` for an int), as torch.compile captures it.  A frame
     traced without a ShapeEnv is traced again with one."""
+    if not _captures_scalars(tx):
+        raise Unsupported(f"{what} reads a number out of a tensor (captured under "
+                          "fullgraph=True or config.capture_scalar_outputs = True)")
     output = tx.output
     if output.shape_state is None:
         raise NeedsShapeEnv(what)

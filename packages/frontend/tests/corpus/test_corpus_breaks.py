@@ -153,10 +153,10 @@ def break_keeps_locals(x, y):
 CASES = [
     Case(break_print, (_t(3),), 2),
     Case(break_logging, (_t(3),), 2),
-    Case(break_item, (_t(3),), 1),  # captured: an unbacked symbol (issue 10)
+    Case(break_item, (_t(3),), 2, fresh_inputs=False),  # breaks; fullgraph captures it
     Case(break_tolist, (_t(3),), 1, fresh_inputs=False),  # specializes on the value
-    Case(break_int_of_tensor, (_t(3),), 1),  # captured: an unbacked symbol (issue 10)
-    Case(break_branch_on_item, (_t(3),), 2),
+    Case(break_int_of_tensor, (_t(3),), 2, fresh_inputs=False),  # breaks; fullgraph captures
+    Case(break_branch_on_item, (_t(3),), 2, fresh_inputs=False),  # specializes on the value
     Case(break_bool_branch, (_t(3),), 2),
     Case(break_numpy, (_t(3),), 2),
     Case(break_random, (_t(3),), 1, mutate_check=lambda a: a),
@@ -178,7 +178,7 @@ def test_break_case(case):
 
 @pytest.mark.parametrize("fn,match", [
     (break_print, "print"),
-    (break_branch_on_item, "data-dependent branch"),
+    (break_branch_on_item, "data-dependent branch"),  # (fullgraph captures the item)
     (break_bool_branch, "data-dependent branch"),
     (break_in_inlined_call, "data-dependent branch"),
 ])

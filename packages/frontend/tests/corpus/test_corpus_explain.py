@@ -97,8 +97,8 @@ CASES = [
                 [["operator.mul", "Tensor.sum", "operator.gt"], ["operator.add"]]),
     ExplainCase(print_in_middle, (torch.randn(3),), 2, [("print", 2)],
                 [["Tensor.cos"], ["Tensor.sin"]]),
-    # .item() is captured (an unbacked symbol, issue 10): no break
-    ExplainCase(item_call, (torch.randn(3),), 1, []),
+    # .item() breaks (captured under fullgraph or config.capture_scalar_outputs)
+    ExplainCase(item_call, (torch.randn(3),), 2, [("item()", 2)]),
     # the call breaks in break_in_helper; then _inner_helper's own frame is captured and
     # breaks at the same line: 3 graphs (before the call, the mean, after the call)
     ExplainCase(break_in_helper, (torch.randn(3),), 3, [("tolist()", -3), ("tolist()", -3)]),

@@ -547,8 +547,10 @@ class GraphLowering:
         self.graph.meta["size_hints"] = {s.name: v for s, v in hints.items()}
         self.graph.guards = [g for g in self.sizevars.guards if g is not sympy.true]
         unbound = [s for s in self.sizevars.unbound() if _used_symbol(self.graph, s)]
-        if unbound:
-            log.debug("size symbols without a source: %s", unbound)
+        if unbound:  # e.g. an int read out of a tensor (t.item()) used as a size: no code
+            # binds it at run time, so the graph cannot run compiled (the caller runs it eagerly)
+            raise LoweringError(f"size symbols {sorted(map(str, unbound))} have no source (sizes "
+                                "computed from tensor data, e.g. t.item(), are not bound yet)")
         self.graph.lint()
 
     # ---- node kinds ----------------------------------------------------------------------

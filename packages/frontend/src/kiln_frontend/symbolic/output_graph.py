@@ -54,6 +54,26 @@ def _contains_tensor(value: Any) -> bool:
     return False
 
 
+def refuse_non_strided(value: Any, what: str) -> None:
+    """Sparse (COO, CSR, CSC, BSR, BSC) and other non-strided tensors have no strides, so
+    neither fake tensors, guards nor any backend's lowering can handle them: a graph break
+    at the first one, as torch.compile breaks ("does not support sparse Tensors")."""
+    for t in _tensors_in(value):
+        if t.layout is not torch.strided:
+            raise Unsupported(f"{what} is a {str(t.layout).replace('torch.', '')} tensor: "
+                              "only strided tensors are captured (sparse tensors run eagerly)")
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_in(v)]
+    return []
+
+
 def _op_name(kind: str, target: Any) -> str:
     if kind == "call_method":
         return f"Tensor.{target}"
@@ -174,6 +194,7 @@ class OutputGraph:
 
         if source is None:
             raise Unsupported("a tensor without a source cannot be a graph input")
+        refuse_non_strided(value, f"input {source.name()}")
         dims = shapes.dynamic_dims_for(self, source, value)
         if dims and self.shape_state is None:
             raise shapes.NeedsShapeEnv(source.name())
@@ -201,6 +222,7 @@ class OutputGraph:
         cached = self.source_cache.get(source)
         if cached is not None:
             return cached
+        refuse_non_strided(value, f"attribute {source.name()}")
         self.guard_attr_tensor(source, value)
         aliased = self.tracker_for_object(value)
         if aliased is not None and aliased.source is not None:
@@ -331,6 +353,7 @@ class OutputGraph:
             if ex is None and kind == "call_module":
                 return ConstantVariable(None)
             raise Unsupported(f"{what} returned a {type(ex).__name__}, not a tensor")
+        refuse_non_strided(ex, f"the result of {what}")
         px_args = tuple(a.as_proxy() for a in args)
         px_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
         proxy = self.tracer.create_proxy(kind, target, px_args, px_kwargs)

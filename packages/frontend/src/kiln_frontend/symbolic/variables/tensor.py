@@ -64,6 +64,52 @@ SCALAR_METHODS = {
 }
 
 
+class NonStridedTensorVariable(VariableTracker):
+    """A sparse (COO, CSR, ...) or other non-strided tensor from the frame.  It has no
+    strides, so it is never a graph input: loading it works (a frame resumed after a break
+    reloads it from its source), any use is a graph break at that instruction, as
+    torch.compile breaks on sparse tensors.  Guarded on its type and layout."""
+
+    def __init__(self, value: torch.Tensor, *, source=None):
+        super().__init__(source=source)
+        self.value = value
+
+    @classmethod
+    def wrap(cls, builder, value):
+        from ...guards import GuardKind
+        from ...sources import AttrSource
+
+        builder.install_guard(GuardKind.TYPE_MATCH, type(value))
+        builder.child(AttrSource(builder.source, "layout")).install_guard(
+            GuardKind.ID_MATCH, id(value.layout), what="layout of a non-strided tensor")
+        return cls(value, source=builder.source)
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def _refuse(self) -> Unsupported:
+        layout = str(self.value.layout).replace("torch.", "")
+        where = f" {self.source.name()}" if self.source is not None else ""
+        return Unsupported(f"input{where} is a {layout} tensor: only strided tensors are "
+                           "captured (sparse tensors run eagerly)")
+
+    def as_proxy(self) -> Any:
+        raise self._refuse()
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        raise self._refuse()
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        raise self._refuse()
+
+    def truth_value(self, tx) -> bool:
+        raise self._refuse()
+
+    def describe(self) -> str:
+        where = f" {self.source.name()}" if self.source is not None else ""
+        return f"NonStridedTensorVariable({self.value.layout}{where})"
+
+
 @tracker_for(torch.Tensor)
 class TensorVariable(VariableTracker):
     """A tensor in the graph being built.
@@ -81,6 +127,8 @@ class TensorVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
+        if value.layout is not torch.strided:  # sparse: loadable, any use graph-breaks
+            return NonStridedTensorVariable.wrap(builder, value)
         return builder.tx.output.add_graph_input(builder.source, value)
 
     @property
