@@ -7,6 +7,7 @@
 #     bash scripts/device_tests.sh bench_gpu [benchmarks/gpu.py args...]   # results in $OUT
 #     bash scripts/device_tests.sh bench_runtime   # CUDA graphs (benchmarks/gpu_runtime.py)
 #     bash scripts/device_tests.sh bench_train     # a training step (benchmarks/train.py)
+#     bash scripts/device_tests.sh bench_ddp       # DDP, 2 GPUs, NCCL (benchmarks/ddp.py; x2 kind)
 # (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
 # fp16 models against torch.compile.)
 set -euo pipefail
@@ -24,5 +25,6 @@ case "$what" in
   bench_gpu) python3 -u benchmarks/gpu.py "$@" ;;
   bench_runtime) python3 -u benchmarks/gpu_runtime.py "$@" ;;
   bench_train) python3 -u benchmarks/train.py --device cuda "$@" ;;
-  *) echo "unknown target $what (frontend|all|bench_gpu|bench_runtime|bench_train)" >&2; exit 2 ;;
+  bench_ddp) python3 -u benchmarks/ddp.py --device cuda "$@" ;;
+  *) echo "unknown target $what (frontend|all|bench_gpu|bench_runtime|bench_train|bench_ddp)" >&2; exit 2 ;;
 esac

@@ -4,10 +4,10 @@ hatchling loads this file as a custom build hook (see `[tool.hatch.build.targets
 .custom]` in pyproject.toml):
 
 - regular wheel (`pip install ./packages/frontend`): compiles `src/kiln_frontend/_evalframe.c`
-  with the running interpreter's compiler settings (sysconfig: CC, CFLAGS, CCSHARED, LDSHARED,
-  include dir, EXT_SUFFIX) into a temporary folder, force-includes the result as
-  `kiln_frontend/_evalframe<EXT_SUFFIX>`, and marks the wheel non-pure with the interpreter's
-  tag (e.g. cp311-cp311-linux_x86_64).
+  and `_guardtree.c` (one module) with the running interpreter's compiler settings
+  (sysconfig: CC, CFLAGS, CCSHARED, LDSHARED, include dir, EXT_SUFFIX) into a temporary
+  folder, force-includes the result as `kiln_frontend/_evalframe<EXT_SUFFIX>`, and marks the
+  wheel non-pure with the interpreter's tag (e.g. cp311-cp311-linux_x86_64).
 - editable wheel (`pip install -e ./packages/frontend`): compiles the extension in place,
   beside the sources, where the editable install's path entry finds it.
 
@@ -38,6 +38,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "src" / "kiln_frontend" / "_evalframe.c"
+#: the C files linked into the one _evalframe module (the hook and TensorGuard, GuardTree)
+SOURCES = (SOURCE, SOURCE.parent / "_guardtree.c")
 MODULE = "_evalframe"
 
 
@@ -58,7 +60,8 @@ def _compiler() -> list[str]:
 
 
 def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -> Path:
-    """Compile _evalframe.c into out_dir; returns the path of the shared library."""
+    """Compile _evalframe.c and _guardtree.c into one module in out_dir; returns the path of
+    the shared library."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / extension_filename()
@@ -76,13 +79,13 @@ def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -
     if "-shared" not in ldflags:
         ldflags.append("-shared")
     with tempfile.TemporaryDirectory() as tmp:
-        obj = Path(tmp) / (MODULE + ".o")
-        compile_cmd = [
+        objs = [Path(tmp) / (src.stem + ".o") for src in SOURCES]
+        compile_cmds = [[
             *cc, *cflags, "-std=gnu11", "-I", include, "-I", plat_include, "-I", str(SOURCE.parent),
-            "-c", str(SOURCE), "-o", str(obj),
-        ]
-        link_cmd = [*cc, *ldflags, str(obj), "-o", str(target)]
-        for cmd in (compile_cmd, link_cmd):
+            "-c", str(src), "-o", str(obj),
+        ] for src, obj in zip(SOURCES, objs, strict=True)]
+        link_cmd = [*cc, *ldflags, *map(str, objs), "-o", str(target)]
+        for cmd in (*compile_cmds, link_cmd):
             if verbose:
                 print(" ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
             result = subprocess.run(cmd, capture_output=True, text=True)

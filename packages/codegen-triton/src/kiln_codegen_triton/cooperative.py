@@ -27,6 +27,13 @@ Replays: the counters are never reset. Tickets grow by K per launch; a program's
 the end of its launch's block of K tickets (``ticket - ticket % K + K``), so a CUDA-graph
 replay (same arguments, same workspace) is correct. The workspace is kept per (device, rows,
 K, parts) by the launcher (int64 counters: 2^63 tickets).
+
+Triton versions: the spin ``while`` carries only a scalar (``pending``, the row block's
+smallest ``seen - target``, polled by an acquire ``atomic_add(ptr, 0)``). Carrying the
+``[XBLOCK, 1]`` ticket tensor itself, dead after the loop, gives an ``scf.while`` with a tensor
+argument and no results, and Triton 3.6's ``TritonGPURemoveLayoutConversions`` crashes on it
+(an assertion, "Result number is out of range"); 3.9 accepts both.
+``tests/test_cooperative_compile.py`` compiles the kernel for sm_90 with the installed Triton.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 /*
  * kiln_frontend._evalframe: kiln's PEP 523 frame-evaluation hook (CPython 3.11 and 3.12)
- * and the C TensorGuard.
+ * and the C TensorGuard (the GuardTree that checks a frame's guards is in _guardtree.c,
+ * compiled into this same module).
  *
  * What it does (see docs/frontend-api.md and the frontend contract):
  *   - A per-thread "callback": NULL/None (off), False (run-only: cached entries only) or a
@@ -81,6 +82,7 @@
 #include <structmember.h>
 #include <stdint.h>
 
+#include "_kiln_internal.h"
 #include "_tensorcheck.h"
 
 #if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
@@ -962,6 +964,8 @@ typedef struct {
     char *dynamic;            /* ndim flags */
 } TensorGuard;
 
+static PyTypeObject TensorGuardType;
+
 static PyObject *
 type_qualname(PyTypeObject *tp)
 {
@@ -1132,6 +1136,18 @@ out:
     Py_XDECREF(stride);
     Py_XDECREF(keys);
     return rc;
+}
+
+int
+kiln_is_tensorguard(PyObject *obj)
+{
+    return Py_IS_TYPE(obj, &TensorGuardType);
+}
+
+int
+kiln_tensorguard_check(PyObject *guard, PyObject *value)
+{
+    return tensorguard_check((TensorGuard *)guard, value, NULL);
 }
 
 static PyObject *
@@ -1438,6 +1454,12 @@ static PyTypeObject TensorGuardType = {
 /* Module                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
+PyObject *
+kiln_guarded_function(void)
+{
+    return tls_guard_func;
+}
+
 static PyObject *
 guarded_function(PyObject *self, PyObject *unused)
 {
@@ -1504,7 +1526,7 @@ PyInit__evalframe(void)
     }
     if (PyModule_AddObjectRef(m, "FrameInfo", (PyObject *)&FrameInfoType) < 0 ||
         PyModule_AddObjectRef(m, "TensorGuard", (PyObject *)&TensorGuardType) < 0 ||
-        PyModule_AddIntConstant(m, "PY312", KILN_PY312) < 0) {
+        PyModule_AddIntConstant(m, "PY312", KILN_PY312) < 0 || kiln_guardtree_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,15 +4,18 @@ While the symbolic interpreter runs it records ``Guard`` objects (a ``Source`` a
 ``TENSOR_MATCH``, ``TYPE_MATCH``, ``ID_MATCH``, ``CONSTANT_MATCH``, ``FUNCTION_MATCH``,
 ``NN_MODULE``, ``LIST_LENGTH``, ``DICT_KEYS``, ``HASATTR``, ``GRAD_MODE``, ``GLOBAL_STATE``,
 ``SHAPE_ENV``; docs/frontend-capture.md "Guard kinds" says what each protects).  When the
-frame is done they are compiled into ONE check function per cache entry: Python source for
-``def check(<argument slot names>):`` that tests every guard in turn (each source evaluated
-once, into a local) is generated and exec'd once.  Tensor checks call ``TensorGuard`` objects (C, from ``kiln_frontend._evalframe``;
-a pure-Python stand-in with the same interface is used only while the C extension is not
-built).
+frame is done they are compiled into ONE check per cache entry, a ``GuardTree`` checked in C
+(``_guardtree.c``): a node per value read (an argument slot, a global, a closure cell, an
+attribute, an item), fetched once and shared by every guard below it, with leaf checks
+(type, id, constant, len, dict keys, hasattr, ``TensorGuard``, global state) on it.  Rules:
+``_SOURCE_NODES`` (Source type -> node) and ``_GUARD_LEAVES`` (GuardKind -> leaves); a guard
+neither expresses becomes a ``python`` leaf that evaluates its Python expression.
+``TensorGuard`` is C (``kiln_frontend._evalframe``); a pure-Python stand-in with the same
+interface is used only while the C extension is not built.
 
-The check function carries ``.guards`` (the Guard list, printable like TorchDynamo's GUARDS
-section), ``.code`` (the generated source) and ``.failure_reason(*args)`` (the first failing
-guard, in words, or None).
+The check carries ``.guards`` (the Guard list, printable like TorchDynamo's GUARDS
+section), ``.code`` (the printed tree) and ``.failure_reason(*args)`` (the first failing
+guard, in words, or None: evaluated guard by guard in Python, only once the tree said no).
 """
 
 from __future__ import annotations
@@ -21,13 +24,25 @@ import dataclasses
 import enum
 import itertools
 import math
+import sys
 import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from .sources import GUARDED_FUNCTION, AttrSource, LocalSource, Source
+from .sources import (
+    GUARDED_FUNCTION,
+    AttrSource,
+    AttrTupleSource,
+    ClosureSource,
+    GetItemSource,
+    GlobalSource,
+    LocalSource,
+    ModuleSource,
+    NNModuleMemberSource,
+    Source,
+)
 
 # --------------------------------------------------------------------------------------
 # TensorGuard: C implementation from _evalframe when built, Python stand-in otherwise
@@ -167,37 +182,45 @@ _SOURCELESS_DEPTH = {GuardKind.SHAPE_ENV: _SHAPE_GUARD_DEPTH,
                      GuardKind.GLOBAL_STATE: _SHAPE_GUARD_DEPTH + 1}
 
 
-#: what ``torch_global_state()`` reads, in order (named in failure messages)
-GLOBAL_STATE_FIELDS = (
-    "default dtype", "torch function modes (set_default_device, ...)",
-    "deterministic algorithms", "inference mode", "float32 matmul precision",
-    "autocast (cpu enabled, dtype, cuda enabled, dtype)", "global nn.Module hooks",
+def _autocast_state(_any_autocast=torch._C._is_any_autocast_enabled) -> tuple | None:
+    """None unless autocast is on somewhere (the common case costs one C call)."""
+    if not _any_autocast():
+        return None
+    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+
+
+#: the dicts of global ``nn.Module`` hooks (attributes of ``torch.nn.modules.module``)
+GLOBAL_MODULE_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks",
+                            "_global_backward_hooks", "_global_backward_pre_hooks")
+
+
+def _global_module_hooks(_module_mod=torch.nn.modules.module) -> bool:
+    return any(getattr(_module_mod, name) for name in GLOBAL_MODULE_HOOK_DICTS)
+
+
+#: torch's global settings (other than grad mode) that change what a graph computes, as
+#: (name for failure messages, reader): ``torch.get_default_dtype()`` is folded while tracing,
+#: factory calls without a dtype use the default one and ``set_default_device`` is a
+#: torch-function mode, autocast changes op dtypes, a backend may pick kernels by the
+#: determinism and matmul-precision flags, and module calls are inlined only while no global
+#: ``nn.Module`` hook is registered.
+GLOBAL_STATE_READERS: tuple[tuple[str, Callable[[], Any]], ...] = (
+    ("default dtype", torch.get_default_dtype),
+    ("torch function modes (set_default_device, ...)", torch._C._len_torch_function_stack),
+    ("deterministic algorithms", torch._C._get_deterministic_algorithms),
+    ("inference mode", torch.is_inference_mode_enabled),
+    ("float32 matmul precision", torch._C._get_float32_matmul_precision),
+    ("autocast (cpu enabled, dtype, cuda enabled, dtype)", _autocast_state),
+    ("global nn.Module hooks", _global_module_hooks),
 )
+GLOBAL_STATE_FIELDS = tuple(name for name, _ in GLOBAL_STATE_READERS)
 
 
-def torch_global_state(
-    _dtype=torch.get_default_dtype,
-    _modes=torch._C._len_torch_function_stack,
-    _deterministic=torch._C._get_deterministic_algorithms,
-    _inference=torch.is_inference_mode_enabled,
-    _precision=torch._C._get_float32_matmul_precision,
-    _any_autocast=torch._C._is_any_autocast_enabled,
-    _module_mod=torch.nn.modules.module,
-) -> tuple:
-    """torch's global settings (other than grad mode) that change what a graph computes:
-    ``torch.get_default_dtype()`` is folded while tracing, factory calls without a dtype use
-    the default one and ``set_default_device`` is a torch-function mode, autocast changes op
-    dtypes, a backend may pick kernels by the determinism and matmul-precision flags, and
-    module calls are inlined only while no global ``nn.Module`` hook is registered.  One
-    GLOBAL_STATE guard compares the tuple (about 1 us)."""
-    autocast = None
-    if _any_autocast():
-        autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
-                    torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
-    hooks = bool(_module_mod._global_forward_hooks or _module_mod._global_forward_pre_hooks
-                 or _module_mod._global_backward_hooks
-                 or _module_mod._global_backward_pre_hooks)
-    return (_dtype(), _modes(), _deterministic(), _inference(), _precision(), autocast, hooks)
+def torch_global_state() -> tuple:
+    """The values of ``GLOBAL_STATE_READERS``; one GLOBAL_STATE guard compares them (in the
+    guard tree: one C call per field, the hook dicts read directly)."""
+    return tuple(read() for _, read in GLOBAL_STATE_READERS)
 
 
 class _Namespace:
@@ -428,81 +451,388 @@ class GuardSet:
 
 
 # --------------------------------------------------------------------------------------
-# Building the check function
+# The guard tree: the check function, in C
 # --------------------------------------------------------------------------------------
+
+try:  # _guardtree.c, compiled into the _evalframe module
+    from ._evalframe import GuardTree  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the build
+    GuardTree = None  # type: ignore[assignment,misc]
+
+
+@dataclasses.dataclass(eq=False)
+class TreeLeaf:
+    """One check of its node's value; ``kind`` is a leaf kind of ``_guardtree.c``."""
+
+    kind: str
+    a: Any = None
+    b: Any = None
+    #: what it checks, in words (the printed tree)
+    text: str = ""
+
+    def spec(self) -> tuple:
+        return (self.kind, self.a, self.b)
+
+    def __str__(self) -> str:
+        return self.text or f"{self.kind} {self.a!r}"
+
+
+@dataclasses.dataclass(eq=False)
+class TreeNode:
+    """One value read ONCE per check (``accessor`` + ``key`` applied to the parent's value;
+    the root reads nothing), its leaf checks, then the nodes reached from it: every guard
+    whose source passes through this value shares the read."""
+
+    accessor: str
+    key: Any = None
+    #: how the value is read, for the printed tree (``model``, ``._modules``, ``['0']``)
+    text: str = ""
+    leaves: list[TreeLeaf] = dataclasses.field(default_factory=list)
+    children: dict[tuple, TreeNode] = dataclasses.field(default_factory=dict)
+
+    def child(self, accessor: str, key: Any, text: str) -> TreeNode:
+        """The node reading ``key`` from this one (made once, then shared)."""
+        try:
+            ident: Any = (type(key), key)
+            hash(ident)
+        except TypeError:
+            ident = ("id", id(key))
+        node = self.children.get((accessor, ident))
+        if node is None:
+            node = self.children[(accessor, ident)] = TreeNode(accessor, key, text)
+        return node
+
+    def add(self, kind: str, a: Any = None, b: Any = None, text: str = "") -> None:
+        self.leaves.append(TreeLeaf(kind, a, b, text))
+
+    def spec(self) -> tuple:
+        """The nested tuples ``GuardTree`` is built from."""
+        return (self.accessor, self.key, tuple(leaf.spec() for leaf in self.leaves),
+                tuple(c.spec() for c in self.children.values()))
+
+    def lines(self, indent: str = "") -> list[str]:
+        out = [f"{indent}{leaf}" for leaf in self.leaves]
+        for c in self.children.values():
+            out.append(f"{indent}{c.text}:")
+            out += c.lines(indent + "    ")
+        return out
+
+    def count(self) -> tuple[int, int]:
+        """(nodes, leaves) of this subtree."""
+        nodes, leaves = 1, len(self.leaves)
+        for c in self.children.values():
+            n, lv = c.count()
+            nodes, leaves = nodes + n, leaves + lv
+        return nodes, leaves
+
+
+class _TreeBuilder:
+    """Turns guards into tree nodes and leaves (``_SOURCE_NODES``, ``_GUARD_LEAVES``); a
+    guard that neither table expresses becomes a ``python`` leaf running its expression."""
+
+    def __init__(self, arg_names: Sequence[str], scope: dict[str, Any], filename: str):
+        self.root = TreeNode("root")
+        self.slots = {n: i for i, n in enumerate(arg_names)}
+        self.params = ", ".join(arg_names)
+        self.scope = scope
+        self.filename = filename
+        self.ns = _Namespace()
+        #: leaves checked after everything else (Python leaves, slow global state)
+        self.late: list[TreeLeaf] = []
+        self._nodes: dict[Source, TreeNode | None] = {}
+
+    def node_of(self, source: Source) -> TreeNode | None:
+        if source not in self._nodes:
+            rule = _SOURCE_NODES.get(type(source))
+            self._nodes[source] = rule(self, source) if rule is not None else None
+        return self._nodes[source]
+
+    def add(self, guard: Guard) -> None:
+        if not _GUARD_LEAVES[guard.kind](self, guard):
+            self.python_leaf(guard)
+
+    def python_leaf(self, guard: Guard) -> None:
+        expr = guard.expr(self.ns)
+        self.scope.update(self.ns.values)
+        fn = eval(compile(f"lambda {self.params}: ({expr})", self.filename, "eval"), self.scope)
+        self.late.append(TreeLeaf("python", fn, None, f"python: {expr}  [{guard.kind}]"))
+
+    def finish(self) -> TreeNode:
+        if self.late:  # a last child of the root whose value (None) the leaves ignore
+            self.root.child("const", None, "(checked last)").leaves.extend(self.late)
+        return self.root
+
+
+#: Source type -> the tree node holding its value (None: not expressible as a node)
+_SOURCE_NODES: dict[type, Callable[[_TreeBuilder, Any], TreeNode | None]] = {}
+#: GuardKind -> adds the guard's leaves; False: not expressible (a python leaf instead)
+_GUARD_LEAVES: dict[GuardKind, Callable[[_TreeBuilder, Guard], bool]] = {}
+
+
+def _register(table: dict, *keys: Any) -> Callable:
+    def register(fn: Callable) -> Callable:
+        for key in keys:
+            if key in table:
+                raise ValueError(f"guard tree: a rule for {key} is already registered")
+            table[key] = fn
+        return fn
+
+    return register
+
+
+@_register(_SOURCE_NODES, LocalSource)
+def _local_node(b: _TreeBuilder, src: LocalSource) -> TreeNode | None:
+    slot = b.slots.get(src.local_name)
+    return None if slot is None else b.root.child("arg", slot, src.local_name)
+
+
+@_register(_SOURCE_NODES, ClosureSource)
+def _closure_node(b: _TreeBuilder, src: ClosureSource) -> TreeNode | None:
+    if src.index < 0:
+        return None
+    return b.root.child("closure", src.index, f"{src.local_name} (cell {src.index})")
+
+
+@_register(_SOURCE_NODES, GlobalSource, ModuleSource)
+def _global_node(b: _TreeBuilder, src: GlobalSource | ModuleSource) -> TreeNode:
+    return b.root.child("global", src.global_name, f"G[{src.global_name!r}]")
+
+
+@_register(_SOURCE_NODES, AttrSource)
+def _attr_node(b: _TreeBuilder, src: AttrSource) -> TreeNode | None:
+    base = b.node_of(src.base_source)
+    if base is None or type(src.member) is not str:
+        return None
+    return base.child("attr", sys.intern(src.member), f".{src.member}")
+
+
+@_register(_SOURCE_NODES, GetItemSource)
+def _item_node(b: _TreeBuilder, src: GetItemSource) -> TreeNode | None:
+    base = b.node_of(src.base_source)
+    return None if base is None else base.child("item", src.index, f"[{src.index!r}]")
+
+
+@_register(_SOURCE_NODES, NNModuleMemberSource)
+def _module_member_node(b: _TreeBuilder, src: NNModuleMemberSource) -> TreeNode | None:
+    base = b.node_of(src.base_source)  # base._modules[member]: shares base._modules
+    if base is None:
+        return None
+    table = base.child("attr", sys.intern(src.table), f".{src.table}")
+    return table.child("item", src.member, f"[{src.member!r}]")
+
+
+def _sourced(fn: Callable[[TreeNode, Guard], bool | None]) -> Callable[[_TreeBuilder, Guard],
+                                                                      bool]:
+    """A leaf rule for a guard on a source that is a node."""
+
+    def rule(b: _TreeBuilder, guard: Guard) -> bool:
+        node = b.node_of(guard.source) if guard.source is not None else None
+        return node is not None and fn(node, guard) is not False
+
+    return rule
+
+
+@_register(_GUARD_LEAVES, GuardKind.TENSOR_MATCH)
+@_sourced
+def _tensor_leaves(node: TreeNode, g: Guard) -> bool:
+    if not (USING_C_TENSOR_GUARD and type(g.expected) is TensorGuard):
+        return False  # the Python stand-in: a python leaf
+    node.add("tensor", g.expected, None, f"TENSOR_MATCH {g.expected!r}")
+    return True
+
+
+@_register(_GUARD_LEAVES, GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH)
+@_sourced
+def _id_leaves(node: TreeNode, g: Guard) -> None:
+    node.add("id", g.expected, None, f"id == {g.expected}  [{g.kind} {g.what}]".rstrip())
+
+
+@_register(_GUARD_LEAVES, GuardKind.NN_MODULE)
+@_sourced
+def _module_leaves(node: TreeNode, g: Guard) -> None:
+    obj_id, training = g.expected
+    node.add("id", obj_id, None, f"id == {obj_id}  [{g.kind}]")
+    node.child("attr", sys.intern("training"), ".training").add(
+        "is", training, None, f"is {training!r}")
+
+
+@_register(_GUARD_LEAVES, GuardKind.TYPE_MATCH)
+@_sourced
+def _type_leaves(node: TreeNode, g: Guard) -> None:
+    node.add("type", g.expected, None, f"type is {g.expected.__qualname__}")
+
+
+def _add_type(node: TreeNode, typ: type) -> None:
+    if not any(leaf.kind == "type" and leaf.a is typ for leaf in node.leaves):
+        node.add("type", typ, None, f"type is {typ.__qualname__}")
+
+
+@_register(_GUARD_LEAVES, GuardKind.CONSTANT_MATCH)
+def _constant_leaves(b: _TreeBuilder, g: Guard) -> bool:
+    v = g.expected
+    if isinstance(g.source, AttrTupleSource):
+        # (base.a, base.b) == v compares item by item, as `is or ==`: one leaf per attribute
+        base = b.node_of(g.source.base_source)
+        if base is None or type(v) is not tuple or len(v) != len(g.source.members):
+            return False
+        for member, item in zip(g.source.members, v, strict=True):
+            base.child("attr", sys.intern(member), f".{member}").add(
+                "same", item, None, f"== {_short(item)}  [{g.kind}]")
+        return True
+    node = b.node_of(g.source) if g.source is not None else None
+    if node is None:
+        return False
+    if v is None or v is True or v is False or v is Ellipsis:
+        node.add("is", v, None, f"is {v!r}")
+        return True
+    _add_type(node, type(v))
+    if isinstance(v, float) and v != v:
+        node.add("nan", None, None, "is nan")
+    else:
+        node.add("eq", v, None, f"== {_short(v)}")
+    return True
+
+
+@_register(_GUARD_LEAVES, GuardKind.HASATTR)
+@_sourced
+def _hasattr_leaves(node: TreeNode, g: Guard) -> bool:
+    attr, has = g.expected
+    if type(attr) is not str:
+        return False
+    node.add("hasattr", sys.intern(attr), bool(has), f"hasattr {attr!r} is {bool(has)}")
+    return True
+
+
+@_register(_GUARD_LEAVES, GuardKind.LIST_LENGTH)
+@_sourced
+def _length_leaves(node: TreeNode, g: Guard) -> None:
+    typ, n = g.expected
+    _add_type(node, typ)
+    node.add("len", n, None, f"len == {n}")
+
+
+@_register(_GUARD_LEAVES, GuardKind.DICT_KEYS)
+@_sourced
+def _keys_leaves(node: TreeNode, g: Guard) -> None:
+    typ, keys = g.expected
+    _add_type(node, typ)
+    if keys:
+        node.add("keys", list(keys), None, f"keys == {_short(list(keys))}")
+    else:
+        node.add("falsy", None, None, "empty")
+
+
+@_register(_GUARD_LEAVES, GuardKind.GRAD_MODE)
+def _grad_mode_leaves(b: _TreeBuilder, g: Guard) -> bool:
+    b.root.add("call_is", torch.is_grad_enabled, g.expected,
+               f"torch.is_grad_enabled() is {g.expected!r}")
+    return True
+
+
+def _autocast_off_leaf(b: _TreeBuilder, expected: Any) -> bool:
+    if expected is not None:
+        return False
+    b.late.append(TreeLeaf("call_is", torch._C._is_any_autocast_enabled, False,
+                           "torch._C._is_any_autocast_enabled() is False"))
+    return True
+
+
+def _no_module_hooks_leaves(b: _TreeBuilder, expected: Any) -> bool:
+    if expected is not False:
+        return False
+    hooks = b.root.child("const", torch.nn.modules.module, "torch.nn.modules.module")
+    for name in GLOBAL_MODULE_HOOK_DICTS:
+        hooks.child("attr", sys.intern(name), f".{name}").add("falsy", None, None, "empty")
+    return True
+
+
+#: global-state readers whose usual value has a cheaper check than calling them
+_GLOBAL_STATE_FAST: dict[Callable, Callable[[_TreeBuilder, Any], bool]] = {
+    _autocast_state: _autocast_off_leaf,
+    _global_module_hooks: _no_module_hooks_leaves,
+}
+
+
+@_register(_GUARD_LEAVES, GuardKind.GLOBAL_STATE)
+def _global_state_leaves(b: _TreeBuilder, g: Guard) -> bool:
+    if len(g.expected) != len(GLOBAL_STATE_READERS):
+        return False
+    for (name, read), value in zip(GLOBAL_STATE_READERS, g.expected, strict=True):
+        fast = _GLOBAL_STATE_FAST.get(read)
+        if fast is None or not fast(b, value):
+            b.late.append(TreeLeaf("call_eq", read, value, f"{name} == {_short(value)}"))
+    return True
+
+
+@_register(_GUARD_LEAVES, GuardKind.SHAPE_ENV)
+def _shape_leaves(b: _TreeBuilder, g: Guard) -> bool:
+    return False  # a Python expression over sizes: a python leaf
+
+
+_missing = [kind.name for kind in GuardKind if kind not in _GUARD_LEAVES]
+if _missing:  # every kind needs a rule (one that may answer "a python leaf")
+    raise AssertionError(f"guard tree: no leaf rule for {', '.join(_missing)}")
 
 _check_counter = itertools.count()
 
 
 def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
                    f_globals: dict[str, Any], *, name: str = "check") -> Callable[..., bool]:
-    """ONE Python function ``check(<arg names>) -> bool`` that checks every guard in order.
+    """ONE check ``check(<arg slots>) -> bool`` for all the guards: a ``GuardTree`` (C).
 
-    Each source is evaluated once, into a local, when a guard first needs it, and the
-    sources reached through it start from that local (``___v3 = ___v1._modules['fc']``):
-    a module tree's guards cost one step per edge, not one walk from the root per guard.
-    Any exception while checking (a missing attribute, a changed type) counts as a miss.
-    The function gets ``.guards``, ``.code`` and ``.failure_reason(*args)``.
+    Each value a guard reads is fetched once per call, by the tree node of its source, and
+    the values reached through it start from there: a module tree's guards cost one step
+    per edge, not one walk from the root per guard.  Any exception while checking counts as
+    a miss.  The check gets ``.guards``, ``.code`` (the printed tree) and
+    ``.failure_reason(*args)`` (the first failing guard in words, found by evaluating each
+    guard in Python: only called after the tree said no).
     """
+    if GuardTree is None:
+        raise ImportError("kiln_frontend._evalframe is not built (it holds GuardTree): run "
+                          "`python packages/frontend/hatch_build.py --inplace`")
     guard_list = guards.sorted() if isinstance(guards, GuardSet) else list(guards)
-    ns = _Namespace()
-    exprs = [g.expr(ns) for g in guard_list]  # self-contained (failure_reason)
-    params = ", ".join(arg_names)
-    lines: list[str] = []
-    local_of: dict[Source, str] = {}
-
-    def value_of(source: Source) -> str:
-        """A local holding ``source``'s value (assigned now, the first time)."""
-        name_ = local_of.get(source)
-        if name_ is not None:
-            return name_
-        base = source.base()
-        try:
-            expr = source.guard_expr_on(value_of(base)) if base is not None else None
-        except NotImplementedError:
-            expr = None
-        if expr is None:
-            expr = source.guard_expr()
-        if isinstance(source, LocalSource):  # already a local
-            local_of[source] = expr
-            return expr
-        name_ = local_of[source] = f"___v{len(local_of)}"
-        lines.append(f"{name_} = {expr}")
-        return name_
-
-    for g in guard_list:
-        x = value_of(g.source) if g.source is not None else None
-        lines.append(f"if not ({g.expr(ns, x)}): return False")
-    body = "".join(f"        {line}\n" for line in lines)
-    src = (f"def {name}({params}):\n"
-           f"    try:\n"
-           f"{body}"
-           f"        return True\n"
-           f"    except Exception:\n"
-           f"        return False\n")
-    scope: dict[str, Any] = dict(ns.values)
-    scope["G"] = f_globals
-    scope[GUARDED_FUNCTION] = guarded_function
-    scope["math"] = math  # shape guards may print math.floor(...) / torch.sym_float(...)
-    scope["torch"] = torch
     filename = f"<kiln guards {next(_check_counter)}>"
-    exec(compile(src, filename, "exec"), scope)
-    check = scope[name]
+    scope: dict[str, Any] = {"G": f_globals, GUARDED_FUNCTION: guarded_function,
+                             "math": math, "torch": torch}  # shape guards print math., torch.
+    builder = _TreeBuilder(arg_names, scope, filename)
+    for g in guard_list:
+        builder.add(g)
+    root = builder.finish()
+    check = GuardTree(len(arg_names), f_globals, root.spec())
+    nodes, leaves = root.count()
+    header = (f"def {name}({', '.join(arg_names)}):  # guard tree checked in C: {nodes} "
+              f"nodes, {leaves} leaves, {len(guard_list)} guards")
+    check.guards = guard_list
+    check.code = "\n".join([header, *root.lines("    ")]) + "\n"
+    check.failure_reason = _failure_reason_fn(guard_list, arg_names, scope, filename)
+    return check
 
-    # failure_reason: each guard on its own, with its value fetched from its source.
+
+def _failure_reason_fn(guard_list: list[Guard], arg_names: Sequence[str],
+                       scope: dict[str, Any], filename: str) -> Callable[..., str | None]:
+    """``failure_reason(*args)``: each guard on its own, in check order, its value fetched
+    from its source (compiled on first use: most entries never fail)."""
+    params = ", ".join(arg_names)
     per_guard: list[tuple[Guard, Callable, Callable | None]] = []
-    for g, e in zip(guard_list, exprs, strict=True):
-        ok_fn = eval(compile(f"lambda {params}: ({e})", filename, "eval"), scope)
-        val_fn = None
-        if g.source is not None:
-            val_fn = eval(compile(f"lambda {params}: ({g.source.guard_expr()})", filename,
-                                  "eval"), scope)
-        elif g.kind is GuardKind.SHAPE_ENV:  # the sizes it reads, by name
-            pairs = ", ".join(f"{text!r}: {code}" for text, code in g.expected.symbols)
-            val_fn = eval(compile(f"lambda {params}: {{{pairs}}}", filename, "eval"), scope)
-        per_guard.append((g, ok_fn, val_fn))
+
+    def compile_guards() -> None:
+        ns = _Namespace()
+        exprs = [g.expr(ns) for g in guard_list]
+        own = {**scope, **ns.values}
+        for g, e in zip(guard_list, exprs, strict=True):
+            ok_fn = eval(compile(f"lambda {params}: ({e})", filename, "eval"), own)
+            val_fn = None
+            if g.source is not None:
+                val_fn = eval(compile(f"lambda {params}: ({g.source.guard_expr()})", filename,
+                                      "eval"), own)
+            elif g.kind is GuardKind.SHAPE_ENV:  # the sizes it reads, by name
+                pairs = ", ".join(f"{text!r}: {code}" for text, code in g.expected.symbols)
+                val_fn = eval(compile(f"lambda {params}: {{{pairs}}}", filename, "eval"), own)
+            per_guard.append((g, ok_fn, val_fn))
 
     def failure_reason(*args: Any) -> str | None:
+        if not per_guard and guard_list:
+            compile_guards()
         for g, ok_fn, val_fn in per_guard:
             try:
                 ok = bool(ok_fn(*args))
@@ -517,10 +847,7 @@ def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
                 return g.describe_failure(value)
         return None
 
-    check.guards = guard_list  # type: ignore[attr-defined]
-    check.code = src  # type: ignore[attr-defined]
-    check.failure_reason = failure_reason  # type: ignore[attr-defined]
-    return check
+    return failure_reason
 
 
 def format_guards(guards: Iterable[Guard]) -> str:
