@@ -123,3 +123,27 @@ def test_rewrites_match_eager_across_threads(threads):
             run(_PointwiseConvs().eval(), torch.randn(1, 3, 12, 5), atol=1e-4, rtol=1e-4)
     finally:
         torch.set_num_threads(old)
+
+
+def test_broadcast_bias_stays_in_addmm():
+    """A bias of one element broadcast over the columns is not a per-column bias."""
+    torch.manual_seed(0)
+
+    def f(x, w, b):
+        return torch.addmm(b, x, w).relu()
+
+    c = run(f, torch.randn(6, 5), torch.randn(5, 7), torch.randn(1), atol=1e-5, rtol=1e-5)
+    assert _extern_ops(c) == ["aten.addmm.default"]
+
+
+def test_dynamic_rows_bias_in_the_consumer_kernel():
+    torch.manual_seed(0)
+
+    def f(x, w, b):
+        return torch.addmm(b, x, w).relu()
+
+    args = torch.randn(6, 5), torch.randn(5, 7), torch.randn(7)
+    c = run(f, *args, dynamic=True, atol=1e-5, rtol=1e-5)
+    assert _extern_ops(c) == ["aten.mm.default"]
+    x = torch.randn(9, 5)
+    torch.testing.assert_close(c(x, args[1], args[2])[0], f(x, args[1], args[2]))

@@ -157,11 +157,12 @@ def _plus_bias(product, bias, channel_dim: int) -> Pointwise:
                      lambda idx: ops.add(load(idx), load_bias([idx[channel_dim]])))
 
 
-def _bias_in_epilogue(node, bias) -> bool:
-    """Move a matmul's 1-d float32/64 bias into its consumers' kernel when they are all
-    elementwise: the product is then written once (addmm first copies the bias into the
-    output, then accumulates into it: one more pass over the result)."""
-    return (MATMUL_REWRITES and bias is not None and len(bias.get_size()) == 1 and bias.get_dtype() in _EXACT_DTYPES
+def _bias_in_epilogue(node, bias, channels) -> bool:
+    """Move a matmul's float32/64 bias of ``channels`` elements into its consumers' kernel
+    when they are all elementwise: the product is then written once (addmm first copies the
+    bias into the output, then accumulates into it: one more pass over the result)."""
+    return (MATMUL_REWRITES and bias is not None and bias.get_dtype() in _EXACT_DTYPES
+            and list(bias.get_size()) == [sympify(channels)]
             and only_pointwise_users(node))
 
 
@@ -174,7 +175,7 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     the bias added in the consumer's kernel (``_bias_in_epilogue``)."""
     node, meta = current().current_node, meta_val()
     if (beta == 1 and alpha == 1 and isinstance(meta, torch.Tensor) and meta.dtype in _EXACT_DTYPES
-            and _bias_in_epilogue(node, bias)):
+            and _bias_in_epilogue(node, bias, current().expr(meta.shape[-1]))):
         return _plus_bias(make_extern(aten.mm.default, [a, b], {}, meta), bias, 1)
     kwargs = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
     return make_extern(aten.addmm.default, [bias, a, b], kwargs, meta)
@@ -210,7 +211,7 @@ def conv_as_matmul(node, x, weight, bias, stride, padding, dilation, transposed,
     rows = ReinterpretView(x.data, Layout(dev, dtype, [n * h * w, c], [c, 1], x.layout.offset))
     cols = ReinterpretView(weight, Layout(dev, dtype, [c, k], [ws[1], ws[0]], weight.layout.offset))
     product_meta = meta.new_empty_strided((n * h * w, k), (k, 1))
-    epilogue = _bias_in_epilogue(node, bias)
+    epilogue = _bias_in_epilogue(node, bias, k)
     if bias is None or epilogue:
         product = make_extern(aten.mm.default, [rows, cols], {}, product_meta)
     else:
