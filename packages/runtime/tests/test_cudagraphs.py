@@ -5,6 +5,7 @@ the real thing on CUDA (marked ``cuda``)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import pytest
 import torch
@@ -343,3 +344,36 @@ def test_cuda_failed_capture_falls_back_and_leaves_random_ops_working():
                           text=True, timeout=120)
     assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
     assert "generator was released" in done.stderr
+
+
+def test_a_pool_whose_graphs_are_all_freed_is_not_recorded_into_again(monkeypatch):
+    # torch retires a private pool when its last graph is freed; recording into the old
+    # handle again trips an allocator assert, so the engine forgets it
+    from kiln_runtime.cudagraphs import CudaGraphEngine
+
+    monkeypatch.setattr(CudaGraphEngine, "_pools", {0: "pool-a"})
+    monkeypatch.setattr(CudaGraphEngine, "_live", Counter({"pool-a": 2}))
+    CudaGraphEngine._graph_freed(0, "pool-a")
+    assert CudaGraphEngine._pools == {0: "pool-a"}
+    CudaGraphEngine._graph_freed(0, "pool-a")
+    assert CudaGraphEngine._pools == {} and not CudaGraphEngine._live
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_records_again_after_every_graph_of_the_pool_was_freed():
+    import gc
+
+    w = torch.randn(16, 16, device="cuda")
+
+    def fn(args):
+        return [args[0] @ w + 1]
+
+    for _ in range(2):  # the second runner records after the first one's graphs are gone
+        runner = CudaGraphRunner(fn, name="cuda-pool")
+        x = torch.randn(4, 16, device="cuda")
+        for _ in range(3):
+            torch.testing.assert_close(runner(x)[0], x @ w + 1)
+        assert runner.skip_reason is None and runner.entries
+        del runner
+        gc.collect()

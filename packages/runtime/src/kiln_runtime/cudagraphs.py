@@ -176,33 +176,58 @@ def _release_generator(device: torch.device) -> None:
 
 
 class CudaGraphEngine:
-    """``torch.cuda.CUDAGraph`` recording into one memory pool per device."""
+    """``torch.cuda.CUDAGraph`` recording into one memory pool per device.
+
+    A pool lives while a graph recorded into it does: when the last one is freed, torch's
+    allocator retires the pool, and recording into its handle again trips an internal assert
+    (``use_count > 0``). So the engine counts the live graphs of each pool and starts a fresh
+    pool once none is left (``pool`` is looked up at each capture, not kept)."""
 
     device_type = "cuda"
-    _pools: dict[int, Any] = {}
+    _pools: dict[int, Any] = {}  # device index -> the pool handle graphs record into now
+    _live: Counter = Counter()  # pool handle -> graphs recorded into it, still alive
 
     def __init__(self, device: torch.device | int | None = None):
         index = torch.device("cuda" if device is None else device)
         if index.index is None:
             index = torch.device("cuda", torch.cuda.current_device())
         self.device = index
+
+    @property
+    def pool(self) -> Any:
         with _lock:
-            if index.index not in self._pools:
-                self._pools[index.index] = torch.cuda.graph_pool_handle()
-            self.pool = self._pools[index.index]
+            if self.device.index not in self._pools:
+                self._pools[self.device.index] = torch.cuda.graph_pool_handle()
+            return self._pools[self.device.index]
+
+    @classmethod
+    def _graph_freed(cls, index: int, pool: Any) -> None:
+        with _lock:
+            cls._live[pool] -= 1
+            if cls._live[pool] <= 0:
+                del cls._live[pool]
+                if cls._pools.get(index) == pool:  # retired by torch: the next capture starts anew
+                    del cls._pools[index]
 
     def capture(self, fn: Callable, inputs: list) -> tuple[Any, list, int]:
         for hook in BEFORE_CAPTURE:
             hook()
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
+        pool = self.pool
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=pool):
                 outputs = fn(list(inputs))
         except BaseException:
             _release_generator(self.device)
+            with _lock:  # a pool no live graph holds is retired with the failed one
+                if not self._live[pool] and self._pools.get(self.device.index) == pool:
+                    del self._pools[self.device.index]
             raise
+        with _lock:
+            self._live[pool] += 1
+        weakref.finalize(graph, CudaGraphEngine._graph_freed, self.device.index, pool)
         torch.cuda.synchronize(self.device)
         return graph, list(outputs), torch.cuda.memory_reserved(self.device) - before
 
@@ -228,8 +253,10 @@ class _Slot:
     views (``graph`` outputs), copied (outputs that alias a static input buffer) or returned as
     is (outputs that alias a stable input)."""
 
-    def __init__(self, handle: Any, outputs: list, kinds: list[str], label: str):
+    def __init__(self, handle: Any, outputs: list, kinds: list[str], label: str,
+                 pool: _PoolSlots):
         self.handle = handle
+        self.pool = pool  # the slots of the memory pool it was recorded into
         self.outputs = outputs
         self.kinds = kinds
         self.label = label
@@ -364,7 +391,6 @@ class CudaGraphRunner:
         self.bucketed = bucketed
         self.settings = settings
         self.entries: dict[tuple, _Entry] = {}  # by ``_key``
-        self._pool_slots: _PoolSlots | None = None
         self.warmed_up = False
         self.skip_reason: str | None = None
         self._logged: set[str] = set()
@@ -557,9 +583,8 @@ class CudaGraphRunner:
 
     def _pick_slot(self, entry: _Entry, inputs: Sequence) -> tuple[_Slot | None, bool]:
         """(slot to replay, whether its outputs are copied out)."""
-        pool = self._pool()
         for slot in entry.slots:
-            if not slot.outputs_held() and not pool.later_outputs_held(slot):
+            if not slot.outputs_held() and not slot.pool.later_outputs_held(slot):
                 return slot, False
         if len(entry.slots) < self.config.alias_slots:
             slot = self._record(entry, f"alias {len(entry.slots)}", inputs)
@@ -567,26 +592,22 @@ class CudaGraphRunner:
             return slot, False
         if entry.copy_slot is None:
             entry.copy_slot = self._record(entry, "copy", inputs)
-        if pool.later_outputs_held(entry.copy_slot):
+        if entry.copy_slot.pool.later_outputs_held(entry.copy_slot):
             return None, True
         return entry.copy_slot, True
-
-    def _pool(self) -> _PoolSlots:
-        if self._pool_slots is None:
-            self._pool_slots = _slots_of_pool(self.engine.pool)
-        return self._pool_slots
 
     def _record(self, entry: _Entry, label: str, inputs: Sequence) -> _Slot:
         # stable inputs are recorded in place (their addresses are in the entry's signature)
         graph_inputs = self._graph_inputs(entry, inputs)
+        pool = _slots_of_pool(self.engine.pool)  # the pool this capture records into
         try:
             handle, outputs, pool_bytes = self.engine.capture(self.fn, graph_inputs)
         except Exception as e:  # e.g. a synchronizing op inside the capture
             raise _CaptureFailed(f"{type(e).__name__}: {e}") from e
         kinds = self._output_kinds(entry, graph_inputs, outputs)
-        slot = _Slot(handle, outputs, kinds, label)
+        slot = _Slot(handle, outputs, kinds, label, pool)
         if label != "copy":  # a copy slot's outputs are cloned at once: never held
-            self._pool().add(slot)
+            pool.add(slot)
         record = Recording(
             runner=self.name,
             signature=entry.signature,
