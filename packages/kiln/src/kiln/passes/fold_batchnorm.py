@@ -38,44 +38,18 @@ _BN_ARG_NAMES = ("input", "running_mean", "running_var", "weight", "bias", "trai
 
 @dataclasses.dataclass
 class FoldedParams:
-    """The guard of a folded graph: source tensors with their versions at fold time, and the
-    BatchNorm modules that must stay in eval mode."""
+    """What a folded graph depends on: source tensors with their versions at fold time, and
+    the BatchNorm modules that must stay in eval mode (``kiln.cache.WeightsGuard`` checks them
+    at each call and compiles again when one changed)."""
 
     sources: list[tuple[torch.Tensor, int]] = dataclasses.field(default_factory=list)
     eval_modules: list[nn.Module] = dataclasses.field(default_factory=list)
     folded: int = 0  # conv+batchnorm pairs folded
 
-    def still_valid(self) -> bool:
-        """False once a source tensor was written in place or a BatchNorm left eval mode."""
-        for t, version in self.sources:
-            if t._version != version:
-                return False
-        return not any(m.training for m in self.eval_modules)
-
     def guard_copies(self, tensors) -> None:
         """Also guard tensors the compiled graph holds a copy of (a weight stored
         channels-last): an in-place write to one recompiles, as for a folded source."""
         self.sources.extend((t, t._version) for t in tensors)
-
-    def guarding(self, compiled, rebuild):
-        """``compiled`` behind this guard: a call after a source changed (or a BatchNorm left
-        eval mode) compiles again through ``rebuild()`` (which folds the new values) and
-        uses that from then on, with one log line. No fold: ``compiled`` itself."""
-        if not self.sources:
-            return compiled
-        state = {"compiled": compiled, "guard": self}
-
-        def call(*args):
-            if not state["guard"].still_valid():
-                log.info("kiln: parameters folded or copied into constants changed since "
-                         "compile (or a BatchNorm left eval mode): compiling again")
-                state["compiled"] = rebuild()
-                state["guard"] = FoldedParams()  # the rebuilt graph carries its own guard
-            return state["compiled"](*args)
-
-        call.compiled = compiled
-        call.folded_params = self
-        return call
 
     def __str__(self) -> str:
         return (f"FoldedParams({self.folded} conv+batchnorm folded, guarding "
