@@ -113,6 +113,34 @@ class VariableTracker:
         return self.describe()
 
 
+class KnownCallableVariable(VariableTracker):
+    """One known Python callable (a builtin, a torch function, a function with a handler):
+    it is its own constant, and generated code reloads it from its source, or loads the
+    object itself when it has none."""
+
+    def __init__(self, fn: Any, *, source=None):
+        super().__init__(source=source)
+        self.fn = fn
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+    def describe(self) -> str:
+        return f"{type(self).__name__}({self.name})"
+
+    def reconstruct(self, codegen: PyCodegen) -> None:
+        if self.source is not None:
+            return self.source.reconstruct(codegen)
+        codegen.load_const_object(self.fn)
+
+
 # --------------------------------------------------------------------------------------
 # @tracker_for registry
 # --------------------------------------------------------------------------------------

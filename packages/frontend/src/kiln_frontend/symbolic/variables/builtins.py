@@ -18,7 +18,7 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .functions import (
     NestedUserFunctionVariable,
@@ -59,13 +59,9 @@ def is_builtin_callable(value: Any) -> bool:
 
 
 @tracker_for(types.BuiltinFunctionType)
-class BuiltinVariable(VariableTracker):
+class BuiltinVariable(KnownCallableVariable):
     """``len``, ``isinstance``, ``range``, ``operator.add``...: folded on constants, turned
     into graph nodes on tensors where that means something, a graph break otherwise."""
-
-    def __init__(self, fn: Any, *, source=None):
-        super().__init__(source=source)
-        self.fn = fn
 
     @classmethod
     def wrap(cls, builder, value):
@@ -76,24 +72,6 @@ class BuiltinVariable(VariableTracker):
         if builder.source is not None:  # a global, a module's or an object's attribute
             builder.install_identity_guard(value, what="builtin")
         return cls(value, source=builder.source)
-
-    def as_python_constant(self) -> Any:
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__name__", repr(self.fn))
-
-    def describe(self) -> str:
-        return f"BuiltinVariable({self.name})"
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .misc import ObjectSetattrVariable

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...exc import Unsupported
 from ...sources import AttrSource
-from .base import VariableTracker
+from .base import KnownCallableVariable, VariableTracker
 
 #: Python functions traced by what they mean (consulted by the VariableBuilder)
 PYTHON_FUNCTION_HANDLERS: dict[Any, Any] = {}
@@ -119,31 +119,16 @@ register_python_function(copy.deepcopy, _deepcopy)
 register_python_function(copy.copy, _copy)
 
 
-class HandledFunctionVariable(VariableTracker):
+class HandledFunctionVariable(KnownCallableVariable):
     """A Python function with an entry in ``PYTHON_FUNCTION_HANDLERS``."""
-
-    def __init__(self, fn: Any, *, source=None):
-        super().__init__(source=source)
-        self.fn = fn
 
     @classmethod
     def wrap(cls, builder, value):
         builder.install_identity_guard(value, what="function")
         return cls(value, source=builder.source)
 
-    def as_python_constant(self) -> Any:
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
     def call_function(self, tx, args, kwargs):
         return PYTHON_FUNCTION_HANDLERS[self.fn](tx, list(args), dict(kwargs))
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
 
     def describe(self) -> str:
         return f"HandledFunctionVariable({self.fn.__module__}.{self.fn.__qualname__})"

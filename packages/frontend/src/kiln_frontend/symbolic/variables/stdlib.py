@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ...exc import Unsupported
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .containers import ConstDictVariable
 
@@ -254,16 +254,12 @@ def _construct_torch_module(tx, cls, args, kwargs):
 # -- functools.lru_cache / functools.cache wrappers ---------------------------------------------
 
 @tracker_for(functools._lru_cache_wrapper)
-class LruCacheFunctionVariable(VariableTracker):
+class LruCacheFunctionVariable(KnownCallableVariable):
     """A function wrapped by ``functools.lru_cache``/``cache`` (library predicates such as
     transformers' ``is_torch_distributed_available()``).  On constant arguments it is called
     while tracing and a constant result is folded: its cache fixes the value eager would get
     from then on.  Otherwise ``__wrapped__`` is inlined (the cache is bypassed, as
     TorchDynamo does)."""
-
-    def __init__(self, fn: Any, *, source=None):
-        super().__init__(source=source)
-        self.fn = fn
 
     @classmethod
     def wrap(cls, builder, value):
@@ -272,12 +268,6 @@ class LruCacheFunctionVariable(VariableTracker):
         if builder.source is not None:
             builder.install_guard(GuardKind.FUNCTION_MATCH, id(value), what="lru_cache function")
         return cls(value, source=builder.source)
-
-    def as_python_constant(self) -> Any:
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
 
     def call_function(self, tx, args, kwargs):
         from .constant import is_constant_value
@@ -299,11 +289,6 @@ class LruCacheFunctionVariable(VariableTracker):
         base = self.source if self.source is not None else tx.output.pinned_source(self.fn)
         inner = tx.wrap_value(self.fn.__wrapped__, AttrSource(base, "__wrapped__"))
         return tx.call_function(inner, list(args), dict(kwargs))
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
 
     def describe(self) -> str:
         return f"LruCacheFunctionVariable({getattr(self.fn, '__qualname__', '?')})"

@@ -12,7 +12,7 @@ import torch
 from ...exc import Unsupported
 from ...guards import Guard, GuardKind
 from ...sources import AttrSource, Source
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import wrap_constant_result
 
 #: modules whose public functions become single call_function nodes
@@ -92,12 +92,8 @@ def is_torch_callable(value: Any) -> bool:
     return False
 
 
-class TorchFunctionVariable(VariableTracker):
+class TorchFunctionVariable(KnownCallableVariable):
     """A torch function: calling it on trackers adds a ``call_function`` node."""
-
-    def __init__(self, fn: Any, *, source=None):
-        super().__init__(source=source)
-        self.fn = fn
 
     @classmethod
     def wrap(cls, builder, value):
@@ -105,19 +101,6 @@ class TorchFunctionVariable(VariableTracker):
         if builder.source is not None:
             builder.install_identity_guard(value, what="function")
         return cls(value, source=builder.source)
-
-    def as_python_constant(self) -> Any:
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__name__", repr(self.fn))
-
-    def describe(self) -> str:
-        return f"TorchFunctionVariable({self.name})"
 
     def call_function(self, tx, args, kwargs):
         fn = self.fn
@@ -142,11 +125,6 @@ class TorchFunctionVariable(VariableTracker):
             if tensor is not None:
                 return tensor
         return tx.output.create_graph_op("call_function", fn, args, kwargs)
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
 
 
 @tracker_for(types.ModuleType)
@@ -191,7 +169,6 @@ class PythonModuleVariable(VariableTracker):
         if self.source is not None:
             return self.source.reconstruct(codegen)
         codegen.load_const_object(self.module)
-
 
 
 # -- torch's own Python helpers that models call: folded or handled, never inlined ---------
@@ -321,27 +298,12 @@ def _special_functions() -> dict[Any, Any]:
 TORCH_SPECIAL_FUNCTIONS: dict[Any, Any] = _special_functions()
 
 
-class TorchSpecialFunctionVariable(VariableTracker):
+class TorchSpecialFunctionVariable(KnownCallableVariable):
     """A torch helper written in Python with a fixed meaning while tracing
     (``torch._assert``, ``torch.jit.is_scripting``...)."""
 
-    def __init__(self, fn: Any, *, source=None):
-        super().__init__(source=source)
-        self.fn = fn
-
-    def as_python_constant(self) -> Any:
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
     def call_function(self, tx, args, kwargs):
         return TORCH_SPECIAL_FUNCTIONS[self.fn](tx, args, kwargs)
-
-    def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
 
     def describe(self) -> str:
         return f"TorchSpecialFunctionVariable({getattr(self.fn, '__qualname__', self.fn)})"
