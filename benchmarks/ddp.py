@@ -56,6 +56,7 @@ import torch.multiprocessing as mp  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from _common import RESULTS_DIR, first_line, fresh_cache_dirs  # noqa: E402
+from _models import PreNormBlock  # noqa: E402
 
 VARIANTS = ("eager", "torch.compile", "kiln", "kiln-inner")
 #: (rtol, atol) of the per-step losses and of the final parameters, against eager DDP
@@ -93,25 +94,6 @@ CONFIGS = {
 # ------------------------------------------------------------------------------ the model
 
 
-class Block(nn.Module):
-    """Pre-norm encoder block: self-attention (SDPA) and a GELU MLP, each with a residual."""
-
-    def __init__(self, d: int, heads: int):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.heads = heads
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
 class Encoder(nn.Module):
     """Token + position embeddings, ``layers`` blocks, a final layernorm and a vocab head."""
 
@@ -119,7 +101,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(cfg.vocab, cfg.d_model)
         self.pos = nn.Parameter(torch.randn(cfg.seq, cfg.d_model) * 0.02)
-        self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.heads) for _ in range(cfg.layers))
+        self.blocks = nn.ModuleList(PreNormBlock(cfg.d_model, cfg.heads) for _ in range(cfg.layers))
         self.ln = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
 

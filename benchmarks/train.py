@@ -50,6 +50,7 @@ from _common import (  # noqa: E402
     markdown_table,
     median_time,
 )
+from _models import PreNormBlock  # noqa: E402
 
 COMPILERS = ("eager", "inductor", "kiln")
 
@@ -74,21 +75,9 @@ class MLP(nn.Module):
         return self.fc3(F.relu(self.fc2(F.gelu(self.fc1(x)))))
 
 
-class Block(nn.Module):
-    def __init__(self, d=256, heads=4):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.heads = heads
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+def transformer_block():
+    """The transformer-block workload: causal self-attention, d 256, 4 heads."""
+    return PreNormBlock(256, 4, causal=True)
 
 
 def _mse(out) -> torch.Tensor:
@@ -133,7 +122,7 @@ def workloads(device: str) -> list[Workload]:
     mm, mb, loss = _bert(128, 2, 2, 512, 1000, 64, 8, torch.float32, device)
     return [
         Workload("mlp", MLP, lambda: (torch.randn(64, 256),), _mse),
-        Workload("block", Block, lambda: (torch.randn(8, 64, 256),), _mse),
+        Workload("block", transformer_block, lambda: (torch.randn(8, 64, 256),), _mse),
         Workload("resnet18", resnet18, lambda: (torch.randn(8, 3, 64, 64),), _mse),
         Workload("bert-small", mm, mb, loss),
     ]
