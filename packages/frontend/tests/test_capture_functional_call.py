@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _counting_backend import CountingBackend
+from _counting_backend import CountingBackend, one_graph
 from kiln_frontend import compile as kiln_compile
 from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
@@ -31,19 +31,11 @@ class Net(nn.Module):
         return self.head(torch.relu(self.norm(self.lin(x)))) * scale
 
 
-def _one_graph(fn, *args):
-    backend = CountingBackend()
-    expected = fn(*args)
-    actual = kiln_compile(fn, backend=backend, fullgraph=True)(*args)
-    torch.testing.assert_close(actual, expected)
-    assert len(backend.graphs) == 1, [gm.code for gm in backend.graphs]
-    return backend.graphs[0]
-
 
 @pytest.mark.filterwarnings("ignore:`torch.nn.utils.stateless.functional_call` is deprecated")
 @pytest.mark.parametrize("call", [torch.func.functional_call,
                                   torch.nn.utils.stateless.functional_call])
-def test_functional_call_replaces_parameters_in_one_graph(call):
+def test_functional_call_replaces_parameters_inone_graph(call):
     net = Net().eval()
     params = {k: torch.randn_like(v) for k, v in net.named_parameters()}
     before = {k: v.clone() for k, v in net.state_dict().items()}
@@ -51,7 +43,7 @@ def test_functional_call_replaces_parameters_in_one_graph(call):
     def f(x):
         return call(net, params, (x,), {"scale": 2.0})
 
-    gm = _one_graph(f, torch.randn(3, 4))
+    gm = one_graph(f, torch.randn(3, 4))
     # the given tensors are used, not the module's own
     eager_own = net(torch.ones(3, 4))
     torch.testing.assert_close(kiln_compile(f, backend="eager")(torch.ones(3, 4)),
@@ -70,7 +62,7 @@ def test_functional_call_partial_dict_buffers_and_tuple_of_dicts():
     def f(x):
         return torch.func.functional_call(net, (weights, buffers), x)
 
-    _one_graph(f, torch.randn(3, 4))
+    one_graph(f, torch.randn(3, 4))
 
 
 def test_functional_call_tied_weights_follow_the_given_one():
@@ -90,7 +82,7 @@ def test_functional_call_tied_weights_follow_the_given_one():
     def f(x):
         return torch.func.functional_call(m, params, (x,))
 
-    _one_graph(f, torch.randn(2, 3))
+    one_graph(f, torch.randn(2, 3))
 
 
 def test_functional_call_with_an_unknown_name_is_refused_not_wrong():
