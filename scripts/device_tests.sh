@@ -8,6 +8,7 @@
 #     bash scripts/device_tests.sh bench_runtime   # CUDA graphs (benchmarks/gpu_runtime.py)
 #     bash scripts/device_tests.sh bench_train     # a training step (benchmarks/train.py)
 #     bash scripts/device_tests.sh bench_ddp       # DDP, 2 GPUs, NCCL (benchmarks/ddp.py; x2 kind)
+#     bash scripts/device_tests.sh profile         # kernel-by-kernel GPU time, kiln vs torch.compile
 # (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
 # fp16 models against torch.compile.)
 set -euo pipefail
@@ -26,5 +27,6 @@ case "$what" in
   bench_runtime) python3 -u benchmarks/gpu_runtime.py "$@" ;;
   bench_train) python3 -u benchmarks/train.py --device cuda "$@" ;;
   bench_ddp) python3 -u benchmarks/ddp.py --device cuda "$@" ;;
-  *) echo "unknown target $what (frontend|all|bench_gpu|bench_runtime|bench_train|bench_ddp)" >&2; exit 2 ;;
+  profile) python3 -u benchmarks/gpu_profile.py "$@" ;;
+  *) echo "unknown target $what (frontend|all|bench_gpu|bench_runtime|bench_train|bench_ddp|profile)" >&2; exit 2 ;;
 esac

@@ -1,0 +1,170 @@
+"""Where GPU time goes, kernel by kernel: kiln against torch.compile on the same workload.
+
+    python benchmarks/gpu_profile.py [--cases resnet18_b1,bert_small_b1,...] [--out DIR]
+
+For each case, both compilers (default mode) are warmed up, then five calls run under
+``torch.profiler``; the table lists each compiler's CUDA kernels by time per call (with how
+many launches per call), the GPU time per call, and the synchronized wall time per call. The
+gap between GPU time and wall time is launch overhead (what CUDA graphs remove); a kernel
+that is slower than the other compiler's counterpart shows in the top rows. Results go as
+JSON to ``--out`` (default ``$OUT`` or ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_profile {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _inference(name: str):
+    import gpu_runtime
+
+    model, inputs = gpu_runtime.build(name)
+    return model, inputs, None
+
+
+def _vit_fp16():
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests-integration"))
+    import _torchvision_shim
+
+    _torchvision_shim.install()
+    import timm
+
+    model = timm.create_model("vit_base_patch16_224", pretrained=False).eval().cuda().half()
+    return model, (torch.randn(32, 3, 224, 224, device="cuda", dtype=torch.half),), None
+
+
+def _bert_train_fp16():
+    import train
+
+    work = train.workloads("cuda")[0]
+    return work.make_model(), work.make_batch(), work.loss
+
+
+CASES = {
+    "resnet18_b1": lambda: _inference("resnet18"),
+    "bert_small_b1": lambda: _inference("bert_small"),
+    "gpt2_small_b1": lambda: _inference("gpt2_small"),
+    "vit_base_fp16_b32": _vit_fp16,
+    "bert_base_train_fp16": _bert_train_fp16,
+}
+
+
+def _compiled(model, compiler: str):
+    import torch
+
+    if compiler == "inductor":
+        torch._dynamo.reset()
+        return torch.compile(model)
+    import kiln
+    import kiln_frontend
+
+    kiln_frontend.reset()
+    return kiln.compile(model)
+
+
+def _step(fn, inputs, loss, params):
+    import torch
+
+    if loss is None:
+        def run():
+            with torch.no_grad():
+                return fn(*inputs)
+        return run
+
+    def run():
+        for p in params:
+            p.grad = None
+        out = loss(fn(*inputs))
+        out.backward()
+        return out
+    return run
+
+
+def profile_one(case: str, compiler: str, calls: int = 5) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    model, inputs, loss = CASES[case]()
+    if loss is None:
+        model = model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    run = _step(_compiled(model, compiler), inputs, loss, params)
+    t0 = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    walls = []
+    for _ in range(20):
+        t = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - t) * 1e3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            run()
+        torch.cuda.synchronize()
+    per_kernel: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    for evt in prof.events():
+        if evt.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        entry = per_kernel[evt.name]
+        entry[0] += evt.time_range.elapsed_us() / calls / 1e3
+        entry[1] += 1 / calls
+    rows = sorted(([k, round(v[0], 4), round(v[1], 1)] for k, v in per_kernel.items()),
+                  key=lambda r: -r[1])
+    gpu_ms = sum(r[1] for r in rows)
+    return {"first_call_s": round(first, 2), "wall_ms": round(statistics.median(walls), 4),
+            "gpu_ms": round(gpu_ms, 4), "launches": round(sum(r[2] for r in rows), 1),
+            "kernels": rows}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args(argv)
+    results = {}
+    for case in args.cases.split(","):
+        results[case] = {}
+        for compiler in ("kiln", "inductor"):
+            log(f"{case} / {compiler}")
+            try:
+                r = profile_one(case, compiler)
+            except Exception as e:  # one failing case must not hide the others
+                log(f"  failed: {type(e).__name__}: {e}")
+                results[case][compiler] = {"error": f"{type(e).__name__}: {e}"}
+                continue
+            results[case][compiler] = r
+            log(f"  first call {r['first_call_s']} s, wall {r['wall_ms']} ms, GPU {r['gpu_ms']} ms, "
+                f"{r['launches']} launches/call")
+            for name, ms, n in r["kernels"][: args.top]:
+                print(f"    {ms:9.4f} ms  x{n:<5} {name[:110]}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_profile.json").write_text(json.dumps(results, indent=1))
+    log(f"wrote {out / 'gpu_profile.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
