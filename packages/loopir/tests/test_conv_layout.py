@@ -1,20 +1,22 @@
 """The one layout choice for convolutions (``conv_prefers_channels_last``): CPU float32 and
-CUDA fp16/bf16 2-d convolutions run channels-last; everything else keeps eager's layout. CUDA
-is asked directly (no GPU here: the choice is a function of device type and dtype)."""
+CUDA float32/fp16/bf16 2-d convolutions run channels-last; everything else keeps eager's
+layout. CUDA is asked directly (no GPU here: the choice is a function of device type and
+dtype). On CUDA the bias is added in the consumer's kernel (aten's cuDNN path adds it in a
+kernel of its own); checked on the lowered IR of a CPU graph with the device policy swapped."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from kiln_loopir.lowerings.extern import (
-    CHANNELS_LAST_CONVS,
+    CONV_LIBRARIES,
     conv_prefers_channels_last,
     runs_channels_last,
 )
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cuda_half_convolutions_run_channels_last(dtype, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_convolutions_run_channels_last(dtype, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "enabled", True)
     assert conv_prefers_channels_last("cuda", dtype, 4, False)
     assert not conv_prefers_channels_last("cuda", dtype, 4, True)  # transposed
@@ -24,10 +26,33 @@ def test_cuda_half_convolutions_run_channels_last(dtype, monkeypatch):
     assert not conv_prefers_channels_last("cuda", dtype, 4, False)
 
 
-def test_cuda_float32_and_other_devices_keep_eager_layout():
-    assert not conv_prefers_channels_last("cuda", torch.float32, 4, False)
+def test_other_devices_keep_eager_layout():
+    assert not conv_prefers_channels_last("cuda", torch.float64, 4, False)
     assert not conv_prefers_channels_last("mps", torch.float16, 4, False)
-    assert "mps" not in CHANNELS_LAST_CONVS
+    assert "mps" not in CONV_LIBRARIES
+
+
+def _conv_relu_graph():
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 8, 8)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: torch.relu(conv(x)))(x)
+    return gm, x, torch.relu(conv(x))
+
+
+@pytest.mark.parametrize("fused_bias", [True, False])
+def test_bias_goes_to_the_consumer_where_the_library_adds_it_apart(fused_bias, monkeypatch):
+    import dataclasses
+
+    import kiln_loopir
+
+    lib = CONV_LIBRARIES["cpu"]
+    monkeypatch.setitem(CONV_LIBRARIES, "cpu", dataclasses.replace(lib, fused_bias=fused_bias))
+    gm, x, want = _conv_relu_graph()
+    graph = kiln_loopir.lower(gm, [x])
+    (conv,) = [b for b in graph.buffers if getattr(b, "op", None) is torch.ops.aten.convolution.default]
+    assert (conv.inputs[2] is None) == (not fused_bias)
+    (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
+    torch.testing.assert_close(got, want)
 
 
 def test_cpu_choice_is_unchanged():

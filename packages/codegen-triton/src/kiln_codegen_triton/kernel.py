@@ -58,8 +58,11 @@ SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
 ROW_LOOP_FUSION = True
 #: looped softmax: sum(exp(x - max)) joins the max's loop, rescaled online (``online_rescale``)
 ONLINE_SOFTMAX = True
+#: the module-level names the launcher loads; each aliases the kernel's descriptive name
 KERNEL_NAME = "kiln_kernel"
 FINAL_NAME = "kiln_kernel_final"
+#: at most this many op names in a kernel's descriptive name (``kiln_red_exp_sub_max_sum``)
+NAME_OPS = 6
 
 TL_DTYPES: dict[torch.dtype, str] = {
     torch.float32: "tl.float32",
@@ -196,6 +199,7 @@ class TritonKernel:
         self.rcache: dict[str, TVal] = {}  # row-scope CSE
         self.names: dict[str, str] = {}  # sympy symbol name -> Triton variable
         self.welford: dict[str, tuple[str, str]] = {}  # value variable -> (state prefix, count)
+        self.op_names: dict[str, None] = {}  # ops in the order emitted: the kernel's name
         self.tiling = self._plan_tiling()
         self.online: dict[int, OnlineSum] = {}  # sum node -> its online rewrite over a max node
         self.online_max: dict[int, tuple[str, torch.dtype, str]] = {}  # max node -> (acc, dtype, result)
@@ -296,6 +300,7 @@ class TritonKernel:
             split_params = ["coop_ws", "coop_tickets", "rchunk", "nsplit"]
             consts.append("SPLITB: tl.constexpr")
         sig = ", ".join(params + numel_params + split_params + consts)
+        name = self.kernel_name()
         out = [
             "import triton",
             "import triton.language as tl",
@@ -304,13 +309,26 @@ class TritonKernel:
             HELPERS,
             "",
             "@triton.jit",
-            f"def {KERNEL_NAME}({sig}):",
+            f"def {name}({sig}):",
         ]
         out += ["    " + ln for ln in self.lines[body_start:]] or ["    pass"]
+        out += ["", "", f"{KERNEL_NAME} = {name}"]
         if self.tiling.split:
-            out += ["", "", "@triton.jit", f"def {FINAL_NAME}({sig}):"]
+            out += ["", "", "@triton.jit", f"def {name}_final({sig}):"]
             out += ["    " + ln for ln in self._final_kernel()]
+            out += ["", "", f"{FINAL_NAME} = {name}_final"]
         return "\n".join(out) + "\n"
+
+    def kernel_name(self) -> str:
+        """What profilers show: tiling kind and the ops it runs (``kiln_per_sub_exp_sum_div``).
+
+        Made from the kernel's content, never its position, so identical kernels (a model's
+        repeated layers) keep identical sources and share one compile."""
+        t = self.tiling
+        kind = ("coop" if t.cooperative else "split" if t.split else "poi" if t.kind != "reduction"
+                else "per" if self.persistent else "red")
+        ops = [n for n in self.op_names if n.isidentifier()][:NAME_OPS]
+        return "_".join(["kiln", kind, *(ops or ["copy"])])
 
     def _final_kernel(self) -> list[str]:
         """Stage 2 of a split reduction: reduce the ``nsplit`` partial results of each output
@@ -719,6 +737,7 @@ class TritonKernel:
     # ------------------------------------------------------------------------------ ops: reduction
     def reduction(self, dtype, src_dtype, reduction_type: str, value: TVal) -> TVal:
         rt = reduction_type
+        self.op_names[rt] = None
         acc_t = dtype
         if not self.node_plan.inner:  # a reduction over no dims: one element per output
             if rt in ("argmax", "argmin"):
@@ -871,6 +890,7 @@ class TritonKernel:
             raise MissingOpError(f"Triton codegen has no op {name!r}")
 
         def op(*args):
+            self.op_names[name] = None
             vals = [a for a in args if isinstance(a, TVal)]
             dtype = vals[0].dtype
             out = result_dtype(name, [v.dtype for v in vals])

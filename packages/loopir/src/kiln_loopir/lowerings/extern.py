@@ -4,6 +4,9 @@ They are ``ExternKernel``s with ``fallback=False`` (not counted as fallbacks).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.fx
 
@@ -58,22 +61,43 @@ def channels_last_strides(size) -> list:
     return [c * h * w, sympify(1), w * c, c]
 
 
-#: device type -> (dtypes whose 2-d convolutions run channels-last, is the library there).
-#: CPU float32: oneDNN (resnet18: ~25% less time than NCHW). CUDA fp16/bf16: cuDNN's tensor-core
-#: kernels are NHWC (an NCHW input is transposed around each conv), as torch.compile's layout
-#: optimization does. CUDA float32 stays NCHW.
-CHANNELS_LAST_CONVS = {
-    "cpu": ((torch.float32,), lambda: torch.backends.mkldnn.is_available()),
-    "cuda": ((torch.float16, torch.bfloat16), lambda: torch.backends.cudnn.enabled),
+@dataclass(frozen=True)
+class ConvLibrary:
+    """What the device's convolution library does well: the one place kiln knows it.
+
+    - ``channels_last``: dtypes whose 2-d convolutions run channels-last (activations and
+      weights NHWC). CPU float32: oneDNN (resnet18: ~25% less time than NCHW). CUDA: cuDNN's
+      tensor-core kernels (TF32 for float32, as ``torch.backends.cudnn.allow_tf32`` allows by
+      default) are NHWC; an NCHW input is transposed around each conv (H200, resnet18 at
+      batch 1: 32 transposes, 28% of the GPU time), as torch.compile's layout optimization
+      also avoids.
+    - ``fused_bias``: the library adds the bias inside the convolution (oneDNN). aten's cuDNN
+      path adds it in a separate kernel after the conv, so on CUDA the bias goes to the
+      consumer's kernel instead (same rounding: the conv's result is stored, then added to).
+    - ``matmul_1x1``: a 1x1 convolution may run as ``mm`` (``conv_as_matmul``). Not on CUDA:
+      cuBLAS float32 is not TF32 by default while cuDNN's is, so the numerics would change.
+    """
+
+    channels_last: tuple
+    available: Callable[[], bool]
+    fused_bias: bool
+    matmul_1x1: bool
+
+
+CONV_LIBRARIES = {
+    "cpu": ConvLibrary((torch.float32,), lambda: torch.backends.mkldnn.is_available(),
+                       fused_bias=True, matmul_1x1=True),
+    "cuda": ConvLibrary((torch.float32, torch.float16, torch.bfloat16),
+                        lambda: torch.backends.cudnn.enabled, fused_bias=False, matmul_1x1=False),
 }
 
 
 def conv_prefers_channels_last(device_type: str, dtype: torch.dtype, ndim: int, transposed: bool) -> bool:
     """The one layout choice for convolutions: does a conv of this device/dtype/rank run
-    channels-last (activations and weights NHWC)? Devices not in ``CHANNELS_LAST_CONVS`` keep
+    channels-last (activations and weights NHWC)? Devices not in ``CONV_LIBRARIES`` keep
     eager's layout."""
-    entry = CHANNELS_LAST_CONVS.get(device_type)
-    return entry is not None and ndim == 4 and not transposed and dtype in entry[0] and bool(entry[1]())
+    lib = CONV_LIBRARIES.get(device_type)
+    return lib is not None and ndim == 4 and not transposed and dtype in lib.channels_last and bool(lib.available())
 
 
 def runs_channels_last(node) -> bool:
@@ -111,14 +135,19 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     convolution over channels-last data is a matrix product (``conv_as_matmul``)."""
     node, meta = current().current_node, meta_val()
     args = [x, weight, bias, stride, padding, dilation, transposed, output_padding, groups]
+    lib = CONV_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
     if runs_channels_last(node):
         if isinstance(x, (Pointwise, GenericView)) and not _is_graph_output(node.args[0]):
             args[0] = realize(x, channels_last_strides(x.get_size()))
         if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
             args[1] = _channels_last_constant(weight)
-        as_matmul = conv_as_matmul(node, *args)
+        as_matmul = conv_as_matmul(node, *args) if lib.matmul_1x1 else None
         if as_matmul is not None:
             return as_matmul
+    if (bias is not None and lib is not None and not lib.fused_bias and not transposed
+            and len(bias.get_size()) == 1):
+        args[2] = None
+        return _plus_bias(make_extern(aten.convolution.default, args, {}, meta, fallback=False), bias, 1)
     return make_extern(aten.convolution.default, args, {}, meta, fallback=False)
 
 
