@@ -22,10 +22,28 @@ def build(options=None) -> TritonCodegen:
     return TritonCodegen()
 
 
+#: a graph of at least this many FX nodes starts the compile workers before it is traced
+PREPARE_MIN_NODES = 40
+
+
+def prepare(graph_nodes: int) -> None:
+    """Start the compile-worker processes (``compile_workers``) for a model-sized CUDA graph,
+    so that their start (importing torch and triton, a CUDA context: seconds) overlaps the
+    graph's tracing and lowering instead of its kernel compiles."""
+    from . import compile_workers
+    from .launcher import _interpreting
+
+    if graph_nodes >= PREPARE_MIN_NODES and not _interpreting():
+        import torch
+
+        if torch.cuda.is_available():
+            compile_workers.start()
+
+
 #: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry). CPU is listed for
 #: ``TRITON_INTERPRET=1`` runs; the cpp codegen has the higher priority there.
 CODEGEN = CodegenEntry(name="triton", devices=("cuda", "cpu"), compile_error=TritonCompileError,
-                       build=build, priority=0)
+                       build=build, priority=0, prepare=prepare)
 
 
 def __getattr__(name):

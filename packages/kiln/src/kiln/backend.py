@@ -67,10 +67,12 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=Non
     declined = non_strided_tensors(gm, example_inputs)
     if declined:
         return run_eagerly(gm, declined)
-    return cache.compile_cached(  # a graph-level cache hit skips the whole pipeline
-        gm, example_inputs, config,
-        lambda: compile_inference(gm, example_inputs, config, back_half=compile_aten),
-    )
+
+    def build() -> Callable:
+        prepare_codegen(gm, example_inputs, config)  # e.g. compile workers start while tracing
+        return compile_inference(gm, example_inputs, config, back_half=compile_aten)
+
+    return cache.compile_cached(gm, example_inputs, config, build)  # a hit skips the pipeline
 
 
 def loopir_interpret_backend(
@@ -221,6 +223,22 @@ def codegen_by_name(name: str, config: Options | None = None):
     group ``kiln.codegens`` (kiln_loopir.codegen_registry). An unknown name raises ValueError
     listing the known ones; a declared codegen that cannot load raises CodegenUnavailable."""
     return codegen_registry.get_codegen(name).build(config if config is not None else Options())
+
+
+def prepare_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options) -> None:
+    """Let the graph's codegen start slow resources before tracing (``CodegenEntry.prepare``).
+    Best effort: a failure here only costs the time it would have saved."""
+    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    devices += [p.device for p in gm.parameters()][:1]
+    if not devices:
+        return
+    try:
+        name = config.codegen or codegen_registry.codegen_for_device_type(devices[0].type).name
+        entry = codegen_registry.get_codegen(name)
+        if entry.prepare is not None:
+            entry.prepare(len(gm.graph.nodes))
+    except Exception as e:  # noqa: BLE001
+        log.debug("kiln: codegen prepare skipped: %s: %s", type(e).__name__, e)
 
 
 def codegen_for_device(device, config: Options | None = None):

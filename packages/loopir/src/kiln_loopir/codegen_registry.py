@@ -42,6 +42,10 @@ class CodegenEntry:
     compile_error: type[BaseException]
     build: Callable[[Any], Any]
     priority: int = 0  # among codegens for one device type, the highest is the default
+    #: ``prepare(graph_nodes)``, called as soon as a graph for it arrives, before tracing: a
+    #: codegen starts what is slow to start (Triton's compile workers) while the graph is
+    #: traced, lowered and scheduled
+    prepare: Callable[[int], None] | None = None
 
     def __str__(self) -> str:
         return (f"codegen {self.name} devices {', '.join(self.devices)} "
