@@ -50,6 +50,8 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     if tiling.cooperative:  # one row per program (never under the interpreter), chunk sizes
         return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w, "CHUNK_BYTES": c << 10}
                 for r, w, c in [(2048, 8, 32), (4096, 16, 64), (2048, 8, 16), (1024, 4, 32)]]
+    if tiling.outer and not interpret:  # coalesced along the outputs: a wide, short tile
+        return [{"XBLOCK": 64, "RBLOCK": 32, "num_warps": 4}]
     if tiling.split:
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 16)), "RBLOCK": 64}]

@@ -58,6 +58,9 @@ SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
 ROW_LOOP_FUSION = True
 #: looped softmax: sum(exp(x - max)) joins the max's loop, rescaled online (``online_rescale``)
 ONLINE_SOFTMAX = True
+#: outer reductions over longer rows than this get their own tiling (``Tiling.outer``); a
+#: shorter row fits a persistent block with many outputs per program, coalesced already
+OUTER_MIN_RNUMEL = 256
 #: the module-level names the launcher loads; each aliases the kernel's descriptive name
 KERNEL_NAME = "kiln_kernel"
 FINAL_NAME = "kiln_kernel_final"
@@ -167,6 +170,11 @@ class Tiling:
     persistent_rblock: int | None = None  # RBLOCK of a persistent reduction (fixed)
     rnumel_hint: int = 1
     split: bool = False  # a split reduction: partial results per row chunk, then a final kernel
+    #: an outer reduction: its loads are contiguous along the outputs, not along the row
+    #: (``x.sum(0)`` of a row-major matrix: bias and LayerNorm weight gradients). A program
+    #: takes a block of neighbouring outputs and walks the rows, so each load is coalesced;
+    #: one output per program would read a column, a sector per element.
+    outer: bool = False
     #: cooperative rows: K programs per row exchange partials in a workspace (``cooperative``)
     cooperative: bool = False
 
@@ -221,6 +229,12 @@ class TritonKernel:
                    for i in inner)
         t = Tiling("reduction", {"xnumel": p.numel})
         t.rnumel_hint = max(p.hint(sympy.Mul(*i)) for i in inner)
+        if t.rnumel_hint > OUTER_MIN_RNUMEL and is_outer_reduction(p):
+            t.outer = True
+            if len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES:
+                t.split = True  # blocks of outputs x chunks of rows: enough programs
+                t.numels["rnumel"] = p.nodes[0].rnumel
+            return t
         if same and rnumel.is_Integer and 0 < int(rnumel) <= PERSISTENT_MAX:
             t.persistent_rblock = _next_pow2(int(rnumel))
         elif (len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
@@ -898,6 +912,34 @@ class TritonKernel:
             return self.value(text, out, self.join_cls(*vals))
 
         return op
+
+
+def is_outer_reduction(plan: KernelPlan) -> bool:
+    """Do the group's reductions read memory contiguously along the outputs rather than along
+    the row? Votes over the loads of its nodes with inner loops: a load whose index steps by 1
+    with the innermost output symbol and by more than 1 with the innermost row symbol is
+    outer, one stepping by 1 along the row is inner (indices that are not linear abstain)."""
+    if not plan.loop_symbols:
+        return False
+    x = plan.loop_symbols[-1]
+    outer = inner = 0
+    for node in plan.nodes:
+        if not node.inner:
+            continue
+        r = node.inner_symbols[-1]
+        loop_syms = set(plan.loop_symbols) | set(node.inner_symbols)
+        for dep in node.reads:
+            if dep.name in plan.register_buffers or dep.name in plan.row_buffers:
+                continue
+            try:
+                step_x, step_r = sympy.diff(dep.index, x), sympy.diff(dep.index, r)
+            except Exception:  # noqa: BLE001  (floor/mod indices: no vote)
+                continue
+            if step_r == 1:
+                inner += 1
+            elif step_x == 1 and step_r != 0 and not step_r.free_symbols & loop_syms:
+                outer += 1
+    return outer > inner
 
 
 def _dtype_of(plan: KernelPlan, name: str) -> torch.dtype:
