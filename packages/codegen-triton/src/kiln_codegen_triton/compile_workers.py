@@ -17,7 +17,7 @@ on-disk cache; the parent's own warm-up of that pair then only loads it from the
 
 A failure here only costs time: the parent then compiles the pair itself, and a real
 compile error is reported by its launch as before. ``KILN_TRITON_COMPILE_WORKERS=N`` sets
-the pool size (0 or 1: no pool; default: the CPU count less 2, at most 12). Never under the interpreter.
+the pool size (0 or 1: no pool; default: the CPU count, at most 8). Never under the interpreter.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def pool_size() -> int:
     v = os.environ.get("KILN_TRITON_COMPILE_WORKERS")
     if v is not None:
         return max(0, int(v))
-    return min(12, max(1, (os.cpu_count() or 1) - 2))  # leave the parent's loading threads room
+    return min(8, os.cpu_count() or 1)
 
 
 def start() -> None:

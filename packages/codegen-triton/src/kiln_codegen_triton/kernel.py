@@ -61,6 +61,8 @@ ONLINE_SOFTMAX = True
 #: outer reductions over longer rows than this get their own tiling (``Tiling.outer``); a
 #: shorter row fits a persistent block with many outputs per program, coalesced already
 OUTER_MIN_RNUMEL = 256
+#: ... and an unsplit one needs this many 64-output blocks to fill the GPU
+OUTER_MIN_PROGRAMS = 128
 #: the module-level names the launcher loads; each aliases the kernel's descriptive name
 KERNEL_NAME = "kiln_kernel"
 FINAL_NAME = "kiln_kernel_final"
@@ -230,11 +232,15 @@ class TritonKernel:
         t = Tiling("reduction", {"xnumel": p.numel})
         t.rnumel_hint = max(p.hint(sympy.Mul(*i)) for i in inner)
         if t.rnumel_hint > OUTER_MIN_RNUMEL and is_outer_reduction(p):
-            t.outer = True
-            if len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES:
-                t.split = True  # blocks of outputs x chunks of rows: enough programs
+            splittable = len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
+            if splittable:  # blocks of outputs x chunks of rows: enough programs
+                t.outer = t.split = True
                 t.numels["rnumel"] = p.nodes[0].rnumel
-            return t
+                return t
+            if p.hint(p.numel) >= OUTER_MIN_PROGRAMS * 64:  # 64 outputs per program (codegen)
+                t.outer = True
+                return t
+            # (fewer: a 64-wide tile would leave most SMs idle; the per-output plan below)
         if same and rnumel.is_Integer and 0 < int(rnumel) <= PERSISTENT_MAX:
             t.persistent_rblock = _next_pow2(int(rnumel))
         elif (len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
