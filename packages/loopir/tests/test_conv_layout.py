@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kiln_loopir.lowerings.extern import (
-    CONV_LIBRARIES,
+    DEVICE_LIBRARIES,
     conv_prefers_channels_last,
     runs_channels_last,
 )
@@ -29,7 +29,7 @@ def test_cuda_convolutions_run_channels_last(dtype, monkeypatch):
 def test_other_devices_keep_eager_layout():
     assert not conv_prefers_channels_last("cuda", torch.float64, 4, False)
     assert not conv_prefers_channels_last("mps", torch.float16, 4, False)
-    assert "mps" not in CONV_LIBRARIES
+    assert "mps" not in DEVICE_LIBRARIES
 
 
 def _conv_relu_graph():
@@ -45,8 +45,8 @@ def test_bias_goes_to_the_consumer_where_the_library_adds_it_apart(fused_bias, m
 
     import kiln_loopir
 
-    lib = CONV_LIBRARIES["cpu"]
-    monkeypatch.setitem(CONV_LIBRARIES, "cpu", dataclasses.replace(lib, fused_bias=fused_bias))
+    lib = DEVICE_LIBRARIES["cpu"]
+    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(lib, conv_fused_bias=fused_bias))
     gm, x, want = _conv_relu_graph()
     graph = kiln_loopir.lower(gm, [x])
     (conv,) = [b for b in graph.buffers if getattr(b, "op", None) is torch.ops.aten.convolution.default]
@@ -70,3 +70,25 @@ def test_fx_conv_node_asks_the_choice_with_its_result(dtype):
     assert runs_channels_last(node) == conv_prefers_channels_last("cpu", dtype, 4, False)
     assert runs_channels_last(node) == (dtype == torch.float32 and torch.backends.mkldnn.is_available())
     assert not runs_channels_last(next(iter(gm.graph.nodes)))  # a placeholder
+
+
+@pytest.mark.parametrize("in_consumer", [True, False])
+def test_addmm_bias_goes_to_the_consumer_only_where_the_library_adds_it_apart(in_consumer, monkeypatch):
+    """CPU: addmm copies the bias into its output first, so the bias moves to the consumer's
+    kernel; CUDA (cuBLASLt adds it in the GEMM): addmm stays. The CUDA policy is tried on a CPU
+    graph by swapping the CPU entry."""
+    import dataclasses
+
+    import kiln_loopir
+
+    lib = DEVICE_LIBRARIES["cpu"]
+    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(lib, addmm_bias_in_consumer=in_consumer))
+    lin = torch.nn.Linear(8, 6)
+    x = torch.randn(4, 8)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: torch.relu(lin(x)))(x)
+    graph = kiln_loopir.lower(gm, [x])
+    ops = {getattr(b, "op", None) for b in graph.buffers}
+    aten = torch.ops.aten
+    assert (aten.mm.default in ops, aten.addmm.default in ops) == (in_consumer, not in_consumer)
+    (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
+    torch.testing.assert_close(got, torch.relu(lin(x)))

@@ -62,8 +62,8 @@ def channels_last_strides(size) -> list:
 
 
 @dataclass(frozen=True)
-class ConvLibrary:
-    """What the device's convolution library does well: the one place kiln knows it.
+class DeviceLibrary:
+    """What the device's convolution and matrix libraries do well: the one place kiln knows it.
 
     - ``channels_last``: dtypes whose 2-d convolutions run channels-last (activations and
       weights NHWC). CPU float32: oneDNN (resnet18: ~25% less time than NCHW). CUDA: cuDNN's
@@ -71,32 +71,39 @@ class ConvLibrary:
       default) are NHWC; an NCHW input is transposed around each conv (H200, resnet18 at
       batch 1: 32 transposes, 28% of the GPU time), as torch.compile's layout optimization
       also avoids.
-    - ``fused_bias``: the library adds the bias inside the convolution (oneDNN). aten's cuDNN
-      path adds it in a separate kernel after the conv, so on CUDA the bias goes to the
+    - ``conv_fused_bias``: the library adds the bias inside the convolution (oneDNN). aten's
+      cuDNN path adds it in a separate kernel after the conv, so on CUDA the bias goes to the
       consumer's kernel instead (same rounding: the conv's result is stored, then added to).
-    - ``matmul_1x1``: a 1x1 convolution may run as ``mm`` (``conv_as_matmul``). Not on CUDA:
-      cuBLAS float32 is not TF32 by default while cuDNN's is, so the numerics would change.
+    - ``conv_1x1_as_mm``: a 1x1 convolution may run as ``mm`` (``conv_as_matmul``). Not on
+      CUDA: cuBLAS float32 is not TF32 by default while cuDNN's is, so the numerics would
+      change.
+    - ``addmm_bias_in_consumer``: ``addmm``'s bias goes to the consumer's kernel
+      (``_bias_in_epilogue``). On CPU addmm first copies the bias into the output (one more
+      pass); on CUDA cuBLASLt adds it in the GEMM's epilogue, and mm alone picked other,
+      slower kernels (H200, BERT-small at batch 1: 0.19 ms in 12 large-K GEMMs, against
+      0.065 ms in 4 with addmm).
     """
 
     channels_last: tuple
     available: Callable[[], bool]
-    fused_bias: bool
-    matmul_1x1: bool
+    conv_fused_bias: bool
+    conv_1x1_as_mm: bool
+    addmm_bias_in_consumer: bool
 
 
-CONV_LIBRARIES = {
-    "cpu": ConvLibrary((torch.float32,), lambda: torch.backends.mkldnn.is_available(),
-                       fused_bias=True, matmul_1x1=True),
-    "cuda": ConvLibrary((torch.float32, torch.float16, torch.bfloat16),
-                        lambda: torch.backends.cudnn.enabled, fused_bias=False, matmul_1x1=False),
+DEVICE_LIBRARIES = {
+    "cpu": DeviceLibrary((torch.float32,), lambda: torch.backends.mkldnn.is_available(),
+                         conv_fused_bias=True, conv_1x1_as_mm=True, addmm_bias_in_consumer=True),
+    "cuda": DeviceLibrary((torch.float32, torch.float16, torch.bfloat16), lambda: torch.backends.cudnn.enabled,
+                          conv_fused_bias=False, conv_1x1_as_mm=False, addmm_bias_in_consumer=False),
 }
 
 
 def conv_prefers_channels_last(device_type: str, dtype: torch.dtype, ndim: int, transposed: bool) -> bool:
     """The one layout choice for convolutions: does a conv of this device/dtype/rank run
-    channels-last (activations and weights NHWC)? Devices not in ``CONV_LIBRARIES`` keep
+    channels-last (activations and weights NHWC)? Devices not in ``DEVICE_LIBRARIES`` keep
     eager's layout."""
-    lib = CONV_LIBRARIES.get(device_type)
+    lib = DEVICE_LIBRARIES.get(device_type)
     return lib is not None and ndim == 4 and not transposed and dtype in lib.channels_last and bool(lib.available())
 
 
@@ -135,16 +142,16 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     convolution over channels-last data is a matrix product (``conv_as_matmul``)."""
     node, meta = current().current_node, meta_val()
     args = [x, weight, bias, stride, padding, dilation, transposed, output_padding, groups]
-    lib = CONV_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
+    lib = DEVICE_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
     if runs_channels_last(node):
         if isinstance(x, (Pointwise, GenericView)) and not _is_graph_output(node.args[0]):
             args[0] = realize(x, channels_last_strides(x.get_size()))
         if isinstance(weight, ConstantBuffer) and len(weight.get_size()) == 4:
             args[1] = _channels_last_constant(weight)
-        as_matmul = conv_as_matmul(node, *args) if lib.matmul_1x1 else None
+        as_matmul = conv_as_matmul(node, *args) if lib.conv_1x1_as_mm else None
         if as_matmul is not None:
             return as_matmul
-    if (bias is not None and lib is not None and not lib.fused_bias and not transposed
+    if (bias is not None and lib is not None and not lib.conv_fused_bias and not transposed
             and len(bias.get_size()) == 1):
         args[2] = None
         return _plus_bias(make_extern(aten.convolution.default, args, {}, meta, fallback=False), bias, 1)
@@ -190,8 +197,9 @@ def _bias_in_epilogue(node, bias, channels) -> bool:
     """Move a matmul's float32/64 bias of ``channels`` elements into its consumers' kernel
     when they are all elementwise: the product is then written once (addmm first copies the
     bias into the output, then accumulates into it: one more pass over the result)."""
-    return (MATMUL_REWRITES and bias is not None and bias.get_dtype() in _EXACT_DTYPES
-            and list(bias.get_size()) == [sympify(channels)]
+    lib = DEVICE_LIBRARIES.get(bias.get_device().type) if bias is not None else None
+    return (MATMUL_REWRITES and lib is not None and lib.addmm_bias_in_consumer
+            and bias.get_dtype() in _EXACT_DTYPES and list(bias.get_size()) == [sympify(channels)]
             and only_pointwise_users(node))
 
 
