@@ -19,8 +19,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 CASES = {  # name -> (fn, expected tilings of its reduction kernels)
     "sum_dim0": (lambda x: x.sum(0), ["split"]),
     "amax_dim0": (lambda x: x.amax(0), ["split"]),
-    "scaled_sum_plus_one": (lambda x: (x * 2).sum(0) + 1, ["persistent"]),  # 96 outputs: too few
-    "var_dim0": (lambda x: x.var(0), ["persistent"]),
+    "scaled_sum_plus_one": (lambda x: (x * 2).sum(0) + 1, ["outer"]),
+    "var_dim0": (lambda x: x.var(0), ["outer"]),
     "bias_grad_of_3d": (lambda x: x.view(4, 128, 96).sum((0, 1)), ["split"]),
     "row_sum_stays_inner": (lambda x: x.sum(1), ["persistent"]),
 }
@@ -51,22 +51,34 @@ def test_outer_reduction_matches_eager(name):
     torch.testing.assert_close(got, fn(x), atol=1e-4, rtol=1e-4)
 
 
-def test_many_outputs_unsplit_outer_reduction(monkeypatch):
-    """Two reductions over the same columns (a LayerNorm's weight and bias gradients) cannot
-    split; with enough 64-output blocks they take the outer tile."""
-    import kiln_codegen_triton.kernel as tk
+def _layernorm_grads(x):
+    """A LayerNorm's weight and bias gradients: two reductions over the same columns (unsplit)."""
+    return (x * 2).sum(0) + 1, x.var(0)
 
-    monkeypatch.setattr(tk, "OUTER_MIN_PROGRAMS", 2)
-    x = torch.randn(512, 160)
 
-    def fn(x):
-        return (x * 2).sum(0) + 1, x.var(0)
-
+def _schedule(fn, x):
     gm = make_fx(fn, decomposition_table=core_aten_decompositions())(x)
-    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+    return kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+
+
+@pytest.mark.parametrize("outputs", [160, 8200])
+def test_unsplit_outer_reduction_takes_16_outputs_per_program_when_few(outputs):
+    from kiln_codegen_triton.codegen import candidate_configs
+
+    sched = _schedule(_layernorm_grads, torch.randn(300, outputs))
+    tilings = [TritonKernel(plan_kernel(g, sched), interpret=True).tiling for g in sched.groups]
+    outer = [t for t in tilings if t.outer and not t.split]
+    assert outer
+    (config,) = candidate_configs(outer[0], outputs, 1, interpret=False)
+    assert config["XBLOCK"] == (16 if outputs < 128 * 64 else 64)
+
+
+def test_unsplit_outer_reduction_matches_eager():
+    x = torch.randn(300, 160)
+    sched = _schedule(_layernorm_grads, x)
     assert "outer" in _tilings(sched)
     call = kiln_runtime.load(kiln_loopir.generate_wrapper(sched, TritonCodegen()))
-    for got, want in zip(call(x), fn(x), strict=True):
+    for got, want in zip(call(x), _layernorm_grads(x), strict=True):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 

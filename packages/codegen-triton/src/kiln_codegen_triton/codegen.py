@@ -17,6 +17,8 @@ from .launcher import KernelSpec, load_kernels, raw_stream_function
 #: a persistent reduction over at least this many rows gets one config chosen from the size
 #: hints (rows are plentiful: every candidate fills the GPU; benchmarking only costs compiles)
 MANY_ROWS = 1024
+#: an unsplit outer reduction with this many outputs takes 64 per program (128 programs)
+OUTER_WIDE_OUTPUTS = 128 * 64
 #: programs a persistent reduction keeps at least (when it has the rows): about two waves
 #: of an H100/H200's 132 SMs
 MIN_PROGRAMS = 256
@@ -50,7 +52,12 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     if tiling.cooperative:  # one row per program (never under the interpreter), chunk sizes
         return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w, "CHUNK_BYTES": c << 10}
                 for r, w, c in [(2048, 8, 32), (4096, 16, 64), (2048, 8, 16), (1024, 4, 32)]]
-    if tiling.outer and not interpret:  # coalesced along the outputs: a wide, short tile
+    if tiling.outer and not interpret and not tiling.split:
+        # coalesced along the outputs: 64 per program, or 16 (32 bytes of fp16, a sector) when
+        # 64 would leave most SMs idle (a LayerNorm's 768 weight gradients: 12 programs)
+        x = 64 if hint_x >= OUTER_WIDE_OUTPUTS else 16
+        return [{"XBLOCK": x, "RBLOCK": 2048 // x, "num_warps": 4}]
+    if tiling.outer and not interpret:  # split: row chunks give the programs
         return [{"XBLOCK": 64, "RBLOCK": 32, "num_warps": 4}]
     if tiling.split:
         if interpret:

@@ -61,8 +61,6 @@ ONLINE_SOFTMAX = True
 #: outer reductions over longer rows than this get their own tiling (``Tiling.outer``); a
 #: shorter row fits a persistent block with many outputs per program, coalesced already
 OUTER_MIN_RNUMEL = 256
-#: ... and an unsplit one needs this many 64-output blocks to fill the GPU
-OUTER_MIN_PROGRAMS = 128
 #: the module-level names the launcher loads; each aliases the kernel's descriptive name
 KERNEL_NAME = "kiln_kernel"
 FINAL_NAME = "kiln_kernel_final"
@@ -237,10 +235,8 @@ class TritonKernel:
                 t.outer = t.split = True
                 t.numels["rnumel"] = p.nodes[0].rnumel
                 return t
-            if p.hint(p.numel) >= OUTER_MIN_PROGRAMS * 64:  # 64 outputs per program (codegen)
-                t.outer = True
-                return t
-            # (fewer: a 64-wide tile would leave most SMs idle; the per-output plan below)
+            t.outer = True  # (the codegen picks 64 outputs per program, or 16 when few)
+            return t
         if same and rnumel.is_Integer and 0 < int(rnumel) <= PERSISTENT_MAX:
             t.persistent_rblock = _next_pow2(int(rnumel))
         elif (len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
