@@ -3,28 +3,30 @@ Triton codegen starts its compile workers then, so their start overlaps tracing)
 
 from __future__ import annotations
 
+import pytest
 import torch
 from kiln.backend import prepare_codegen
 from kiln.options import Options
-from kiln_loopir.codegen_registry import CodegenEntry, get_codegen, register_codegen
+from kiln_loopir import codegen_registry
+from kiln_loopir.codegen_registry import CodegenEntry, register_codegen
 
 _PREPARED: list[int] = []
 
 
-def _probe_codegen() -> str:
-    """A registered codegen whose ``prepare`` records the sizes it is given."""
+@pytest.fixture
+def probe_codegen():
+    """A codegen registered for this test only, whose ``prepare`` records what it is given
+    (other tests list the known codegens: it must not outlive the test)."""
     name = "prepare_probe"
-    try:
-        get_codegen(name)
-    except ValueError:
-        register_codegen(CodegenEntry(name, devices=("cpu",), compile_error=RuntimeError,
-                                      build=lambda options: None, priority=-100,
-                                      prepare=_PREPARED.append))
-    return name
+    register_codegen(CodegenEntry(name, devices=("cpu",), compile_error=RuntimeError,
+                                  build=lambda options: None, priority=-100,
+                                  prepare=_PREPARED.append))
+    yield name
+    codegen_registry._registered.pop(name, None)
 
 
-def test_prepare_gets_the_graph_size_before_tracing():
-    name = _probe_codegen()
+def test_prepare_gets_the_graph_size_before_tracing(probe_codegen):
+    name = probe_codegen
     _PREPARED.clear()
     gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
     prepare_codegen(gm, [torch.randn(2, 4)], Options.from_user({"codegen": name}))

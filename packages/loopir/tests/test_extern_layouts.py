@@ -65,8 +65,10 @@ def test_interpreter_refuses_an_extern_result_with_another_layout():
     graph = _lowered(args)
     _, out = _sdpa_output(graph)
     size = out.layout.size
-    out.layout = type(out.layout)(out.layout.device, out.layout.dtype, size,
-                                  [size[1] * size[2] * size[3], size[3], size[1] * size[3], 1])
+    bthd = [size[1] * size[2] * size[3], size[3], size[1] * size[3], 1]
+    contiguous = [size[1] * size[2] * size[3], size[2] * size[3], size[3], 1]
+    wrong = contiguous if list(out.layout.stride) == bthd else bthd  # not the real one
+    out.layout = type(out.layout)(out.layout.device, out.layout.dtype, size, wrong)
     with pytest.raises(RuntimeError, match="strides"):
         K.interpret(K.schedule(graph))(*args)
 

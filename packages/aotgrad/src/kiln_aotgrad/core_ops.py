@@ -107,7 +107,9 @@ CORE_OP_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "random": (
-        "The aten fallback (only in graphs that draw random numbers, e.g. dropout in training).",
+        "rand, randn, dropout: philox random numbers in generated kernels where the codegen "
+        "has them (Triton); randperm, and all of them on CPU: the aten fallback (eager's "
+        "generator). Never recomputed in a backward.",
         ("rand.default", "randn.default", "randperm.default", "native_dropout.default"),
     ),
     "backward ops": (

@@ -16,6 +16,11 @@ How a group becomes C++ (``CppKernel(group, name).generate()``):
   ``#pragma omp simd`` lane loop, finishes the remainder in a scalar tail loop and combines the
   lanes horizontally (so float sums vectorize without -ffast-math, and max/min/argmax keep
   torch's NaN and tie rules).
+* Transposing copies (pure pointwise; every store contiguous along one loop, a load along
+  another: ``kiln_loopir.kernel_plan.transposed_loops``) run those two loops in 2-D tiles
+  (``_tiled_group``), so loads and stores both touch whole cache lines; full tiles of plain
+  copies transpose 16x16 blocks in registers (``_register_transposes``). A dim read only as
+  ``i // 64`` and ``i % 64`` is first split into two loops (``collapse_outer_loops(split=True)``).
 * Rows (groups with inner loops): thread-local stack arrays over one node's inner loop, declared
   inside the outer loop. An internal buffer written by a pointwise node over inner loops and
   read back by later nodes over the same loop at the same index lives in a row (``row0``: an
@@ -42,7 +47,12 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 from kiln_loopir.analysis import body_deps
-from kiln_loopir.kernel_plan import collapse_outer_loops, on_chip_buffers
+from kiln_loopir.kernel_plan import (
+    access_strides,
+    collapse_outer_loops,
+    on_chip_buffers,
+    transposed_loops,
+)
 from kiln_loopir.ops_spec import OPS, WELFORD_TYPES, reduction_identity, result_dtype
 from kiln_loopir.sizevars import (
     FloorDiv,
@@ -55,11 +65,18 @@ from kiln_loopir.sizevars import (
 )
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
+from .prelude import TRANSPOSE_WORDS, transpose_helper
 from .printer import cexpr
 
 LANES = 16  # accumulators per reduction (one AVX-512 register of floats)
 _NL = "@NL@"  # placeholder for the lane count of a lane-mode chunk
 PARALLEL_THRESHOLD = 16384  # elements of work below which a kernel runs single-threaded
+#: a transposing copy's 2-D tile: TILE_LOADS points along the loads' contiguous loop by
+#: TILE_STORES along the stores' (32x32 measured best of 8..64 on the permute-copy microbenchmark)
+TILE_LOADS = 32
+TILE_STORES = 32
+#: False: no 2-D tiles and no loop splitting for pointwise kernels (A/B measurements)
+TILED_TRANSPOSES = True
 ROW_LIMIT = 16384  # longest thread-local row (elements) a kernel keeps on the stack
 ROW_BYTES_LIMIT = 256 * 1024  # all rows of one kernel, per thread
 ROW_BYTES = {"float": 4, "double": 8, "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "int16_t": 2,
@@ -198,6 +215,15 @@ class CppKernel:
         self.cname: dict[str, str] = {}  # buffer name -> C parameter name (in_ptr0, out_ptr0, ...)
         self._node_no = 0
         self._no_simd = False  # set when the current loop has stores that forbid `omp simd`
+        # while a tiled group generates: its loads (tmp -> (buffer, index)) and stores (buffer,
+        # index, value, stored as is), to find plain copies (see _register_transposes)
+        self._copies: tuple[dict, list] | None = None
+        self.transpose_bytes: set[int] = set()  # kiln_transpose16_<bits> helpers the kernel calls
+        # half -> float -> the same half (how a half copy is lowered): the narrowed tmp -> the
+        # original value, and the tmps of such chains (a register transpose moves the bits)
+        self._round_trips: dict[str, str] = {}
+        self._round_trip_tmps: set[str] = set()
+        self._widened: dict[str, CppValue] = {}
         self.stats = {"loads": 0, "stores": 0}
         self.derived: dict[str, sympy.Expr] = {}  # extra int64 args: name -> size expression
         # rows: thread-local arrays over one node's inner loop (see "rows" below): rowN hold
@@ -226,10 +252,11 @@ class CppKernel:
 
     def _generate(self) -> str:
         g = self.group
-        outer_syms, self.loop_ranges, self.outer_index = self._plan_outer_loops()
+        pure_pointwise = all(not n.inner for n in g.nodes) and all(n.kind == "pointwise" for n in g.nodes)
+        outer_syms, self.loop_ranges, self.outer_index = self._plan_outer_loops(
+            split=pure_pointwise and TILED_TRANSPOSES)
         self.var_ranges.update(zip(outer_syms, self.loop_ranges, strict=True))
         self._analyse()
-        pure_pointwise = all(not n.inner for n in g.nodes) and all(n.kind == "pointwise" for n in g.nodes)
 
         self.blocks = [_Block(0)]
         body: list[str]
@@ -257,7 +284,8 @@ class CppKernel:
                 params.append(f"const {t}* __restrict__ {self.cname[name]}")
         params += [f"const int64_t {s.name}" for s in self.arg_sizes()]
         params += [f"const int64_t {name}" for name in self.derived]
-        lines = [f'extern "C" void {self.name}({", ".join(params)})', "{"]
+        lines = [transpose_helper(n) for n in sorted(self.transpose_bytes)]
+        lines += [f'extern "C" void {self.name}({", ".join(params)})', "{"]
         lines += ["    " + ln if ln else ln for ln in body]
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -288,12 +316,13 @@ class CppKernel:
             out.append(body_deps(node.body, outer_index, inner_syms, var_ranges=vr))
         return out
 
-    def _plan_outer_loops(self):
+    def _plan_outer_loops(self, split: bool = False):
         """loopir's kernel plan merges adjacent outer dims into one loop where every memory
         index stays free of division/modulo (``i1 + 8*i0`` over [n, 8] becomes ``i0`` over
-        [8*n]; kiln_loopir.kernel_plan.collapse_outer_loops). Returns (loop symbols, loop
-        ranges, the outer index expressions in those symbols)."""
-        ranges, index, _ = collapse_outer_loops(self.group)
+        [8*n]; kiln_loopir.kernel_plan.collapse_outer_loops); with ``split`` (pure pointwise
+        groups) it first splits a dim read as ``i // 64`` and ``i % 64`` into two loops.
+        Returns (loop symbols, loop ranges, the outer index expressions in those symbols)."""
+        ranges, index, _ = collapse_outer_loops(self.group, split=split)
         return [index_symbol(k) for k in range(len(ranges))], ranges, index
 
     def _analyse(self) -> None:
@@ -466,6 +495,9 @@ class CppKernel:
             head = [pragma] if pragma else []
             return head + [f"for (int64_t {s} = 0; {s} < {bound}; {s}++)", "{",
                            *_indent(blk.lines), "}"]
+        tiles = transposed_loops(ranges, self._node_deps) if TILED_TRANSPOSES else None
+        if tiles is not None:
+            return self._tiled_group(outer_syms, *tiles)
         # n >= 2: leading dims flattened into one parallel loop, the last one simd
         lead, last = outer_syms[:-1], outer_syms[-1]
         for s in lead:
@@ -485,6 +517,121 @@ class CppKernel:
         head = [pragma] if pragma else []
         return head + [f"for (int64_t {var} = 0; {var} < {self._c(total)}; {var}++)", "{",
                        *_indent(decode + b1.lines + inner), "}"]
+
+    def _tiled_group(self, outer_syms, load_dim: int, store_dim: int) -> list[str]:
+        """A transposing copy (loads contiguous along loop ``load_dim``, stores along
+        ``store_dim``; kiln_loopir.kernel_plan.transposed_loops): both loops run in 2-D tiles
+        (TILE_LOADS x TILE_STORES), the tiles and the other loops flattened into one parallel
+        loop. Inside a tile the store loop is innermost (``omp simd``: whole-line stores); the
+        tile's load lines stay in L1 across it, so each line is fetched once, not once per
+        element."""
+        ranges = self.loop_ranges
+        sl, ss = outer_syms[load_dim], outer_syms[store_dim]
+        tile_syms = {k: sympy.Symbol(f"{outer_syms[k]}_tile", integer=True, nonnegative=True)
+                     for k in (load_dim, store_dim)}
+        flat = [tile_syms.get(k, s) for k, s in enumerate(outer_syms)]
+        tile = {load_dim: TILE_LOADS, store_dim: TILE_STORES}
+        flat_ranges = [FloorDiv(ranges[k] + (tile[k] - 1), tile[k]) if k in tile else r
+                       for k, r in enumerate(ranges)]
+        for s in outer_syms:
+            self.sym_depth[s.name] = 1
+        self.sym_depth[sl.name], self.sym_depth[ss.name] = 2, 3
+        b1 = self._open()
+        total, decode = self._flat_loop_header(flat, flat_ranges, "x")
+        b2 = self._open()
+        b3 = self._open()
+        self._no_simd = False
+        self._copies = ({}, [])
+        self._run_nodes([])
+        copies, self._copies = self._copies, None
+        self._close()
+        self._close()
+        self._close()
+        bounds = []
+        for k in (load_dim, store_dim):
+            s, t = outer_syms[k], tile_syms[k]
+            bounds += [f"const int64_t {s}_begin = {t} * {tile[k]};",
+                       f"const int64_t {s}_end = {s}_begin + {tile[k]} < {self._c(ranges[k])} ? "
+                       f"{s}_begin + {tile[k]} : {self._c(ranges[k])};"]
+        simd = [] if self._no_simd else ["#pragma omp simd"]
+
+        def nest(end_l: str, end_s: str) -> list[str]:
+            return [f"for (int64_t {sl} = {sl}_begin; {sl} < {end_l}; {sl}++)", "{",
+                    *_indent(b2.lines + simd + [
+                        f"for (int64_t {ss} = {ss}_begin; {ss} < {end_s}; {ss}++)", "{",
+                        *_indent(b3.lines), "}"]), "}"]
+
+        # full tiles with constant trip counts, edge tiles with bounds (each only where the
+        # static sizes say it can happen)
+        static = {k: int(ranges[k]) for k in tile if ranges[k].is_Integer}
+        only_full = len(static) == 2 and all(static[k] % tile[k] == 0 for k in tile)
+        only_edge = any(static[k] < tile[k] for k in static)
+        edge = nest(f"{sl}_end", f"{ss}_end")
+        if only_edge:
+            tiles = edge
+        else:
+            full = (self._register_transposes(copies, b1.lines + b2.lines + b3.lines, sl, ss,
+                                              tile[load_dim], tile[store_dim])
+                    or nest(f"{sl}_begin + {tile[load_dim]}", f"{ss}_begin + {tile[store_dim]}"))
+            tiles = full if only_full else [
+                f"if ({sl}_end - {sl}_begin == {tile[load_dim]} && "
+                f"{ss}_end - {ss}_begin == {tile[store_dim]})",
+                "{", *_indent(full), "}", "else", "{", *_indent(edge), "}"]
+        body = decode + bounds + b1.lines + tiles
+        pragma = self._omp_parallel(sympy.Mul(*ranges), simd=False)
+        head = [f"// tiled transpose: {TILE_LOADS}x{TILE_STORES} tiles of {sl} (loads) x {ss} (stores)"]
+        head += [pragma] if pragma else []
+        return head + [f"for (int64_t x = 0; x < {self._c(total)}; x++)", "{",
+                       *_indent(body), "}"]
+
+    def _register_transposes(self, copies, lines, sl, ss, tile_l: int, tile_s: int) -> list[str] | None:
+        """A full tile of a group whose nodes only copy (each store writes a value loaded as is,
+        2- or 4-byte elements): each transposed copy as 16x16 blocks transposed in registers
+        (``kiln_transpose16_<bits>``, prelude.transpose_helper: vector loads along the load
+        loop, vector stores along the store loop; no gathers, which 16-bit types lack), each
+        straight copy as a vector loop. None for anything else (the generic tile loop)."""
+        loads, stores = copies
+        statements = [ln for ln in lines if ln.startswith("const ")
+                      and ln.split(" = ")[0].split()[-1] not in self._round_trip_tmps]
+        if len(statements) != len(loads) or not stores:
+            return None  # some statement computes (or hoists an address): not a plain copy
+        if tile_l % 16 or tile_s % 16:
+            return None
+        syms = [sl, ss]
+        blocks, straight = [], []
+        at = {sl: sympy.Symbol(f"{sl}_begin") + sympy.Symbol("tl"),
+              ss: sympy.Symbol(f"{ss}_begin") + sympy.Symbol("ts")}
+        for name, index, value, plain in stores:
+            value = self._round_trips.get(value, value)
+            if not plain or value not in loads:
+                return None
+            src, src_index = loads[value]
+            nbytes = ROW_BYTES.get(ctype(self.buffer_dtypes[name]), 0)
+            if src in self.written_in_group or name in self.written_inputs or nbytes not in TRANSPOSE_WORDS:
+                return None
+            if any(symbol_kind(x) not in ("i", "s") for x in src_index.free_symbols):
+                return None
+            ls, st = access_strides(src_index, syms), access_strides(index, syms)
+            dst, src_c = self._cname(name), self._cname(src)
+            if ls[ss] == 1:
+                straight.append(f"{dst}[{self._c(index)}] = {src_c}[{self._c(src_index)}];")
+            elif ls[sl] == 1 and ls[ss] is not None and ls[ss] != 0 and st[sl] is not None:
+                self.transpose_bytes.add(nbytes)
+                blocks.append(f"kiln_transpose16_{nbytes * 8}(&{src_c}[{self._c(src_index.xreplace(at))}], "
+                              f"{self._c(ls[ss])}, &{dst}[{self._c(index.xreplace(at))}], {self._c(st[sl])});")
+            else:
+                return None
+        code = [f"// register transposes: 16x16 blocks of {sl} x {ss}"]
+        if blocks:
+            code += [f"for (int64_t tl = 0; tl < {tile_l}; tl += 16)", "{",
+                     f"    for (int64_t ts = 0; ts < {tile_s}; ts += 16)", "    {",
+                     *_indent(blocks, 2), "    }", "}"]
+        if straight:
+            code += [f"for (int64_t {sl} = {sl}_begin; {sl} < {sl}_begin + {tile_l}; {sl}++)",
+                     "{", "    #pragma omp simd",
+                     f"    for (int64_t {ss} = {ss}_begin; {ss} < {ss}_begin + {tile_s}; {ss}++)",
+                     "    {", *_indent(straight, 2), "    }", "}"]
+        return code
 
     def _mixed_group(self, outer_syms) -> list[str]:
         g = self.group
@@ -1027,6 +1174,8 @@ class CppKernel:
         expr = f"{ptr}[{self._address(index)}]"
         v = self._emit(expr, dtype, [], min_depth=depth)
         self._load_keys.setdefault(name, []).append((v.depth, (expr, dtype)))
+        if self._copies is not None:
+            self._copies[0][v.expr] = (name, index)
         return v
 
     def _address(self, index: sympy.Expr) -> str:
@@ -1059,6 +1208,10 @@ class CppKernel:
         expr = self._convert_expr(value.expr, value.dtype, dtype)
         if any(symbol_kind(s) == "ind" for s in index.free_symbols):
             self._no_simd = True  # a scatter: lanes may collide
+        if self._copies is not None:
+            plain = mode is None and expr == value.expr and name not in self.local_buffers \
+                and name not in self.row_buffers
+            self._copies[1].append((name, index, value.expr, plain))
         if name in self.local_buffers and mode is None:
             self.locals[name] = (index, self._value(value) if value.dtype == dtype
                                  else self._emit(expr, dtype, [value]))
@@ -1125,7 +1278,13 @@ class CppKernel:
         x = self._value(x)
         if x.dtype == dtype:
             return x
-        return self._emit(self._convert_expr(x.expr, x.dtype, dtype), dtype, [x])
+        v = self._emit(self._convert_expr(x.expr, x.dtype, dtype), dtype, [x])
+        if x.dtype in HALF and dtype == torch.float32:
+            self._widened[v.expr] = x
+        elif dtype in HALF and x.expr in self._widened and self._widened[x.expr].dtype == dtype:
+            self._round_trips[v.expr] = self._widened[x.expr].expr
+            self._round_trip_tmps |= {x.expr, v.expr}
+        return v
 
     def where(self, cond, a, b) -> CppValue:
         a = self._value(a, b if isinstance(b, CppValue) else None)
@@ -1283,6 +1442,13 @@ def _round(x, dtype):
     return x
 
 
+def _no_philox(name: str):
+    def fmt(*operands, dtype):
+        raise MissingOpError(name)
+
+    return fmt
+
+
 _MATH = {
     "abs": _abs,
     "neg": _neg,
@@ -1353,6 +1519,8 @@ _MATH = {
     "bitwise_not": _bitwise_not,
     "bitwise_left_shift": lambda a, b, dtype: f"kiln_shl({a}, {b})",
     "bitwise_right_shift": lambda a, b, dtype: f"kiln_shr({a}, {b})",
+    # no philox here: on CPU, random ops call eager's generator (kiln_loopir.lowerings.random)
+    **{name: _no_philox(name) for name in ("rand", "randn", "randint64")},
 }
 
 

@@ -291,3 +291,36 @@ def prelude() -> str:
         "// libm (declared here: <math.h> is slow to parse); simd = a libmvec vector variant exists\n"
         'extern "C" {\n' + _libm_decls() + "\n}\n" + _HELPERS
     )
+
+
+#: element bytes -> the unsigned type a 16x16 register transpose moves them as
+TRANSPOSE_WORDS = {4: "uint32_t", 2: "uint16_t"}
+
+
+@functools.lru_cache(None)
+def transpose_helper(nbytes: int) -> str:
+    """``kiln_transpose16_<bits>(src, src_stride, dst, dst_stride)``: a 16x16 block of
+    ``nbytes``-byte elements transposed in registers (``dst[c*ds + r] = src[r*ss + c]``):
+    16 vector loads, 4 stages of two-row shuffles (stage ``h`` swaps the elements whose row
+    and column differ in bit ``h``), 16 vector stores. GCC vector extensions, no headers; only
+    kernels that call it include it (``CppKernel._tiled_group``)."""
+    word = TRANSPOSE_WORDS[nbytes]
+    vec = f"kiln_v{nbytes * 8}x16"
+    lines = [f"typedef {word} {vec} __attribute__((vector_size({16 * nbytes})));",
+             f"static inline void kiln_transpose16_{nbytes * 8}(const void* __restrict__ src, "
+             "int64_t ss, void* __restrict__ dst, int64_t ds)", "{",
+             "    const char* s = (const char*)src; char* d = (char*)dst;",
+             f"    {vec} a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15;"]
+    lines += [f"    __builtin_memcpy(&a{r}, s + {r} * ss * {nbytes}, {16 * nbytes});" for r in range(16)]
+    for h in (1, 2, 4, 8):
+        lo = [j if not j & h else 16 + j - h for j in range(16)]
+        hi = [j + h if not j & h else 16 + j for j in range(16)]
+        for i in range(16):
+            if i & h:
+                continue
+            lines.append(f"    {{ const {vec} t = __builtin_shufflevector(a{i}, a{i + h}, "
+                         f"{', '.join(map(str, lo))}); a{i + h} = __builtin_shufflevector(a{i}, "
+                         f"a{i + h}, {', '.join(map(str, hi))}); a{i} = t; }}")
+    lines += [f"    __builtin_memcpy(d + {c} * ds * {nbytes}, &a{c}, {16 * nbytes});" for c in range(16)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -46,7 +46,7 @@ def prepare(graph_nodes: int) -> None:
 #: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry). CPU is listed for
 #: ``TRITON_INTERPRET=1`` runs; the cpp codegen has the higher priority there.
 CODEGEN = CodegenEntry(name="triton", devices=("cuda", "cpu"), compile_error=TritonCompileError,
-                       build=build, priority=0, prepare=prepare)
+                       build=build, priority=0, philox=True, prepare=prepare)
 
 
 def __getattr__(name):

@@ -132,6 +132,13 @@ def _kiln_welford(ma, m2a, na, mb, m2b, nb):
 
 
 @triton.jit
+def _kiln_randint64(seed, offset, low, high):
+    r0, r1, _, _ = tl.randint4x(seed, offset)
+    r = r0.to(tl.uint64) | (r1.to(tl.uint64) << 32)
+    return low + (r % (high - low).to(tl.uint64)).to(tl.int64)
+
+
+@triton.jit
 def _kiln_argmax(av, ai, bv, bi):
     a_nan = av != av
     b_nan = bv != bv
@@ -1084,4 +1091,9 @@ _MATH = {
     "bitwise_not": lambda x, dtype: f"~{x}" if dtype != torch.bool else f"{x} == 0",
     "bitwise_left_shift": lambda a, b, dtype: f"{a} << {b}",
     "bitwise_right_shift": lambda a, b, dtype: f"{a} >> {b}",
+    # philox random numbers (kiln_loopir.philox): the offset's low 32 bits are the counter
+    "rand": lambda seed, offset, dtype: f"tl.rand({seed}, ({offset}).to(tl.uint32))",
+    "randn": lambda seed, offset, dtype: f"tl.randn({seed}, ({offset}).to(tl.uint32))",
+    "randint64": lambda seed, offset, low, high, dtype:
+        f"_kiln_randint64({seed}, ({offset}).to(tl.uint32), {low}, {high})",
 }

@@ -36,6 +36,7 @@ import kiln_runtime
 import torch
 from kiln_loopir import codegen_registry
 from kiln_loopir.codegen_registry import CodegenUnavailable
+from kiln_loopir.lowerings.random import random_numbers
 from kiln_runtime.profile import profiled
 
 from . import cache, reduce_overhead
@@ -138,7 +139,7 @@ def compile_aten(
     """An ATen graph (from kiln_aotgrad) -> a compiled callable returning gm's outputs."""
     config = Options.from_user(config)
     trace = trace or DebugTrace.for_compile(config)
-    schedule = lower_and_schedule(aten_gm, trace)  # ATen FX -> LoopGraph -> Schedule
+    schedule = lower_and_schedule(aten_gm, trace, random_policy(config))  # ATen FX -> LoopGraph -> Schedule
     codegen = codegen_for_device(schedule.graph.device, config)  # cpp on CPU, triton on CUDA
     with pipeline_step("codegen (kiln_loopir.generate_wrapper)"):
         module = kiln_loopir.generate_wrapper(schedule, codegen)  # wrapper + kernel sources
@@ -168,11 +169,13 @@ def interpret_aten(
     return with_output_structure(aten_gm, interpreted)
 
 
-def lower_and_schedule(aten_gm: torch.fx.GraphModule, trace: DebugTrace = NO_TRACE):
+def lower_and_schedule(aten_gm: torch.fx.GraphModule, trace: DebugTrace = NO_TRACE,
+                       random: str = "auto"):
     """loopir's two steps, with their debug files: lower (ATen FX -> LoopGraph, SymPy sizes),
-    then schedule (fusion, loop order, memory plan)."""
+    then schedule (fusion, loop order, memory plan). ``random``: how random ops lower
+    (``random_policy``)."""
     trace.write("aten_graph.txt", aten_gm)
-    with pipeline_step("lower (kiln_loopir.lower)"):
+    with pipeline_step("lower (kiln_loopir.lower)"), random_numbers(random):
         graph = kiln_loopir.lower(aten_gm)
     trace.write("ir_pre_fusion.txt", graph)
     with pipeline_step("schedule (kiln_loopir.schedule)"):
@@ -223,6 +226,17 @@ def codegen_by_name(name: str, config: Options | None = None):
     group ``kiln.codegens`` (kiln_loopir.codegen_registry). An unknown name raises ValueError
     listing the known ones; a declared codegen that cannot load raises CodegenUnavailable."""
     return codegen_registry.get_codegen(name).build(config if config is not None else Options())
+
+
+def random_policy(config: Options) -> str:
+    """How random ops lower (kiln_loopir.lowerings.random): eager's generator with
+    ``fallback_random``; with a chosen codegen, philox numbers if it has them; otherwise
+    ``"auto"``: philox where the device's codegen has them (CUDA), eager's generator elsewhere."""
+    if config.fallback_random:
+        return "eager"
+    if config.codegen:
+        return "philox" if codegen_registry.get_codegen(config.codegen).philox else "eager"
+    return "auto"
 
 
 def prepare_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options) -> None:

@@ -35,6 +35,9 @@ class Options:
       default: save few bytes, recompute cheap pointwise ops; ``"save_all"``: for comparison).
     - ``activation_memory_budget``: 0 < f <= 1; below 1 the min-cut saves fewer bytes and
       recomputes more (docs/training.md).
+    - ``fallback_random``: random ops (rand, randn, randint, dropout's bernoulli) call eager's
+      generator on every device, so results match eager's random stream; by default they are
+      counter-based philox numbers in generated kernels where the codegen has them (Triton).
     """
 
     codegen: str | None = None
@@ -45,6 +48,7 @@ class Options:
     mode: str | None = None
     partitioner: str = "min_cut"
     activation_memory_budget: float = 1.0
+    fallback_random: bool = False
 
     def __post_init__(self) -> None:
         if self.partitioner not in ("min_cut", "save_all"):

@@ -42,6 +42,9 @@ class CodegenEntry:
     compile_error: type[BaseException]
     build: Callable[[Any], Any]
     priority: int = 0  # among codegens for one device type, the highest is the default
+    #: its kernels implement the philox random ops (ops.rand/randn/randint64): random ops are
+    #: lowered to them where it is the codegen (kiln_loopir.lowerings.random)
+    philox: bool = False
     #: ``prepare(graph_nodes)``, called as soon as a graph for it arrives, before tracing: a
     #: codegen starts what is slow to start (Triton's compile workers) while the graph is
     #: traced, lowered and scheduled

@@ -17,7 +17,11 @@
   each with its dtype and whether the kernel reads and/or writes it.
 
 ``print(plan)`` is its text form (golden-tested in loopir's tests). Codegens read the plan;
-they do not re-derive it.
+they do not re-derive it. Helpers for loop shapes: ``access_strides`` (each access's stride
+per loop symbol) and ``transposed_loops`` (the load and store loops a transposing copy tiles
+in 2-D); ``collapse_outer_loops(group, split=True)`` also splits dims read as ``i // c`` and
+``i % c`` (the C++ codegen's pointwise kernels; tested in codegen-cpp's
+test_tiled_transposes.py).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from .sizevars import (
 )
 
 __all__ = ["KernelArg", "KernelSignature", "NodePlan", "KernelPlan", "plan_kernel",
-           "collapse_outer_loops", "on_chip_buffers"]
+           "collapse_outer_loops", "on_chip_buffers", "access_strides", "transposed_loops"]
 
 
 @dataclass(frozen=True)
@@ -217,14 +221,93 @@ def _build_loops(outer: list[sympy.Expr], groups: list[list[int]]):
     return ranges, [simplify_index(e, vr) for e in index], vr
 
 
-def collapse_outer_loops(group: FusedGroup):
+def _fine_symbol(k: int) -> sympy.Symbol:
+    return sympy.Symbol(f"f{k}", integer=True, nonnegative=True)
+
+
+def _dim_cuts(atom, sym) -> set | None:
+    """Where ``atom`` (a FloorDiv/ModularIndexing of ``sym`` alone) cuts ``sym``'s range:
+    ``sym // 64`` and ``sym % 64`` both cut at 64. None when it is not of that form."""
+    if isinstance(atom, FloorDiv) and atom.args[0] == sym:
+        return {atom.args[1]}
+    if isinstance(atom, ModularIndexing) and atom.args[0] == sym:
+        return {atom.args[1], atom.args[1] * atom.args[2]}
+    return None
+
+
+MIN_SPLIT_EXTENT = 16  # a split never leaves an innermost loop shorter than this
+
+
+def _cut_chain(cuts: set | None, r: sympy.Expr) -> list:
+    """``cuts`` inside ``(1, r)`` in order when they nest (each divides the next and ``r``,
+    the innermost part at least MIN_SPLIT_EXTENT long), else []."""
+    cs = sorted(c for c in (cuts or ()) if c != 1 and c != r)
+    if cuts is None or not cs or not all(c.is_Integer for c in cs) or int(cs[0]) < MIN_SPLIT_EXTENT:
+        return []
+    bounds = [sympy.Integer(1), *cs, r]
+    if any(sympy.simplify(b / a).is_integer is not True for a, b in zip(bounds, bounds[1:], strict=False)):
+        return []
+    return cs
+
+
+def _split_outer_dims(group: FusedGroup, outer: list[sympy.Expr]):
+    """Outer dims that every memory index reads only through ``i // c`` and ``i % c`` (the
+    ``[b, t, 768]`` view of a ``[b, t, 12, 64]`` permute) split at those cuts into
+    ``[12, 64]``, so each access is affine again. Returns (fine ranges, each original dim as
+    an expression of the fine symbols ``f0, f1, ...``), or None when no dim splits."""
+    syms = [index_symbol(k) for k in range(len(outer))]
+    deps = _node_deps(group, syms, dict(zip(syms, outer, strict=True)))
+    cuts: dict[int, set] = {k: set() for k in range(len(outer))}
+    for d in deps:
+        for m in list(d.reads) + list(d.writes):
+            for atom in m.index.atoms(FloorDiv, ModularIndexing):
+                for k in [k for k, s in enumerate(syms) if s in atom.free_symbols]:
+                    c = _dim_cuts(atom, syms[k]) if cuts[k] is not None else None
+                    cuts[k] = None if c is None else cuts[k] | c
+    fine: list[sympy.Expr] = []
+    expand: list[sympy.Expr] = []
+    for k, r in enumerate(outer):
+        bounds = [sympy.Integer(1), *_cut_chain(cuts[k], r), r]
+        parts = [sympy.simplify(b / a) for a, b in zip(bounds, bounds[1:], strict=False)][::-1]
+        first = len(fine)
+        fine += parts
+        expand.append(sympy.Add(*[bounds[len(parts) - 1 - j] * _fine_symbol(first + j)
+                                  for j in range(len(parts))]))
+    split = len(fine) > len(outer)
+    return (fine, expand) if split else None
+
+
+def collapse_outer_loops(group: FusedGroup, split: bool = False):
     """Merge adjacent outer dims (innermost first) while every memory index stays free of
-    division/modulo by the merged loop. Returns (loop ranges, outer index, node deps)."""
+    division/modulo by the merged loop. Returns (loop ranges, outer index, node deps).
+
+    ``split=True`` (the C++ codegen's pointwise kernels) first splits dims read only through
+    ``i // c`` and ``i % c`` at those cuts (``_split_outer_dims``), when that leaves every
+    access affine in the split dims."""
     outer = [sympy.sympify(r) for r in group.outer]
+    expand = None
+    if split:
+        fine = _split_outer_dims(group, outer)
+        if fine is not None:
+            fine_ranges, fine_expand = fine
+            ranges, index, vr = _build_loops(fine_ranges, [[k] for k in range(len(fine_ranges))])
+            subs = {_fine_symbol(k): index[k] for k in range(len(fine_ranges))}
+            trial = [simplify_index(e.xreplace(subs), vr) for e in fine_expand]
+            deps = _node_deps(group, trial, vr)
+            if not any(m.index.has(FloorDiv, ModularIndexing)
+                       for d in deps for m in list(d.reads) + list(d.writes)):
+                outer, expand = fine_ranges, fine_expand
     groups = [[k] for k in range(len(outer))]
 
-    def deps_if_clean(trial):
+    def build(trial):
         ranges, index, vr = _build_loops(outer, trial)
+        if expand is not None:
+            subs = {_fine_symbol(k): index[k] for k in range(len(outer))}
+            index = [simplify_index(e.xreplace(subs), vr) for e in expand]
+        return ranges, index, vr
+
+    def deps_if_clean(trial):
+        ranges, index, vr = build(trial)
         merged = {index_symbol(k) for k, dims in enumerate(trial) if len(dims) > 1}
         deps = _node_deps(group, index, vr)
         for d in deps:
@@ -239,8 +322,55 @@ def collapse_outer_loops(group: FusedGroup):
         if deps_if_clean(trial) is None:
             break
         groups = trial
-    ranges, index, vr = _build_loops(outer, groups)
+    ranges, index, vr = build(groups)
     return ranges, index, _node_deps(group, index, vr)
+
+
+def access_strides(index: sympy.Expr, symbols) -> dict:
+    """How far ``index`` moves when each loop symbol grows by one: ``{i0: 768, i1: 1}``; a
+    symbol the index reads non-affinely (``i1 // 64``) maps to None, one it ignores to 0."""
+    out = {}
+    for s in symbols:
+        step = sympy.expand(index.xreplace({s: s + 1}) - index)
+        out[s] = None if step.free_symbols & set(symbols) or step.has(FloorDiv, ModularIndexing) else step
+    return out
+
+
+def transposed_loops(loop_ranges: list[sympy.Expr], deps, min_extent: int = 8):
+    """The two loops of a transposing copy, ``(load loop, store loop)``: every store is
+    contiguous along the store loop, and a load is contiguous along the other (reading with a
+    large stride along the store loop). A codegen tiles them in 2-D so both sides touch whole
+    cache lines. None when the group is not such a copy (a store through an indirect index,
+    loads and stores contiguous along one loop, a loop shorter than ``min_extent``)."""
+    syms = [index_symbol(k) for k in range(len(loop_ranges))]
+    stores = [m for d in deps for m in d.writes]
+    loads = [m for d in deps for m in d.reads
+             if not any(symbol_kind(s) == "ind" for s in m.index.free_symbols)]
+    if len(syms) < 2 or not stores or any(
+            m.mode is not None or any(symbol_kind(s) == "ind" for s in m.index.free_symbols)
+            for m in stores):
+        return None
+    store_strides = [access_strides(m.index, syms) for m in stores]
+    along = [s for s in syms if all(st[s] == 1 for st in store_strides)]
+    if not along:
+        return None
+    store_loop = along[0]
+    votes: dict = {}
+    for m in loads:
+        st = access_strides(m.index, syms)
+        if st[store_loop] in (0, 1):
+            continue  # already contiguous (or broadcast) along the store loop
+        for s in syms:
+            if s != store_loop and st[s] == 1:
+                votes[s] = votes.get(s, 0) + 1
+    if not votes:
+        return None
+    load_loop = max(votes, key=lambda s: (votes[s], syms.index(s)))
+    for s in (load_loop, store_loop):
+        r = loop_ranges[syms.index(s)]
+        if r.is_Integer and int(r) < min_extent:
+            return None
+    return syms.index(load_loop), syms.index(store_loop)
 
 
 def _same_inner(a, b) -> bool:

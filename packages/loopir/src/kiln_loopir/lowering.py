@@ -14,10 +14,15 @@ Realization policy (when a value gets its own buffer; everything else is inlined
   2. every Reduction (a reduction is always its own ComputedBuffer);
   3. inputs of extern kernels (matmul, conv, the aten fallback, ...);
   4. a pointwise value used by more than one FX user whose body is "heavy": more than
-     ``REALIZE_READS_THRESHOLD`` (4) loads or more than ``REALIZE_OPS_THRESHOLD`` (40) ops;
+     ``REALIZE_READS_THRESHOLD`` (4) loads or more than ``REALIZE_OPS_THRESHOLD`` (40) ops,
+     or a ``COSTLY_OPS`` op (sin, exp, ...) while some user broadcasts it (rotary
+     embeddings' cos/sin: computed once, not once per head and layer);
   5. any pointwise value whose body exceeds ``MAX_INLINE_OPS`` (200) ops (bounds code size).
 Cheap producers used several times are recomputed in each consumer (the scheduler then fuses
-consumers that share inputs).
+consumers that share inputs). Extern inputs computed by loops are written in eager's layout
+where that is dense with the last dim innermost (``_eager_input_strides``: SDPA then returns
+eager's layout and the transpose after it stays a view), and several strided views of one
+loop realize the loop once (``lowerings.views.ViewOfLoop``), not one copy per view.
 
 One lowering per op (``@lowering`` refuses a second). The aten fallback, an ``ExternKernel``
 calling the aten op (logged once per op, counted in ``counters["aten_fallbacks"]``), is taken
@@ -102,6 +107,12 @@ __all__ = [
 REALIZE_READS_THRESHOLD = 4
 REALIZE_OPS_THRESHOLD = 40
 MAX_INLINE_OPS = 200
+#: math ops worth tens of simple ones: a value computing one that several consumers broadcast
+#: (rotary embeddings' cos/sin, read once per head in every layer) is computed once, not per
+#: consumer element
+COSTLY_OPS = frozenset({"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log2", "log10",
+                        "log1p", "tanh", "erf", "erfc", "pow", "sigmoid", "atan", "atan2",
+                        "asin", "acos", "sinh", "cosh"})
 
 #: op -> lowering function
 lowerings: dict[Any, Callable] = {}
@@ -219,14 +230,19 @@ def realize(x: IRNode, stride=None) -> Buffer | ReinterpretView:
         x.realized = buf
         return buf
     if isinstance(x, GenericView):
+        from .lowerings.views import ViewOfLoop
+
+        if isinstance(x, ViewOfLoop) and (via := x.realize_via_base(stride)) is not None:
+            return via
         loader = x.make_loader()
         return realize(Pointwise(x.get_device(), x.get_dtype(), x.get_size(), loader), stride)
     raise TypeError(f"cannot realize {x!r}")
 
 
-def realize_input(x: IRNode) -> Buffer | ReinterpretView:
-    """For extern inputs: a buffer or a strided view of one."""
-    r = realize(x)
+def realize_input(x: IRNode, stride=None) -> Buffer | ReinterpretView:
+    """For extern inputs: a buffer or a strided view of one (a fresh buffer gets ``stride``,
+    default contiguous)."""
+    r = realize(x, stride)
     if isinstance(r, ReinterpretView) and r.is_whole():
         return r.data
     return r
@@ -445,6 +461,7 @@ class GraphLowering:
         self._const_count = 0
         self.current_node: torch.fx.Node | None = None
         self.pending_copies: list = []  # (input buffer, new value, meta) of copy_ write-backs
+        self.random_state = None  # the seed buffer and next offset of philox ops (lowerings/random.py)
 
     # ---- helpers -------------------------------------------------------------------------
     def expr(self, x):
@@ -671,10 +688,18 @@ class GraphLowering:
             return realize(out, self._preferred_stride(n, out))
         if isinstance(out, Pointwise) and out.realized is None:
             h = _cost(out)
-            heavy = len(h.reads) > REALIZE_READS_THRESHOLD or sum(h.ops.values()) > REALIZE_OPS_THRESHOLD
+            heavy = (len(h.reads) > REALIZE_READS_THRESHOLD or sum(h.ops.values()) > REALIZE_OPS_THRESHOLD
+                     or (not COSTLY_OPS.isdisjoint(h.ops) and _broadcast_by_users(n)))
             nusers = len(n.users)
             if sum(h.ops.values()) > MAX_INLINE_OPS or (nusers > 1 and heavy):
                 realize(out, self._preferred_stride(n, out))
+        elif isinstance(out, GenericView) and len(n.users) > 1:
+            base = out.data  # a view (``cos[None, None]``) several users broadcast: its loop once
+            while isinstance(base, GenericView):
+                base = base.data
+            if (isinstance(base, Pointwise) and base.realized is None
+                    and not COSTLY_OPS.isdisjoint(_cost(base).ops) and _broadcast_by_users(n)):
+                realize(base)
         return out
 
     def _preferred_stride(self, n, out):
@@ -759,10 +784,11 @@ class GraphLowering:
 
 def make_extern(op, args, kwargs, meta, fallback=False):
     g = current()
+    eager = _eager_input_strides(g, args, kwargs)
 
     def conv(a):
         if isinstance(a, IRNode):
-            return realize_input(a)
+            return realize_input(a, eager.get(id(a)))
         if isinstance(a, (list, tuple)):
             return type(a)(conv(x) for x in a)
         if isinstance(a, dict):
@@ -798,6 +824,38 @@ def make_extern(op, args, kwargs, meta, fallback=False):
     if meta is None:
         return None
     raise LoweringError(f"cannot call {op} as an extern kernel: result {type(meta).__name__}")
+
+
+def _eager_input_strides(g: GraphLowering, args, kwargs) -> dict:
+    """id(unrealized input) -> eager's strides for it, where those are dense, not contiguous
+    and keep the last dim innermost (the kernel writing it still stores rows contiguously): an
+    extern input computed by a loop is written in eager's layout, so the extern
+    returns eager's result layout and the views after it stay views (SDPA's query in
+    ``[b, t, h, d]`` order gives an output whose ``transpose(1, 2).reshape`` is free; realized
+    contiguous, that transpose became a copy)."""
+    node = g.current_node
+    out: dict = {}
+    if node is None or node.op != "call_function":
+        return out
+
+    def walk(a, f):
+        if isinstance(a, (Pointwise, GenericView)) and getattr(a, "realized", None) is None:
+            fake = f.meta.get("val") if isinstance(f, torch.fx.Node) else None
+            if isinstance(fake, torch.Tensor) and len(fake.shape) == len(a.get_size()):
+                size = [g.expr(s) for s in fake.shape]
+                stride = [g.expr(s) for s in fake.stride()]
+                if (list(a.get_size()) == size and is_dense(size, stride) and stride and stride[-1] == 1
+                        and not has_eager_strides(g, Layout(a.get_device(), a.get_dtype(), size,
+                                                            contiguous_strides(size)), fake)):
+                    out[id(a)] = stride
+        elif isinstance(a, (list, tuple)) and isinstance(f, (list, tuple)) and len(a) == len(f):
+            for x, y in zip(a, f, strict=True):
+                walk(x, y)
+
+    walk(list(args), list(node.args))
+    for k, v in kwargs.items():
+        walk(v, node.kwargs.get(k))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -1021,6 +1079,37 @@ def _ordering_hints(exprs) -> dict:
     (small ones collapse sizes such as ``(s1 - 1)//16 + 1`` to 1 and tie their strides)."""
     syms = sorted(set().union(*[sympify(e).free_symbols for e in exprs]), key=lambda s: s.name)
     return {s: 10007 + 1009 * k for k, s in enumerate(syms)}
+
+
+def _numel_hint(n) -> int | None:
+    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+    if not isinstance(v, torch.Tensor):
+        return None
+    numel = v.numel()
+    if isinstance(numel, torch.SymInt):  # its hint, never int(): that would specialize the size
+        numel = numel.node.hint
+    return numel if isinstance(numel, int) else None
+
+
+def _broadcast_by_users(n: torch.fx.Node, depth: int = 4) -> bool:
+    """Some consumer of ``n`` (looking through up to ``depth`` nodes of the same size, e.g.
+    ``unsqueeze``) has more elements than ``n``: it reads each element of ``n`` several times."""
+    own = _numel_hint(n)
+    if own is None:
+        return False
+    frontier = list(n.users)
+    for _ in range(depth):
+        nxt = []
+        for u in frontier:
+            k = _numel_hint(u)
+            if k is None:
+                continue
+            if k > own:
+                return True
+            if k == own:
+                nxt.extend(u.users)
+        frontier = nxt
+    return False
 
 
 def _cost(pw: Pointwise):

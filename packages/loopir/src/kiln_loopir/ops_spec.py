@@ -14,7 +14,7 @@ Conventions every codegen can rely on
   ``"same"`` = the dtype of the first value operand; ``"bool"`` = torch.bool;
   ``"arg"`` = the ``dtype`` argument of the op; ``"where"`` = the dtype of ``a``/``b``;
   ``"load"`` = the dtype of the buffer loaded; ``"index"`` = an index symbol (not a value);
-  ``"none"`` = the op returns nothing useful.
+  ``"none"`` = the op returns nothing useful; ``"float32"`` / ``"int64"`` = that dtype.
 * float16/bfloat16 are never computed in: a load of a half buffer is immediately followed by
   ``ops.to_dtype(x, torch.float32)`` and a value is converted back right before ``ops.store``.
   So math ops see float32/float64, integer types or bool only. ``ops.store`` receives a value
@@ -49,6 +49,11 @@ Conventions every codegen can rely on
   ``truncdiv`` = C division (rounds toward 0), ``remainder`` = Python/torch.remainder (sign of
   the divisor), ``fmod`` = C fmod, ``maximum``/``minimum`` propagate NaN, ``round`` = half to
   even, ``to_dtype(x, torch.bool)`` = ``x != 0``, float -> int truncates toward 0.
+* Random numbers are counter-based (``kiln_loopir.philox``, Triton's Philox4x32-10): ``ops.rand(
+  seed, offset)`` (float32 in [0, 1)), ``ops.randn(seed, offset)`` (float32 standard normal) and
+  ``ops.randint64(seed, offset, low, high)`` (int64 in [low, high), ``high - low`` <= 2**31) are
+  pure functions of an int64 ``seed`` value and an int64 ``offset`` value of which the low 32
+  bits count: recomputing one, in any kernel, gives the same number.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from . import philox
 
 __all__ = [
     "OpSpec",
@@ -77,7 +84,7 @@ __all__ = [
 class OpSpec:
     name: str
     arity: int  # number of positional arguments (value and non-value) the op takes
-    kind: str  # "memory" | "index" | "cast" | "math" | "compare" | "logical" | "bitwise" | "select" | "reduction"
+    kind: str  # "memory" | "index" | "cast" | "math" | "compare" | "logical" | "bitwise" | "select" | "reduction" | "random"
     dtype_rule: str  # see module docstring
     ref: Callable | None  # reference torch implementation on tensors (None: the interpreter handles it)
     doc: str = ""
@@ -205,11 +212,18 @@ _SPECS: list[OpSpec] = [
     OpSpec("bitwise_not", 1, "bitwise", "same", torch.bitwise_not),
     OpSpec("bitwise_left_shift", 2, "bitwise", "same", torch.bitwise_left_shift),
     OpSpec("bitwise_right_shift", 2, "bitwise", "same", torch.bitwise_right_shift),
+    # --- random numbers (counter-based: a pure function of seed and offset) -------------------
+    OpSpec("rand", 2, "random", "float32", philox.uniform,
+           "rand(seed: int64, offset: int64) -> float32 uniform on [0, 1) (tl.rand)"),
+    OpSpec("randn", 2, "random", "float32", philox.normal,
+           "randn(seed: int64, offset: int64) -> float32 standard normal (tl.randn)"),
+    OpSpec("randint64", 4, "random", "int64", philox.randint64,
+           "randint64(seed, offset, low, high: int64) -> int64 uniform on [low, high)"),
 ]
 
 OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 
-#: names of the pure math/compare/logical/bitwise/select/cast ops (those with a ``ref``)
+#: names of the pure math/compare/logical/bitwise/select/cast/random ops (those with a ``ref``)
 MATH_OPS: frozenset[str] = frozenset(s.name for s in _SPECS if s.ref is not None)
 
 REDUCTION_TYPES: frozenset[str] = frozenset(
@@ -220,6 +234,10 @@ REDUCTION_TYPES: frozenset[str] = frozenset(
 WELFORD_TYPES: frozenset[str] = frozenset({"welford_mean", "welford_m2"})
 
 STORE_MODES: frozenset = frozenset({None, "atomic_add"})
+
+
+#: dtype rules naming the result dtype itself (random ops)
+_FIXED_DTYPES = {"float32": torch.float32, "int64": torch.int64}
 
 
 def op_names() -> list[str]:
@@ -242,6 +260,8 @@ def result_dtype(name: str, arg_dtypes: list, dtype_arg=None):
         return dtype_arg
     if rule == "where":
         return arg_dtypes[1]
+    if rule in _FIXED_DTYPES:
+        return _FIXED_DTYPES[rule]
     return None
 
 

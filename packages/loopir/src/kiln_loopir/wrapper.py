@@ -27,6 +27,7 @@ benchmark on random inputs when run as a script).
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
 from typing import Any
@@ -37,6 +38,7 @@ import torch
 from .codegen_protocol import GeneratedModule, KernelDef
 from .ir import (
     Buffer,
+    ConstantBuffer,
     ExternNode,
     FusedGroup,
     Layout,
@@ -48,6 +50,7 @@ from .sizevars import pexpr
 __all__ = ["generate_wrapper", "extern_call_source", "py_arg", "output_code"]
 
 INDENT = "    "
+CONSTANT_VIEWS_HEADER = "# views of graph constants, made once when the wrapper is loaded"
 #: free names a wrapper may use: the runtime's launch helpers (kiln_runtime.launch.HELPERS)
 LAUNCH_HELPERS = ("empty_strided", "empty_strided_cpu", "empty_strided_cuda", "reinterpret_tensor")
 
@@ -78,15 +81,33 @@ def op_reference(op) -> str:
     return f"{head}.{name}.{overload}"
 
 
+#: while a wrapper is written: view text -> the name it is bound to once, at load (views of
+#: graph constants: a transposed weight under ``mm`` is the same view at every call)
+_constant_views: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "kiln_constant_views", default=None)
+
+
+def _static(exprs) -> bool:
+    return all(sympy.sympify(e).is_number for e in exprs)
+
+
 def py_arg(a: Any) -> str:
     """Python source of an extern kernel argument (buffers by name, views as
-    ``reinterpret_tensor``, SymPy sizes as Python arithmetic, torch enums by name)."""
+    ``reinterpret_tensor``, SymPy sizes as Python arithmetic, torch enums by name). Inside
+    ``generate_wrapper``, a static view of a graph constant is a name bound once at load."""
     if isinstance(a, ReinterpretView):
         if a.is_whole():
             return a.data.name
         lay = a.layout
-        return (f"reinterpret_tensor({a.data.name}, {_sizes_text(lay.size)}, "
+        text = (f"reinterpret_tensor({a.data.name}, {_sizes_text(lay.size)}, "
                 f"{_sizes_text(lay.stride)}, {pexpr(lay.offset)})")
+        hoisted = _constant_views.get()
+        if (hoisted is not None and isinstance(a.data, ConstantBuffer)
+                and _static([*lay.size, *lay.stride, lay.offset])):
+            if text not in hoisted:
+                hoisted[text] = f"{a.data.name}_view{len(hoisted)}"
+            return hoisted[text]
+        return text
     if isinstance(a, Buffer):
         return a.name
     if isinstance(a, sympy.Basic):
@@ -167,9 +188,14 @@ class _WrapperWriter:
 
     def write(self) -> str:
         args = self.arg_names()
-        self.emit_header(args)
-        for step in self.sched.steps:
-            self.emit_step(step)
+        hoisted: dict[str, str] = {}
+        token = _constant_views.set(hoisted)
+        try:
+            self.emit_header(args)
+            for step in self.sched.steps:
+                self.emit_step(step)
+        finally:
+            _constant_views.reset(token)
         self.emit(f"return [{', '.join(self.output_text(o) for o in self.graph.outputs)}]")
         head = [
             "import torch",
@@ -179,7 +205,12 @@ class _WrapperWriter:
             "",
             "def call(args):",
         ]
-        return "\n".join(head + self.lines) + "\n"
+        self.constant_views = ""
+        if hoisted:  # bound when the wrapper loads: the constants are in its namespace then
+            self.constant_views = "\n".join(
+                [CONSTANT_VIEWS_HEADER] + [f"{name} = {text}" for text, name in hoisted.items()]) + "\n"
+        return "\n".join(head + self.lines) + "\n" + (
+            "\n\n" + self.constant_views if self.constant_views else "")
 
     def emit_header(self, args: list[str]) -> None:
         if args:
@@ -275,6 +306,7 @@ def generate_wrapper(sched: Schedule, codegen) -> GeneratedModule:
         cache_key=key,
     )
     module.meta["schedule"] = sched
+    module.meta["constant_views"] = writer.constant_views
     module.meta["output_code"] = output_code(module, sched, codegen)
     return module
 
@@ -317,11 +349,12 @@ def output_code(module: GeneratedModule, sched: Schedule, codegen) -> str:
     Graph constants are random tensors of the right layout in this file."""
     graph = sched.graph
     hints = _size_hints(graph)
+    views = module.meta.get("constant_views", "")
     parts = [
         f"# kiln output_code.py (codegen: {codegen.name}). Run `python output_code.py` to benchmark\n"
         "# the compiled graph on random inputs (sizes: the compile-time hints).\n"
         f"from kiln_runtime.launch import {', '.join(LAUNCH_HELPERS)}",
-        module.wrapper_source,
+        module.wrapper_source.replace(views, "") if views else module.wrapper_source,
     ]
     standalone = getattr(codegen, "standalone_source", None)
     if module.kernels:
@@ -342,6 +375,8 @@ def output_code(module: GeneratedModule, sched: Schedule, codegen) -> str:
         ]
         lines += [f"    {b.name} = {_random_tensor_text(b.layout, hints)}" for b in graph.constant_buffers]
         parts.append("\n".join(lines))
+    if views:  # after the constants they view
+        parts.append(views)
     n = getattr(graph, "num_placeholders", 0) or len(graph.inputs)
     by_pos = {b.position: b for b in graph.inputs}
     inputs = []

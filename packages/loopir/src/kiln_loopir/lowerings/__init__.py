@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     norms,
     pointwise,
     pooling,
+    random,
     reductions,
     resize,
     scans,

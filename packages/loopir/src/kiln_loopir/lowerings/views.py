@@ -70,7 +70,44 @@ def _view(x: IRNode, size, stride_fn, reindex) -> IRNode:
         if res is not None:
             stride, offset = res
             return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, size, stride, offset))
+    if isinstance(x, Pointwise) and stride_fn is not None:
+        return ViewOfLoop(x, size, reindex, stride_fn)
     return GenericView(x, size, reindex)
+
+
+class ViewOfLoop(GenericView):
+    """A strided view (reshape, permute, ...) of a loop not yet realized when the view was
+    made. Realizing it realizes the loop itself and views that buffer when the view comes out
+    in the layout asked for (default contiguous; any, if the loop already has a buffer and no
+    layout is asked for), so that several views of one value (the
+    normalized hidden state under the q, k and v projections' ``view``) share one buffer
+    instead of each writing a copy."""
+
+    def __init__(self, data: Pointwise, size, reindex, stride_fn):
+        super().__init__(data, size, reindex)
+        self.stride_fn = stride_fn
+
+    def realize_via_base(self, stride=None) -> ReinterpretView | None:
+        """The view over the loop's buffer (realizing the loop), or None where that would not
+        be the contiguous (or requested) layout a copy would get, or would compute elements
+        the view does not have."""
+        base = self.data
+        if base.realized is None:
+            bsize = list(base.get_size())
+            if sympy.simplify(sympy.Mul(*bsize) - sympy.Mul(*self.size)) != 0:
+                return None  # a part of the loop (a slice): realizing all of it does more work
+            res = self.stride_fn(list(bsize), list(contiguous_strides(bsize)), S0)
+            want = list(contiguous_strides(self.size)) if stride is None else list(stride)
+            if res is None or res[1] != 0 or [sympify(e) for e in res[0]] != [sympify(e) for e in want]:
+                return None
+        sv = as_storage_view(realize(base))
+        res = None if sv is None else self.stride_fn(list(sv.layout.size), list(sv.layout.stride),
+                                                     sv.layout.offset)
+        if res is None or (stride is not None
+                           and [sympify(e) for e in res[0]] != [sympify(e) for e in stride]):
+            return None  # a caller asking for a layout (as_strided, channels-last) gets it
+        lay = sv.layout
+        return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, self.size, res[0], res[1]))
 
 
 # ---- permute / transpose ----------------------------------------------------------------------
