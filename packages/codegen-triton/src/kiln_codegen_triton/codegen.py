@@ -44,9 +44,13 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     if tiling.kind == "pointwise2d":
         if interpret:
             return [{"XBLOCK": min(_next_pow2(hint_x), 64), "YBLOCK": min(_next_pow2(hint_y), 64)}]
-        # a tile of up to 64 x 64 (64 along the contiguous x axis when it is that long)
+        # a tile of up to 64 x 64 (64 along the contiguous x axis when it is that long),
+        # fewer rows while that leaves under MIN_PROGRAMS programs (GPT-2's bias + GELU over
+        # [128, 3072]: 96 programs of 64 x 64 left a third of an H200's SMs idle)
         x = min(64, _next_pow2(hint_x))
         y = min(_next_pow2(hint_y), 4096 // x, 1024)
+        while x * y > 512 and -(-hint_x // x) * -(-hint_y // y) < MIN_PROGRAMS:
+            y //= 2
         return [{"XBLOCK": x, "YBLOCK": y, "num_warps": 4 if x * y >= 1024 else 2 if x * y >= 256 else 1}]
     r = tiling.persistent_rblock
     if tiling.cooperative:  # one row per program (never under the interpreter), chunk sizes
@@ -73,8 +77,11 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
             while x * 2 * r <= 2048 and -(-hint_x // (x * 2)) >= MIN_PROGRAMS:
                 x *= 2
             return [{"XBLOCK": x, "RBLOCK": r, "num_warps": _warps(x * r)}]
-        # the largest few row counts per program that keep the tile within 4096 elements
+        # the largest few row counts per program that keep the tile within 4096 elements and,
+        # when that is possible at all, MIN_PROGRAMS programs (a LayerNorm over 128 rows of 768
+        # ran 4 rows per program: 32 programs)
         xs = [x for x in (1, 2, 4, 8, 16, 32, 64, 128) if x * r <= 4096 and x <= _next_pow2(hint_x)] or [1]
+        xs = [x for x in xs if x == 1 or -(-hint_x // x) >= MIN_PROGRAMS] or [1]
         configs = [{"XBLOCK": x, "RBLOCK": r, "num_warps": _warps(x * r)} for x in reversed(xs[-2:])]
         if len(configs) == 1 and r >= 2048:  # one row per program: try fewer warps too
             configs.append({"XBLOCK": 1, "RBLOCK": r, "num_warps": 8})
