@@ -92,3 +92,30 @@ def test_addmm_bias_goes_to_the_consumer_only_where_the_library_adds_it_apart(in
     assert (aten.mm.default in ops, aten.addmm.default in ops) == (in_consumer, not in_consumer)
     (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
     torch.testing.assert_close(got, torch.relu(lin(x)))
+
+
+@pytest.mark.parametrize("always_apart", [True, False])
+def test_addmm_bias_apart_before_attention_where_the_library_asks(always_apart, monkeypatch):
+    """CUDA: the bias is added apart even when the product feeds a view into SDPA (cuBLASLt's
+    bias epilogue picks slower GEMMs); CPU: addmm then. Tried on a CPU graph by swapping the
+    CPU entry."""
+    import dataclasses
+
+    import kiln_loopir
+
+    lib = DEVICE_LIBRARIES["cpu"]
+    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(lib, addmm_bias_always_apart=always_apart))
+    lin = torch.nn.Linear(16, 16)
+    x = torch.randn(1, 8, 16)
+
+    def f(x):
+        q = lin(x).view(1, 8, 2, 8).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f)(x)
+    graph = kiln_loopir.lower(gm, [x])
+    ops = {getattr(b, "op", None) for b in graph.buffers}
+    aten = torch.ops.aten
+    assert (aten.mm.default in ops, aten.addmm.default in ops) == (always_apart, not always_apart)
+    (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
+    torch.testing.assert_close(got, f(x), atol=1e-5, rtol=1e-5)
