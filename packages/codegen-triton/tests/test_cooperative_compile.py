@@ -42,9 +42,9 @@ fn = module.kiln_kernel
 assert list(job["signature"]) == fn.arg_names, (list(job["signature"]), fn.arg_names)
 attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(job["signature"].values()) if t.startswith("*")}
 out = []
-for consts, num_warps in job["variants"]:
+for consts, opts in job["variants"]:
     src = triton.compiler.ASTSource(fn, job["signature"], consts, attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     out.append({"cubin_bytes": len(compiled.asm["cubin"]), "ptx": compiled.asm["ptx"]})
 print(json.dumps({"version": triton.__version__, "kernels": out}))
 """
@@ -65,13 +65,13 @@ def _compile_sm90(tmp_path, source: str, signature: dict, variants: list) -> dic
     return result
 
 
-def _cooperative_softmax_spec(monkeypatch, shape):
+def _cooperative_softmax_spec(monkeypatch, shape, design: str = "1"):
     import kiln_loopir
     from kiln_codegen_triton import TritonCodegen
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "1")
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", design)
     x = torch.empty(shape)  # never touched: traced with fake tensors
     gm = make_fx(lambda x: torch.softmax(x, -1), decomposition_table=core_aten_decompositions(),
                  tracing_mode="fake")(x)
@@ -80,15 +80,19 @@ def _cooperative_softmax_spec(monkeypatch, shape):
     (kernel,) = module.kernels
     spec = kernel.meta["spec"]
     assert spec.cooperative_parts, kernel.meta["tiling"]
+    assert ("registers" in kernel.meta["tiling"]) == (design == "1"), kernel.meta["tiling"]
     return spec
 
 
-def test_cooperative_softmax_compiles_for_sm90(monkeypatch, tmp_path):
-    """softmax of 1024 x 262144 float32 (the H200 case), every autotuning config, to cubin;
-    the ticket and the spin survive as acq_rel / acquire atomics in the PTX."""
+@pytest.mark.parametrize("design", ["1", "reread"])
+def test_cooperative_softmax_compiles_for_sm90(monkeypatch, tmp_path, design):
+    """softmax of 1024 x 262144 float32 (the H200 case), every autotuning config of both
+    designs (registers: the default; the re-read one), to cubin; the ticket and the spin
+    survive as an acq_rel atomic and acquire polls in the PTX; the registers kernel's one read of its
+    chunk is vectorised (128-bit loads)."""
     from kiln_codegen_triton.cooperative import split_row
 
-    spec = _cooperative_softmax_spec(monkeypatch, (1024, 262144))
+    spec = _cooperative_softmax_spec(monkeypatch, (1024, 262144), design)
     signature = {name: _PTR[dt] for name, dt in zip(spec.arg_names, spec.arg_dtypes, strict=True)}
     signature.update({"coop_ws": "*fp32", "coop_tickets": "*i64", "rchunk": "i32", "nsplit": "i32",
                       "XBLOCK": "constexpr", "RBLOCK": "constexpr", "SPLITB": "constexpr"})
@@ -97,10 +101,13 @@ def test_cooperative_softmax_compiles_for_sm90(monkeypatch, tmp_path):
     for config in spec.configs:  # SPLITB as the launcher picks it (launcher._coop_args)
         _, k = split_row(262144, config["RBLOCK"], config.get("CHUNK_BYTES"))
         consts = {"XBLOCK": config["XBLOCK"], "RBLOCK": config["RBLOCK"], "SPLITB": 1 << max(0, (k - 1).bit_length())}
-        variants.append((consts, config["num_warps"]))
+        variants.append((consts, {k: config[k] for k in ("num_warps", "maxnreg") if k in config}))
     result = _compile_sm90(tmp_path, spec.source, signature, variants)
     assert len(result["kernels"]) == len(variants)
     for (consts, _), kernel in zip(variants, result["kernels"], strict=True):
         assert kernel["cubin_bytes"] > 0, consts
         assert "atom.global.gpu.acq_rel.add" in kernel["ptx"], consts
-        assert "atom.global.gpu.acquire.add" in kernel["ptx"], consts
+        # the poll of the row's (scalar) counter: an acquire load (Triton 3.6) or atomic
+        assert "ld.global.gpu.acquire" in kernel["ptx"] or "atom.global.gpu.acquire.add" in kernel["ptx"], consts
+        if design == "1":
+            assert "ld.global.v4.b32" in kernel["ptx"] or "ld.global.L1::evict_first.v4.b32" in kernel["ptx"], consts

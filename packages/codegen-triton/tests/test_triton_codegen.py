@@ -475,18 +475,19 @@ def test_cooperative_rows_source(monkeypatch):
     monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "1")
     monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
     monkeypatch.setattr(tk.coop, "MIN_RNUMEL", 64)
+    monkeypatch.setattr(tk.coop, "REGISTERS", False)  # the re-read design (registers: test_cooperative_registers.py)
     x = torch.randn(4, 200)
     src = _softmax_source(monkeypatch, False, x)
     for text in ["kchunk = pid % nsplit", "xoffset = (pid // nsplit) * XBLOCK",
-                 "rstart = kchunk * rchunk", "tl.atomic_add(coop_tickets + xindex, 1, xmask, sem='acq_rel')",
-                 "target = ticket - ticket % nsplit + nsplit", "while pending < 0:",
-                 "pending = tl.min(tl.where(xmask, tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire') - target, 0))",
+                 "rstart = kchunk * rchunk", "ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')",
+                 "target = ticket - ticket % nsplit + nsplit", "while seen < target:",
+                 "seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')",
                  "_parts = tl.load(coop_ws + ((xindex * nsplit + sindex) * 3 + 0), smask, other=float(\"-inf\")",
                  "tl.reduce(", "(buf2, arg0, coop_ws, coop_tickets, rchunk, nsplit, XBLOCK", "def kiln_coop_"]:
         assert text in src, text
     assert src.count("for roffset in range(rstart, rend, RBLOCK):") == 2
     # the spin comes after the publishing stores and before the second loop
-    assert src.index("tl.store(coop_ws") < src.index("while pending") < src.rindex("for roffset")
+    assert src.index("tl.store(coop_ws") < src.index("while seen") < src.rindex("for roffset")
     # under the interpreter (programs run one after another) never: the ordinary kernel
     assert "coop_ws" not in _softmax_source(monkeypatch, True, x)
 

@@ -11,6 +11,7 @@ from kiln_loopir.ir import ExternNode, FusedGroup, Schedule
 from kiln_loopir.kernel_plan import plan_kernel
 from kiln_loopir.wrapper import extern_call_source
 
+from . import cooperative as coop
 from .kernel import Tiling, TritonKernel, _next_pow2, interpreting
 from .launcher import KernelSpec, load_kernels, raw_stream_function
 
@@ -53,9 +54,8 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
             y //= 2
         return [{"XBLOCK": x, "YBLOCK": y, "num_warps": 4 if x * y >= 1024 else 2 if x * y >= 256 else 1}]
     r = tiling.persistent_rblock
-    if tiling.cooperative:  # one row per program (never under the interpreter), chunk sizes
-        return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w, "CHUNK_BYTES": c << 10}
-                for r, w, c in [(2048, 8, 32), (4096, 16, 64), (2048, 8, 16), (1024, 4, 32)]]
+    if tiling.cooperative:  # one row per program (never under the interpreter): cooperative.py
+        return coop.launch_configs(tiling)
     if tiling.outer and not interpret and not tiling.split:
         # coalesced along the outputs: 64 per program, or 16 (32 bytes of fp16, a sector) when
         # 64 would leave most SMs idle (a LayerNorm's 768 weight gradients: 12 programs)

@@ -1,19 +1,35 @@
-"""Cooperative rows: K programs share one long row, so its second read comes from L2.
+"""Cooperative rows: K programs share one long row, so it is read from DRAM once.
 
 A looped row reduction followed by per-element work over the same row (softmax: max and sum,
 then ``exp(x - max) / sum``) reads the row twice. With one program per row the second read
 comes from DRAM: a row of 1 MB has long left L2 when its program re-reads it. With
-``cooperative`` tiling each row is split into K chunks of ``CHUNK_BYTES``; program
-``pid`` takes row ``pid // K``, chunk ``pid % K``:
+``cooperative`` tiling each row is split into K chunks; program ``pid`` takes row
+``pid // K``, chunk ``pid % K``:
 
 1. it reduces its chunk (max and online sum, ...) and publishes the partials to a small
    global workspace (``coop_ws``: rows x K x parts, float32);
 2. it takes a ticket (``atomic_add`` on the row's counter, acq_rel) and spins (acquire
    atomics) until the row's K tickets of this launch are out;
-3. it loads the K partials, combines them (the same combine as lanes: max, sum, and the
-   online rescale ``exp(w(m_k) - w(M))``), and
-4. re-reads its own chunk, still in L2 (only about #SMs x chunk bytes are in flight), for the
-   per-element work and its stores.
+3. it loads the K partials (``.cg``: from L2), combines them (the same combine as lanes:
+   max, sum, and the online rescale ``exp(w(m_k) - w(M))``), and
+4. does the per-element work over its chunk and stores it.
+
+Two designs (``registers_enabled``):
+
+* **registers** (``Tiling.coop_registers``, the default when a config fits): the chunk is
+  one block of RBLOCK elements (32 or 64 KB, ``REGISTER_CONFIGS``), loaded once and kept in
+  registers across the exchange, so step 4 reads nothing: one read and one write of the row,
+  like a copy. The kernel is written like a persistent reduction over the chunk (no loops;
+  later nodes reuse the loaded values); the chunk's sum of ``exp(a - w(m))`` is taken
+  relative to the chunk's max with its ``-inf`` entries counted apart
+  (``TritonKernel._coop_chunk_sum``), the same two parts the online sum leaves. Only rows
+  of a static length that need at most ``MAX_SPLIT`` chunks of some config take it.
+* **re-read** (``KILN_TRITON_COOPERATIVE=reread``, or rows no register config fits): chunks
+  of ``CHUNK_BYTES`` looped over in RBLOCK blocks twice, the second pass from L2 (only about
+  #SMs x chunk bytes are in flight). Measured 20% of copy bandwidth on an H200.
+
+``benchmarks/softmax_long_sweep.py`` measures both against hand-written variants (chunk
+size, warps, spin, persistent grid) and the copy bandwidth.
 
 Why it cannot deadlock: a row's K programs have consecutive pids, and the GPU starts blocks
 in pid order; when the last program of a row starts, the row's earlier programs are running
@@ -33,15 +49,21 @@ smallest ``seen - target``, polled by an acquire ``atomic_add(ptr, 0)``). Carryi
 ``[XBLOCK, 1]`` ticket tensor itself, dead after the loop, gives an ``scf.while`` with a tensor
 argument and no results, and Triton 3.6's ``TritonGPURemoveLayoutConversions`` crashes on it
 (an assertion, "Result number is out of range"); 3.9 accepts both.
-``tests/test_cooperative_compile.py`` compiles the kernel for sm_90 with the installed Triton.
+Triton 3.6 also gives the kernel 128 registers and a stack (spills) when the partials are
+loaded with ``volatile=True`` ([XBLOCK, SPLITB] tensors); ``cache_modifier=".cg"`` (L2, after
+the acquire: the memory model orders it) gives 51. ``tests/test_cooperative_compile.py``
+compiles both designs for sm_90 with the installed Triton.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 #: off unless asked for: ``KILN_TRITON_COOPERATIVE=1`` (needs measuring on each GPU)
 ENV = "KILN_TRITON_COOPERATIVE"
+#: the value when ``ENV`` is unset ("0": off; "1" would make it the default on CUDA)
+DEFAULT = "0"
 #: rows shorter than this stay one program per row
 MIN_RNUMEL = 65536
 #: bytes of one program's chunk of a row (float32 elements: CHUNK_BYTES // 4); a launch
@@ -52,13 +74,53 @@ CHUNK_BYTES = 32 * 1024
 MAX_SPLIT = 64
 #: reduction types whose partials combine exactly (plus online sums, see kernel.py)
 COMBINABLE = ("sum", "max", "min")
+#: the chunk in registers (``Tiling.coop_registers``) when a config fits the row: one read
+REGISTERS = True
+#: registers: (chunk KB, warps, register cap or None) per config, the first the default; a
+#: chunk is one RBLOCK block. On an H200 (benchmarks/softmax_long_sweep.py, hand-written
+#: kernels): 64 KB x 16 warps at two programs per SM was best (77-81% of copy bandwidth);
+#: kiln's kernel needs 77 registers there (one program per SM), capped at 64 (a 16-byte spill)
+REGISTER_CONFIGS = ((64, 16, 64), (64, 16, None), (32, 8, None))
+#: registers: softmax's ``exp(x - M)`` as the chunk's ``exp(x - m)`` times ``exp(m - M)``
+#: (one exp per element; two cost 1-5 points of bandwidth on an H200)
+ONE_EXP = True
+#: ``CHUNK_BYTES`` of a registers config: the chunk is exactly RBLOCK (split_row never grows it)
+ONE_BLOCK = 0
+#: the re-read design's configs: (RBLOCK, warps, chunk KB)
+REREAD_CONFIGS = ((2048, 8, 32), (4096, 16, 64), (2048, 8, 16), (1024, 4, 32))
 
 
 def cooperative_rows_enabled(interpret: bool) -> bool:
     """The one switch: never under the Triton interpreter (a spin-wait there hangs)."""
     if interpret:
         return False
-    return os.environ.get(ENV, "0") not in ("", "0")
+    return os.environ.get(ENV, DEFAULT) not in ("", "0")
+
+
+def registers_enabled() -> bool:
+    """The registers design unless ``REGISTERS`` is off or ``KILN_TRITON_COOPERATIVE=reread``
+    asks for the re-read one (benchmarks/softmax_long_sweep.py measures both)."""
+    return REGISTERS and os.environ.get(ENV, "") != "reread"
+
+
+def max_split() -> int:
+    """Most programs per row: ``MAX_SPLIT``, and at most the current GPU's SM count. Every SM
+    holds at least one program of a kernel that launches, and programs start in pid order, so
+    a row's K <= #SMs programs are resident together: none waits on one that cannot start."""
+    sms = _sm_count()
+    return MAX_SPLIT if sms is None else min(MAX_SPLIT, sms)
+
+
+@functools.cache
+def _sm_count() -> int | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    except Exception:  # noqa: BLE001 - no usable CUDA: MAX_SPLIT alone
+        pass
+    return None
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -66,9 +128,36 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def split_row(rnumel: int, rblock: int, chunk_bytes: int | None = None, elem_bytes: int = 4) -> tuple[int, int]:
-    """(rchunk, K): chunk length (a multiple of RBLOCK) and programs per row."""
+    """(rchunk, K): chunk length (a multiple of RBLOCK) and programs per row. ``ONE_BLOCK``
+    (registers): the chunk is RBLOCK itself, and a row needing more than ``MAX_SPLIT`` of
+    them is an error (the plan only takes rows that fit, see ``register_configs``)."""
+    if chunk_bytes == ONE_BLOCK:
+        k = max(1, _cdiv(rnumel, rblock))
+        if k > max_split():
+            raise ValueError(f"cooperative registers: a row of {rnumel} needs {k} chunks of {rblock}, "
+                             f"more than max_split()={max_split()} (MAX_SPLIT, SMs)")
+        return rblock, k
     chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     chunk = max(rblock, (chunk_bytes // elem_bytes) // rblock * rblock)
     if _cdiv(rnumel, chunk) > MAX_SPLIT:
         chunk = _cdiv(_cdiv(rnumel, MAX_SPLIT), rblock) * rblock
     return chunk, max(1, _cdiv(rnumel, chunk))
+
+
+def register_configs(rnumel: int, elem_bytes: int = 4) -> list[dict]:
+    """The registers design's launch configs for rows of ``rnumel``: those whose chunk count
+    stays within ``MAX_SPLIT`` (none: the re-read design)."""
+    out = []
+    for kb, warps, maxnreg in REGISTER_CONFIGS:
+        rblock = (kb << 10) // elem_bytes
+        if _cdiv(rnumel, rblock) <= max_split():
+            config = {"XBLOCK": 1, "RBLOCK": rblock, "num_warps": warps, "CHUNK_BYTES": ONE_BLOCK}
+            out.append(config if maxnreg is None else {**config, "maxnreg": maxnreg})
+    return out
+
+
+def launch_configs(tiling) -> list[dict]:
+    """A cooperative kernel's autotuning configs (one row per program)."""
+    if tiling.coop_registers:
+        return register_configs(int(tiling.numels["rnumel"]))
+    return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w, "CHUNK_BYTES": c << 10} for r, w, c in REREAD_CONFIGS]

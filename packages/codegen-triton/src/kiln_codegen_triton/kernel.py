@@ -184,12 +184,14 @@ class Tiling:
     outer: bool = False
     #: cooperative rows: K programs per row exchange partials in a workspace (``cooperative``)
     cooperative: bool = False
+    #: ... each program's chunk is one RBLOCK block kept in registers (read once, no loops)
+    coop_registers: bool = False
 
     def __str__(self) -> str:
         nums = ", ".join(f"{k}={v}" for k, v in self.numels.items())
         p = f" persistent RBLOCK={self.persistent_rblock}" if self.persistent_rblock else ""
         return (f"{self.kind} ({nums}){p}{' split' if self.split else ''}"
-                f"{' cooperative' if self.cooperative else ''}")
+                f"{' cooperative' if self.cooperative else ''}{' registers' if self.coop_registers else ''}")
 
 
 def _next_pow2(n: int) -> int:
@@ -219,6 +221,7 @@ class TritonKernel:
         self.online: dict[int, OnlineSum] = {}  # sum node -> its online rewrite over a max node
         self.online_max: dict[int, tuple[str, torch.dtype, str]] = {}  # max node -> (acc, dtype, result)
         self.online_parts: dict[int, tuple[str, str]] = {}  # sum node -> (lane sum, any -inf) variables
+        self.coop_terms: dict[int, tuple[TVal, TVal, TVal]] = {}  # cooperative registers: (a, w(m), exp(a - w(m)))
         self.runs = self._row_runs()
         self.tiling.cooperative = self._cooperative_plan()
 
@@ -254,7 +257,8 @@ class TritonKernel:
 
     @property
     def persistent(self) -> bool:
-        return self.tiling.persistent_rblock is not None
+        """The row (or a cooperative program's chunk) is one block in registers: no loops."""
+        return self.tiling.persistent_rblock is not None or self.tiling.coop_registers
 
     def _numel(self, name: str, expr) -> str:
         """A numel as kernel text: the constant, or an argument the wrapper computes."""
@@ -432,13 +436,18 @@ class TritonKernel:
                 self._unflatten("xindex", p.loop_ranges, syms)
             self.mask = {"x": "xmask", "xr": "rxmask"}
             self.zero = {"x": "xzero", "xr": "rzero"}
-            if t.cooperative:
-                self.emit("rstart = kchunk * rchunk")
-                self.emit(f"rend = tl.minimum(rstart + rchunk, {self._numel('rnumel0', p.nodes[0].rnumel)})")
+            if t.cooperative:  # (registers: the chunk is the block, RBLOCK-aligned)
+                chunk = "RBLOCK" if t.coop_registers else "rchunk"
+                self.emit(f"rstart = kchunk * {chunk}")
+                self.emit(f"rend = tl.minimum(rstart + {chunk}, {self._numel('rnumel0', p.nodes[0].rnumel)})")
             if self.persistent:
                 inner = next(n for n in p.nodes if n.inner)
-                self.emit("rindex = tl.arange(0, RBLOCK)[None, :]")
-                self.emit(f"rmask = rindex < {self._numel('rnumel', inner.rnumel)}")
+                if t.coop_registers:
+                    self.emit("rindex = rstart + tl.arange(0, RBLOCK)[None, :]")
+                    self.emit("rmask = rindex < rend")
+                else:
+                    self.emit("rindex = tl.arange(0, RBLOCK)[None, :]")
+                    self.emit(f"rmask = rindex < {self._numel('rnumel', inner.rnumel)}")
                 self.emit("rxmask = rmask & xmask")
                 self.emit("rzero = tl.zeros([XBLOCK, RBLOCK], tl.int32)")
                 self._unflatten("rindex", inner.inner, [s.name for s in inner.inner_symbols])
@@ -544,7 +553,12 @@ class TritonKernel:
             self.acc_init = self.target
             if not self.persistent:
                 self.rcache = {}
-            self._run_body(p.group.nodes[k])
+            if k in self.online:  # cooperative registers: the chunk's sum, parts kept apart
+                self._coop_chunk_sum(self.online[k])
+            else:
+                self._run_body(p.group.nodes[k])
+            if self.tiling.coop_registers and k == self.coop_leading[-1]:
+                self._coop_exchange(self.coop_leading)
 
     def _cooperative_plan(self) -> bool:
         """Cooperative rows (``cooperative.py``) when enabled, for a looped kernel whose first
@@ -571,6 +585,14 @@ class TritonKernel:
                         sympy.simplify(a - b) != 0 for a, b in zip(n.inner, first[0].inner, strict=True))):
                     return False
         self.tiling.numels["rnumel"] = first[0].rnumel
+        rnumel = sympy.sympify(first[0].rnumel)
+        if coop.registers_enabled() and rnumel.is_Integer and coop.register_configs(int(rnumel)):
+            # the chunk in registers: persistent-style nodes (one per run), the first run's
+            # reductions done on the block, then the exchange (``_coop_exchange``)
+            t.coop_registers = True
+            self.coop_leading = list(self.runs[0])
+            self.online_max = {}
+            self.runs = [[k] for k in range(len(p.nodes))]
         return True
 
     def _coop_exchange(self, run: list[int]) -> None:
@@ -590,23 +612,28 @@ class TritonKernel:
         self.emit("# cooperative rows: publish, wait for the row's K programs, combine")
         for j, (_, _, var) in enumerate(parts):
             self.emit(f"tl.store(coop_ws + ((xindex * nsplit + kchunk) * {n} + {j}), {var}.to(tl.float32), xmask)")
-        self.emit("ticket = tl.atomic_add(coop_tickets + xindex, 1, xmask, sem='acq_rel')")
+        # one row per program (XBLOCK is 1, cooperative.launch_configs): the row's counter as a
+        # scalar, so Triton polls it with acquire loads, not read-modify-write atomics (which
+        # cost a quarter of the bandwidth on an H200, benchmarks/softmax_long_sweep.py); the
+        # spin carries only a scalar (cooperative.py, "Triton versions")
+        self.emit("tl.static_assert(XBLOCK == 1)")
+        self.emit("ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')")
         self.emit("target = ticket - ticket % nsplit + nsplit")
-        # the spin carries only a scalar: a loop-carried [XBLOCK, 1] tensor in the while loop
-        # crashes Triton 3.6's RemoveLayoutConversions (cooperative.py, "Triton versions")
-        poll = "tl.min(tl.where(xmask, tl.atomic_add(coop_tickets + xindex, 0, xmask, sem='acquire') - target, 0))"
-        self.emit(f"pending = {poll}")
-        self.emit("while pending < 0:")
-        self.emit(f"    pending = {poll}")
+        self.emit("seen = ticket + 1")
+        self.emit("while seen < target:")
+        self.emit("    seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
         self.emit("sindex = tl.arange(0, SPLITB)[None, :]")
         self.emit("smask = (sindex < nsplit) & xmask")
         part_of: dict[tuple[int, str], str] = {}
         for j, (k, kind, var) in enumerate(parts):
             other = {"max": 'float("-inf")', "min": 'float("inf")'}.get(kind, "0.0")
+            # after the acquire, from L2 (.cg); volatile=True here costs Triton 3.6 128
+            # registers and spills (cooperative.py, "Triton versions")
             self.emit(f"{var}_parts = tl.load(coop_ws + ((xindex * nsplit + sindex) * {n} + {j}), smask, "
-                      f"other={other}, volatile=True)")
+                      f"other={other}, cache_modifier='.cg')")
             part_of[(k, kind)] = f"{var}_parts"
-        self.rcache = {}
+        if not self.persistent:
+            self.rcache = {}
         final = {"sum": "tl.sum({}, 1)", "max": "tl.reduce({}, 1, _kiln_max)", "min": "tl.reduce({}, 1, _kiln_min)"}
         for k in run:  # in run order: a max is combined before the online sum over it
             name = p.nodes[k].writes[0].name
@@ -620,11 +647,49 @@ class TritonKernel:
                 self.emit(f"{res} = tl.sum(tl.where({s_parts} == 0, 0.0, {s_parts} * tl.exp({w_k} - {w_row})), 1)"
                           f"[:, None] + tl.where(tl.max({ninf_parts}, 1)[:, None] > 0, "
                           f"tl.exp(float('-inf') - {w_row}), 0.0)")
+                if k in self.coop_terms:
+                    self._coop_one_exp(self.coop_terms[k], w_row)
             else:
                 kind = p.nodes[k].reduction_type
                 self.emit(f"{res} = {final[kind].format(part_of[(k, kind)])}[:, None]")
             self.registers[name] = TVal(res, torch.float32, "x")
-        self.rcache = {}
+        if not self.persistent:  # (registers: later nodes reuse the chunk's loaded values)
+            self.rcache = {}
+
+    def _coop_chunk_sum(self, m: OnlineSum) -> None:
+        """Cooperative registers: the sum node ``m`` over this program's chunk (one block),
+        relative to the chunk's max and with its ``-inf`` entries counted apart: the same two
+        parts ``_online_sum`` leaves, which ``_coop_exchange`` rescales to the row max."""
+        acc_t = m.reduction.args[0]
+        tlt = tl_dtype(acc_t)
+        a = self._as(replay(m.a, self, {}), acc_t)
+        w_loc = self._as(replay(m.shift, self, {m.m_name: self.registers[m.m_name]}), acc_t)
+        term = self.exp(self.sub(a, w_loc))
+        res_s = self.new_tmp()
+        self.emit(f"{res_s}_raw = tl.sum(tl.where(rxmask & ({a} != float('-inf')), {term}, 0.0), 1)[:, None]")
+        self.emit(f"{res_s}_anyninf = tl.max((rxmask & ({a} == float('-inf'))).to(tl.int32), 1)[:, None].to({tlt})")
+        self.emit(f"{res_s} = ({res_s}_raw + tl.where({res_s}_anyninf > 0, "
+                  f"tl.exp(float('-inf') - {w_loc}), 0.0)).to({tlt})")
+        self.online_parts[self.node_k] = (f"{res_s}_raw", f"{res_s}_anyninf")
+        if coop.ONE_EXP:
+            self.coop_terms[self.node_k] = (a, w_loc, term)
+        name, index, _ = m.store.args
+        self.store_reduction(name, index, TVal(res_s, acc_t, "x"))
+
+    def _coop_one_exp(self, terms: tuple[TVal, TVal, TVal], w_row: TVal) -> None:
+        """Cooperative registers: ``exp(a - w(M))``, which softmax's per-element work computes
+        again, as the chunk's ``exp(a - w(m))`` (still in registers) times the per-row
+        ``exp(w(m) - w(M))``: one exp per element instead of two. Seeded into the row cache
+        under the text the later node will ask for (unused: dead code, dropped by Triton). A
+        chunk of only ``-inf`` (w(m) = -inf) gives ``exp(-inf - w(M))`` as eager does."""
+        a, w_loc, term = terms
+        dtype = term.dtype
+        diff = self.sub(a, self._as(w_row, a.dtype))
+        key = f"{_MATH['exp'](diff.name, dtype=diff.dtype)}|{diff.dtype}"
+        res = self.new_tmp()
+        self.emit(f"{res} = tl.where({w_loc} == float('-inf'), tl.exp(float('-inf') - {w_row}), "
+                  f"{term} * tl.exp({w_loc} - {w_row}))")
+        self.rcache[key] = TVal(res, dtype, "xr")
 
     def _online_sum(self, m: OnlineSum) -> None:
         """Emit the sum node ``m`` inside its max's loop: each lane's partial sum is relative

@@ -231,8 +231,8 @@ class TritonLauncher:
         return [*ws, rchunk, k], {"SPLITB": 1 << max(0, (k - 1).bit_length())}, (xnumel * k,)
 
     def _launch(self, config: dict, args) -> None:
-        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages", "CHUNK_BYTES")}
-        opts = {} if _interpreting() else {k: config[k] for k in ("num_warps", "num_stages") if k in config}
+        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages", "maxnreg", "CHUNK_BYTES")}
+        opts = {} if _interpreting() else {k: config[k] for k in ("num_warps", "num_stages", "maxnreg") if k in config}
         try:
             if self.spec.cooperative_parts:
                 extra, more, grid = self._coop_args(config, args)

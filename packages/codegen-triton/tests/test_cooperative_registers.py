@@ -1,0 +1,146 @@
+"""Cooperative rows, registers design (cooperative.py): each program's chunk is one block,
+loaded once and kept in registers across the exchange, so the row is read once.
+
+The spin cannot run under the interpreter (programs run one after another), so: the source
+as text; K = 1 end to end (no wait); K > 1 with the spin taken out of the source and the
+kernel launched twice, the second launch combining the partials the first one published;
+the fallback to the ordinary looped kernel under the interpreter. The sm_90 compile of both
+designs is in test_cooperative_compile.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import kiln_codegen_triton.kernel as tk
+import pytest
+import torch
+from kiln_codegen_triton import TritonCodegen, cooperative
+
+FNS = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+}
+
+
+def _inf_rows(x):
+    x = x.clone()
+    x[1] = float("-inf")  # a row of -inf: NaN as in eager
+    x[2, ::3] = float("-inf")
+    x[3, :300] = float("-inf")  # whole chunks of -inf in a row that has finite values
+    x[4, 7] = float("inf")  # +inf: NaN
+    return x
+
+
+def _module(fn, x, interpret: bool):
+    import kiln_loopir
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(x)
+    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+    return kiln_loopir.generate_wrapper(sched, TritonCodegen(interpret=interpret))
+
+
+@pytest.fixture
+def long_rows(monkeypatch):
+    """Rows of 1000 count as long; chunks of 256 elements (1 KB): K = 4 per row."""
+    monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
+    monkeypatch.setattr(cooperative, "MIN_RNUMEL", 64)
+    monkeypatch.setattr(cooperative, "REGISTER_CONFIGS", ((1, 4, None),))
+
+
+def test_registers_source(monkeypatch, long_rows):
+    """No row loop; the chunk is loaded once; the exchange sits between the reductions and
+    the per-element work, which reuses the loaded values."""
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "1")
+    module = _module(FNS["softmax"], torch.randn(6, 1000), interpret=False)
+    (kernel,) = module.kernels
+    src = kernel.source
+    assert "cooperative registers" in kernel.meta["tiling"]
+    assert "for roffset" not in src
+    for text in ["rstart = kchunk * RBLOCK", "rend = tl.minimum(rstart + RBLOCK, 1000)",
+                 "rindex = rstart + tl.arange(0, RBLOCK)[None, :]", "while seen < target:",
+                 "tl.static_assert(XBLOCK == 1)", "ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')",
+                 "seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')"]:
+        assert text in src, text
+    assert src.count("tl.load(arg0") == 1  # one read of the row
+    assert src.index("tl.store(coop_ws") < src.index("while seen") < src.index("tl.store(buf")
+    (config,) = kernel.meta["spec"].configs
+    assert config == {"XBLOCK": 1, "RBLOCK": 256, "num_warps": 4, "CHUNK_BYTES": cooperative.ONE_BLOCK}
+    # KILN_TRITON_COOPERATIVE=reread: the re-read design (two loops over the chunk)
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "reread")
+    (kernel,) = _module(FNS["softmax"], torch.randn(6, 1000), interpret=False).kernels
+    assert kernel.source.count("for roffset in range(rstart, rend, RBLOCK):") == 2
+    assert "registers" not in kernel.meta["tiling"]
+
+
+def test_registers_needs_a_config_that_fits(monkeypatch, long_rows):
+    """A row needing more than MAX_SPLIT chunks of every configured size: the re-read design."""
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "1")
+    monkeypatch.setattr(cooperative, "MAX_SPLIT", 3)
+    (kernel,) = _module(FNS["softmax"], torch.randn(6, 1000), interpret=False).kernels
+    assert "cooperative" in kernel.meta["tiling"] and "registers" not in kernel.meta["tiling"]
+    assert cooperative.register_configs(1000) == []
+
+
+def test_split_row_one_block():
+    assert cooperative.split_row(262144, 8192, cooperative.ONE_BLOCK) == (8192, 32)
+    assert cooperative.split_row(1000, 256, cooperative.ONE_BLOCK) == (256, 4)
+    with pytest.raises(ValueError, match="MAX_SPLIT"):
+        cooperative.split_row(1 << 30, 8192, cooperative.ONE_BLOCK)
+    configs = cooperative.register_configs(262144)
+    assert [c["RBLOCK"] for c in configs] == [(kb << 10) // 4 for kb, _, _ in cooperative.REGISTER_CONFIGS]
+    assert [c.get("maxnreg") for c in configs] == [cap for _, _, cap in cooperative.REGISTER_CONFIGS]
+
+
+def test_interpreter_falls_back_to_the_looped_kernel(monkeypatch, long_rows):
+    """Under the interpreter the cooperative kernel never runs (its spin would hang): the
+    ordinary looped kernel does, and matches eager."""
+    from kiln_codegen_triton import compile_fx
+
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "1")
+    x = _inf_rows(torch.randn(6, 1000) * 4)
+    compiled = compile_fx(torch.fx.symbolic_trace(FNS["softmax"]), [x])
+    (src,) = [k.source for k in compiled.module.kernels]
+    assert "coop_ws" not in src and "for roffset" in src
+    torch.testing.assert_close(compiled(x)[0], torch.softmax(x, -1), equal_nan=True)
+
+
+@pytest.mark.parametrize("name", list(FNS))
+def test_registers_one_chunk_runs_under_the_interpreter(monkeypatch, long_rows, name):
+    """K = 1 (the chunk covers the row): the spin returns at once, so the interpreter runs
+    the registers kernel end to end."""
+    from kiln_codegen_triton import compile_fx
+
+    monkeypatch.setattr(cooperative, "cooperative_rows_enabled", lambda interpret: True)
+    monkeypatch.setattr(cooperative, "REGISTER_CONFIGS", ((4, 4, 32),))  # 1024 elements
+    x = _inf_rows(torch.randn(6, 1000) * 4)
+    compiled = compile_fx(torch.fx.symbolic_trace(FNS[name]), [x])
+    (src,) = [k.source for k in compiled.module.kernels]
+    assert "coop_tickets" in src and "for roffset" not in src
+    torch.testing.assert_close(compiled(x)[0], FNS[name](x), equal_nan=True)
+
+
+@pytest.mark.parametrize("name", list(FNS))
+def test_registers_four_chunks_combine(monkeypatch, long_rows, name):
+    """K = 4 per row under the interpreter: the kernel with its spin taken out, launched
+    twice through its launcher (same workspace): the second launch reads the partials every
+    program of the first one published, so its output is the full combine's (-inf chunks,
+    -inf and +inf rows included)."""
+    from kiln_codegen_triton.launcher import load_kernels
+
+    monkeypatch.setattr(cooperative, "cooperative_rows_enabled", lambda interpret: True)
+    x = _inf_rows(torch.randn(6, 1000) * 4)
+    (kernel,) = _module(FNS[name], x, interpret=True).kernels
+    spec = kernel.meta["spec"]
+    assert "while seen < target:" in spec.source and "for roffset" not in spec.source
+    spec = dataclasses.replace(spec, source=spec.source.replace("while seen < target:", "while seen < -(1 << 62):"))
+    (launcher,) = load_kernels({"k": spec}).values()
+    assert spec.arg_names[1:] == ["arg0"], spec.arg_names
+    out = torch.full_like(x, 123.0)
+    launcher(out, x)  # publishes every chunk's partials (reads a workspace still filling)
+    launcher(out, x)  # the same partials, all there: the real result
+    torch.testing.assert_close(out, FNS[name](x), equal_nan=True)
+    (ws, tickets) = next(iter(launcher._coop_ws.values()))
+    assert ws.numel() == 6 * 4 * 3 and tickets.tolist() == [8] * 6  # K tickets per row per launch
