@@ -11,8 +11,8 @@ import kiln_runtime
 import pytest
 import torch
 from kiln_codegen_triton import TritonCodegen
-from kiln_codegen_triton.kernel import TritonKernel, is_outer_reduction
-from kiln_loopir.kernel_plan import plan_kernel
+from kiln_codegen_triton.kernel import TritonKernel
+from kiln_loopir.kernel_plan import is_outer_reduction, plan_kernel
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 

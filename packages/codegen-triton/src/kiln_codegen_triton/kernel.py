@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import sympy
 import torch
-from kiln_loopir.kernel_plan import KernelPlan
+from kiln_loopir.kernel_plan import KernelPlan, is_outer_reduction
 from kiln_loopir.ops_spec import OPS, WELFORD_TYPES, reduction_identity, result_dtype
 from kiln_loopir.sizevars import FloorDiv, ModularIndexing, symbol_kind
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
@@ -986,34 +986,6 @@ class TritonKernel:
             return self.value(text, out, self.join_cls(*vals))
 
         return op
-
-
-def is_outer_reduction(plan: KernelPlan) -> bool:
-    """Do the group's reductions read memory contiguously along the outputs rather than along
-    the row? Votes over the loads of its nodes with inner loops: a load whose index steps by 1
-    with the innermost output symbol and by more than 1 with the innermost row symbol is
-    outer, one stepping by 1 along the row is inner (indices that are not linear abstain)."""
-    if not plan.loop_symbols:
-        return False
-    x = plan.loop_symbols[-1]
-    outer = inner = 0
-    for node in plan.nodes:
-        if not node.inner:
-            continue
-        r = node.inner_symbols[-1]
-        loop_syms = set(plan.loop_symbols) | set(node.inner_symbols)
-        for dep in node.reads:
-            if dep.name in plan.register_buffers or dep.name in plan.row_buffers:
-                continue
-            try:
-                step_x, step_r = sympy.diff(dep.index, x), sympy.diff(dep.index, r)
-            except Exception:  # noqa: BLE001  (floor/mod indices: no vote)
-                continue
-            if step_r == 1:
-                inner += 1
-            elif step_x == 1 and step_r != 0 and not step_r.free_symbols & loop_syms:
-                outer += 1
-    return outer > inner
 
 
 def _dtype_of(plan: KernelPlan, name: str) -> torch.dtype:

@@ -242,27 +242,31 @@ def random_policy(config: Options) -> str:
 def prepare_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options) -> None:
     """Let the graph's codegen start slow resources before tracing (``CodegenEntry.prepare``).
     Best effort: a failure here only costs the time it would have saved."""
-    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
-    devices += [p.device for p in gm.parameters()][:1]
-    if not devices:
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), None)
+    device = device or next((p.device for p in gm.parameters()), None)
+    if device is None:
         return
     try:
-        name = config.codegen or codegen_registry.codegen_for_device_type(devices[0].type).name
-        entry = codegen_registry.get_codegen(name)
+        entry = codegen_entry_for_device(device, config)
         if entry.prepare is not None:
             entry.prepare(len(gm.graph.nodes))
     except Exception as e:  # noqa: BLE001
         log.debug("kiln: codegen prepare skipped: %s: %s", type(e).__name__, e)
 
 
-def codegen_for_device(device, config: Options | None = None):
-    """The codegen for a device: ``options["codegen"]`` when given, else the registered
-    codegen declaring the device type (CPU -> cpp, CUDA -> triton)."""
+def codegen_entry_for_device(device, config: Options | None = None) -> codegen_registry.CodegenEntry:
+    """The registered codegen for a device: ``options["codegen"]`` when given, else the one
+    declaring the device type (CPU -> cpp, CUDA -> triton)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     name = config.codegen if config is not None and config.codegen else None
     if name is None:
         name = codegen_registry.codegen_for_device_type(device.type).name
-    return codegen_by_name(name, config)
+    return codegen_registry.get_codegen(name)
+
+
+def codegen_for_device(device, config: Options | None = None):
+    """A fresh codegen for a device (``codegen_entry_for_device``), built from ``config``."""
+    return codegen_entry_for_device(device, config).build(config if config is not None else Options())
 
 
 # ---------------------------------------------------------------------------------- helpers

@@ -46,7 +46,8 @@ from .sizevars import (
 )
 
 __all__ = ["KernelArg", "KernelSignature", "NodePlan", "KernelPlan", "plan_kernel",
-           "collapse_outer_loops", "on_chip_buffers", "access_strides", "transposed_loops"]
+           "collapse_outer_loops", "on_chip_buffers", "access_strides", "transposed_loops",
+           "is_outer_reduction"]
 
 
 @dataclass(frozen=True)
@@ -334,6 +335,32 @@ def access_strides(index: sympy.Expr, symbols) -> dict:
         step = sympy.expand(index.xreplace({s: s + 1}) - index)
         out[s] = None if step.free_symbols & set(symbols) or step.has(FloorDiv, ModularIndexing) else step
     return out
+
+
+def is_outer_reduction(plan: KernelPlan) -> bool:
+    """Do the group's reductions read memory contiguously along the outputs rather than along
+    the row (``x.sum(0)`` of a row-major matrix)? Votes over the loads of its nodes with inner
+    loops (``access_strides``): a load stepping by 1 with the innermost output symbol and by
+    more with the innermost row symbol is outer, one stepping by 1 along the row is inner;
+    indices that are not affine abstain."""
+    if not plan.loop_symbols:
+        return False
+    x = plan.loop_symbols[-1]
+    outer = inner = 0
+    for node in plan.nodes:
+        if not node.inner:
+            continue
+        r = node.inner_symbols[-1]
+        symbols = [*plan.loop_symbols, *node.inner_symbols]
+        for dep in node.reads:
+            if dep.name in plan.register_buffers or dep.name in plan.row_buffers:
+                continue
+            steps = access_strides(dep.index, symbols)
+            if steps[r] == 1:
+                inner += 1
+            elif steps[x] == 1 and steps[r] not in (None, 0):
+                outer += 1
+    return outer > inner
 
 
 def transposed_loops(loop_ranges: list[sympy.Expr], deps, min_extent: int = 8):
