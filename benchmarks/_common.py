@@ -9,7 +9,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,21 @@ def last_hidden_state(model):
             return self.m(input_ids=input_ids).last_hidden_state
 
     return LastHidden(model)
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the block, then restore each (unset if it was unset)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def fresh_cache_dirs(prefix: str = "kiln-bench-") -> str:

@@ -43,6 +43,8 @@ import time
 import traceback
 from pathlib import Path
 
+from _common import environ
+
 ROOT = Path(__file__).resolve().parent.parent
 T0 = time.perf_counter()
 
@@ -253,18 +255,10 @@ def section_norms(b: Bench) -> dict:
                                               2 * 4 * xl.numel(), copy_f, {"atol": 1e-6, "rtol": 1e-4})
     # the same with cooperative rows (off by default; under --cpu-smoke the interpreter never
     # takes it, see kiln_codegen_triton/cooperative.py); no graph cache: a fresh compile
-    saved = {k: os.environ.get(k) for k in ("KILN_TRITON_COOPERATIVE", "KILN_GRAPH_CACHE")}
-    os.environ.update({"KILN_TRITON_COOPERATIVE": "1", "KILN_GRAPH_CACHE": "0"})
-    try:
+    with environ(KILN_TRITON_COOPERATIVE="1", KILN_GRAPH_CACHE="0"):
         out["softmax_long_fp32_cooperative"] = bandwidth_case(
             b, f"softmax {lrows}x{lcols} float32 cooperative", softmax, (xl,), 2 * 4 * xl.numel(),
             copy_f, {"atol": 1e-6, "rtol": 1e-4}, inductor=False)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return out
 
 

@@ -47,6 +47,7 @@ import traceback
 
 import triton
 import triton.language as tl
+from _common import environ
 
 T0 = time.perf_counter()
 SHAPES = [(1024, 262144), (256, 1048576), (4096, 65536)]
@@ -514,32 +515,25 @@ def run_kiln(torch, case: Case, cooperative: str, register_configs: tuple | None
         finally:
             coop_module.REGISTER_CONFIGS = saved_configs
 
-    saved = {k: os.environ.get(k) for k in ("KILN_TRITON_COOPERATIVE", "KILN_GRAPH_CACHE")}
-    os.environ.update({"KILN_TRITON_COOPERATIVE": cooperative, "KILN_GRAPH_CACHE": "0"})
-    try:
-        import torch.fx
-        from kiln.backend import kiln_backend
+    with environ(KILN_TRITON_COOPERATIVE=cooperative, KILN_GRAPH_CACHE="0"):
+        try:
+            import torch.fx
+            from kiln.backend import kiln_backend
 
-        def softmax(x):
-            return torch.softmax(x, -1)
+            def softmax(x):
+                return torch.softmax(x, -1)
 
-        t0 = time.perf_counter()
-        fn = kiln_backend(torch.fx.symbolic_trace(softmax), [case.x], options={"codegen": "triton"})
-        out = fn(case.x)
-        torch.cuda.synchronize()
-        cold = time.perf_counter() - t0
-        out = out[0] if isinstance(out, (list, tuple)) else out
-        case.check(out)
-        ms = do_bench(lambda: fn(case.x), warmup=5, rep=60, return_mode="median")
-        return {**case.row(ms), "cold_s": round(cold, 2)}
-    except Exception as e:  # noqa: BLE001 - reported, the sweep goes on
-        return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:400]}"}
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+            t0 = time.perf_counter()
+            fn = kiln_backend(torch.fx.symbolic_trace(softmax), [case.x], options={"codegen": "triton"})
+            out = fn(case.x)
+            torch.cuda.synchronize()
+            cold = time.perf_counter() - t0
+            out = out[0] if isinstance(out, (list, tuple)) else out
+            case.check(out)
+            ms = do_bench(lambda: fn(case.x), warmup=5, rep=60, return_mode="median")
+            return {**case.row(ms), "cold_s": round(cold, 2)}
+        except Exception as e:  # noqa: BLE001 - reported, the sweep goes on
+            return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:400]}"}
 
 
 def _save(result: dict, out: str) -> None:
