@@ -127,6 +127,21 @@ def _finish(x, e, m, big, total, EXP1: tl.constexpr):
         return tl.exp(x - big) * (1.0 / total)
 
 
+@triton.jit
+def _chunk_softmax(x, y_ptrs, mask, ws_ptr, tick_ptr, err_ptr, row, c, K, maxspin,
+                   KB: tl.constexpr, POLL: tl.constexpr, BACKOFF: tl.constexpr, EXP1: tl.constexpr):
+    """One chunk ``x`` (chunk ``c`` of ``row``, held in registers) of the single-read designs:
+    publish its (max, sum), wait for the row's K tickets, combine the partials, store the
+    softmax at ``y_ptrs``."""
+    m, e, s = _chunk_stats(x)
+    tl.store(ws_ptr + (row * K + c) * 2, m)
+    tl.store(ws_ptr + (row * K + c) * 2 + 1, s)
+    _wait_row(tick_ptr + row, err_ptr, K, maxspin, POLL, BACKOFF)
+    big, total = _row_stats(ws_ptr, row, K, KB)
+    y = _finish(x, e, m, big, total, EXP1)
+    tl.store(y_ptrs, y, mask, eviction_policy="evict_first")
+
+
 #: K, the item count and the spin bound are not specialised (K = 4 and K = 64 would be two
 #: compiles: Triton specialises integers on divisibility by 16)
 NOSPEC = ["K", "n_items", "maxspin"]
@@ -143,13 +158,8 @@ def softmax_reg(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, maxspin,
     mask = offs < N
     base = row.to(tl.int64) * N
     x = tl.load(x_ptr + base + offs, mask, other=float("-inf"), eviction_policy="evict_first")
-    m, e, s = _chunk_stats(x)
-    tl.store(ws_ptr + (row * K + c) * 2, m)
-    tl.store(ws_ptr + (row * K + c) * 2 + 1, s)
-    _wait_row(tick_ptr + row, err_ptr, K, maxspin, POLL, BACKOFF)
-    big, total = _row_stats(ws_ptr, row, K, KB)
-    y = _finish(x, e, m, big, total, EXP1)
-    tl.store(y_ptr + base + offs, y, mask, eviction_policy="evict_first")
+    _chunk_softmax(x, y_ptr + base + offs, mask, ws_ptr, tick_ptr, err_ptr, row, c, K, maxspin,
+                   KB, POLL, BACKOFF, EXP1)
 
 
 @triton.jit(do_not_specialize=NOSPEC)
@@ -177,13 +187,8 @@ def softmax_pers(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, n_items, maxspin
                              other=float("-inf"), eviction_policy="evict_first")
         else:
             x = tl.load(x_ptr + base + offs, mask, other=float("-inf"), eviction_policy="evict_first")
-        m, e, s = _chunk_stats(x)
-        tl.store(ws_ptr + (row * K + c) * 2, m)
-        tl.store(ws_ptr + (row * K + c) * 2 + 1, s)
-        _wait_row(tick_ptr + row, err_ptr, K, maxspin, POLL, BACKOFF)
-        big, total = _row_stats(ws_ptr, row, K, KB)
-        y = _finish(x, e, m, big, total, EXP1)
-        tl.store(y_ptr + base + offs, y, mask, eviction_policy="evict_first")
+        _chunk_softmax(x, y_ptr + base + offs, mask, ws_ptr, tick_ptr, err_ptr, row, c, K, maxspin,
+                       KB, POLL, BACKOFF, EXP1)
 
 
 @triton.jit(do_not_specialize=["K", "maxspin"])
