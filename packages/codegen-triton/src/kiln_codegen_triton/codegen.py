@@ -56,13 +56,12 @@ def candidate_configs(tiling: Tiling, hint_x: int, hint_y: int, interpret: bool)
     r = tiling.persistent_rblock
     if tiling.cooperative:  # one row per program (never under the interpreter): cooperative.py
         return coop.launch_configs(tiling)
-    if tiling.outer and not interpret and not tiling.split:
-        # coalesced along the outputs: 64 per program, or 16 (32 bytes of fp16, a sector) when
-        # 64 would leave most SMs idle (a LayerNorm's 768 weight gradients: 12 programs)
-        x = 64 if hint_x >= OUTER_WIDE_OUTPUTS else 16
+    if tiling.outer and not interpret:
+        # coalesced along the outputs: 64 per program when split (row chunks give the programs)
+        # or when there are many outputs, else 16 (32 bytes of fp16, a sector): 64 would leave
+        # most SMs idle (a LayerNorm's 768 weight gradients: 12 programs)
+        x = 64 if tiling.split or hint_x >= OUTER_WIDE_OUTPUTS else 16
         return [{"XBLOCK": x, "RBLOCK": 2048 // x, "num_warps": 4}]
-    if tiling.outer and not interpret:  # split: row chunks give the programs
-        return [{"XBLOCK": 64, "RBLOCK": 32, "num_warps": 4}]
     if tiling.split:
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(hint_x), 16)), "RBLOCK": 64}]
