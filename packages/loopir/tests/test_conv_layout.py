@@ -32,27 +32,33 @@ def test_other_devices_keep_eager_layout():
     assert "mps" not in DEVICE_LIBRARIES
 
 
-def _conv_relu_graph():
-    conv = torch.nn.Conv2d(3, 4, 3)
-    x = torch.randn(2, 3, 8, 8)
-    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: torch.relu(conv(x)))(x)
-    return gm, x, torch.relu(conv(x))
-
-
-@pytest.mark.parametrize("fused_bias", [True, False])
-def test_bias_goes_to_the_consumer_where_the_library_adds_it_apart(fused_bias, monkeypatch):
+def _lower_with_cpu_library(monkeypatch, fn, x, tol=None, **policy):
+    """``fn`` traced and lowered with the CPU entry of ``DEVICE_LIBRARIES`` changed by
+    ``policy`` (how another device's policy is tried here), checked against eager through
+    loopir's interpreter; returns the lowered graph's extern kernels."""
     import dataclasses
 
     import kiln_loopir
 
-    lib = DEVICE_LIBRARIES["cpu"]
-    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(lib, conv_fused_bias=fused_bias))
-    gm, x, want = _conv_relu_graph()
-    graph = kiln_loopir.lower(gm, [x])
-    (conv,) = [b for b in graph.buffers if getattr(b, "op", None) is torch.ops.aten.convolution.default]
-    assert (conv.inputs[2] is None) == (not fused_bias)
+    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(DEVICE_LIBRARIES["cpu"], **policy))
+    graph = kiln_loopir.lower(torch.fx.experimental.proxy_tensor.make_fx(fn)(x), [x])
     (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
-    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, fn(x), **(tol or {}))
+    return [b for b in graph.buffers if hasattr(b, "op")]
+
+
+def _matmul_ops(externs) -> tuple[bool, bool]:
+    ops = {b.op for b in externs}
+    return torch.ops.aten.mm.default in ops, torch.ops.aten.addmm.default in ops
+
+
+@pytest.mark.parametrize("fused_bias", [True, False])
+def test_bias_goes_to_the_consumer_where_the_library_adds_it_apart(fused_bias, monkeypatch):
+    conv = torch.nn.Conv2d(3, 4, 3)
+    externs = _lower_with_cpu_library(monkeypatch, lambda x: torch.relu(conv(x)), torch.randn(2, 3, 8, 8),
+                                      conv_fused_bias=fused_bias)
+    (conv_call,) = [b for b in externs if b.op is torch.ops.aten.convolution.default]
+    assert (conv_call.inputs[2] is None) == (not fused_bias)
 
 
 def test_cpu_choice_is_unchanged():
@@ -73,49 +79,26 @@ def test_fx_conv_node_asks_the_choice_with_its_result(dtype):
 
 
 @pytest.mark.parametrize("in_consumer", [True, False])
-def test_addmm_bias_goes_to_the_consumer_only_where_the_library_adds_it_apart(in_consumer, monkeypatch):
-    """CPU: addmm copies the bias into its output first, so the bias moves to the consumer's
-    kernel; CUDA (cuBLASLt adds it in the GEMM): addmm stays. The CUDA policy is tried on a CPU
-    graph by swapping the CPU entry."""
-    import dataclasses
-
-    import kiln_loopir
-
-    lib = DEVICE_LIBRARIES["cpu"]
-    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(lib, addmm_bias_in_consumer=in_consumer))
+def test_addmm_bias_goes_to_the_consumer_only_where_the_library_asks(in_consumer, monkeypatch):
+    """CPU and CUDA: the bias of an addmm read by elementwise ops moves to their kernel (mm
+    alone); a device whose library should keep it (``addmm_bias_in_consumer=False``) keeps
+    addmm."""
     lin = torch.nn.Linear(8, 6)
-    x = torch.randn(4, 8)
-    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: torch.relu(lin(x)))(x)
-    graph = kiln_loopir.lower(gm, [x])
-    ops = {getattr(b, "op", None) for b in graph.buffers}
-    aten = torch.ops.aten
-    assert (aten.mm.default in ops, aten.addmm.default in ops) == (in_consumer, not in_consumer)
-    (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
-    torch.testing.assert_close(got, torch.relu(lin(x)))
+    externs = _lower_with_cpu_library(monkeypatch, lambda x: torch.relu(lin(x)), torch.randn(4, 8),
+                                      addmm_bias_in_consumer=in_consumer)
+    assert _matmul_ops(externs) == (in_consumer, not in_consumer)
 
 
 @pytest.mark.parametrize("always_apart", [True, False])
 def test_addmm_bias_apart_before_attention_where_the_library_asks(always_apart, monkeypatch):
     """CUDA: the bias is added apart even when the product feeds a view into SDPA (cuBLASLt's
-    bias epilogue picks slower GEMMs); CPU: addmm then. Tried on a CPU graph by swapping the
-    CPU entry."""
-    import dataclasses
-
-    import kiln_loopir
-
-    lib = DEVICE_LIBRARIES["cpu"]
-    monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(lib, addmm_bias_always_apart=always_apart))
+    bias epilogue picks slower GEMMs); CPU: addmm then."""
     lin = torch.nn.Linear(16, 16)
-    x = torch.randn(1, 8, 16)
 
     def f(x):
         q = lin(x).view(1, 8, 2, 8).transpose(1, 2)
         return torch.nn.functional.scaled_dot_product_attention(q, q, q)
 
-    gm = torch.fx.experimental.proxy_tensor.make_fx(f)(x)
-    graph = kiln_loopir.lower(gm, [x])
-    ops = {getattr(b, "op", None) for b in graph.buffers}
-    aten = torch.ops.aten
-    assert (aten.mm.default in ops, aten.addmm.default in ops) == (always_apart, not always_apart)
-    (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)
-    torch.testing.assert_close(got, f(x), atol=1e-5, rtol=1e-5)
+    externs = _lower_with_cpu_library(monkeypatch, f, torch.randn(1, 8, 16), tol={"atol": 1e-5, "rtol": 1e-5},
+                                      addmm_bias_always_apart=always_apart)
+    assert _matmul_ops(externs) == (always_apart, not always_apart)
