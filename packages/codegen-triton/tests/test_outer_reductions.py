@@ -38,13 +38,17 @@ def _tilings(sched) -> list[str]:
     return out
 
 
+def _schedule(fn, x):
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(x)
+    return kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_outer_reduction_matches_eager(name):
     fn, want = CASES[name]
     torch.manual_seed(0)
     x = torch.randn(512, 96)
-    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(x)
-    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
+    sched = _schedule(fn, x)
     assert _tilings(sched) == want
     call = kiln_runtime.load(kiln_loopir.generate_wrapper(sched, TritonCodegen()))
     (got,) = call(x)
@@ -54,11 +58,6 @@ def test_outer_reduction_matches_eager(name):
 def _layernorm_grads(x):
     """A LayerNorm's weight and bias gradients: two reductions over the same columns (unsplit)."""
     return (x * 2).sum(0) + 1, x.var(0)
-
-
-def _schedule(fn, x):
-    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(x)
-    return kiln_loopir.schedule(kiln_loopir.lower(gm, [x]))
 
 
 @pytest.mark.parametrize("outputs", [160, 8200])
