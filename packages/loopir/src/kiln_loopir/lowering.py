@@ -80,6 +80,7 @@ log = logging.getLogger("kiln.loopir")
 aten = torch.ops.aten
 
 __all__ = [
+    "aten_ops",
     "lowering",
     "lowerings",
     "fallback",
@@ -144,6 +145,18 @@ class MissingLowering(LookupError):
 class LoweringBug(RuntimeError):
     """A lowering raised something other than LoweringError, or returned a value that
     disagrees with the node's ``meta["val"]``: a bug in that lowering, named in the message."""
+
+
+def aten_ops(*names: str) -> list:
+    """``aten.<packet>.<overload>`` for each ``"packet.overload"`` name (``"packet"`` alone:
+    ``.default``), leaving out the ones this torch lacks."""
+    out = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
+        if op is not None:
+            out.append(op)
+    return out
 
 
 def _overloads(op) -> list:

@@ -5,21 +5,19 @@ from __future__ import annotations
 import torch
 
 from ..ir import Pointwise, compute_dtype
-from ..lowering import LoweringError, constant_value, current, lowering, meta_val, to_dtype
+from ..lowering import (
+    LoweringError,
+    aten_ops,
+    constant_value,
+    current,
+    lowering,
+    meta_val,
+    to_dtype,
+)
 from ..sizevars import sympify
 from ..virtualized import ops
 
 aten = torch.ops.aten
-
-
-def _ops(*names):
-    out = []
-    for n in names:
-        pkt, _, ov = n.partition(".")
-        p = getattr(aten, pkt, None)
-        if p is not None and hasattr(p, ov or "default"):
-            out.append(getattr(p, ov or "default"))
-    return out
 
 
 def _meta_tensor():
@@ -44,7 +42,7 @@ def _filled(value):
     return Pointwise(m.device, dtype, size, inner_fn)
 
 
-@lowering(*_ops("full.default", "new_full.default"))
+@lowering(*aten_ops("full.default", "new_full.default"))
 def _full(*args, **kwargs):
     # full(size, fill_value, ...) / new_full(self, size, fill_value, ...)
     fill = kwargs.get("fill_value")
@@ -53,24 +51,24 @@ def _full(*args, **kwargs):
     return _filled(fill)
 
 
-@lowering(*_ops("full_like.default"))
+@lowering(*aten_ops("full_like.default"))
 def _full_like(x, fill_value, **kwargs):
     return _filled(fill_value)
 
 
-@lowering(*_ops("scalar_tensor.default"))
+@lowering(*aten_ops("scalar_tensor.default"))
 def _scalar_tensor(s, **kwargs):
     return _filled(s)
 
 
-@lowering(*_ops("zeros.default", "zeros_like.default", "new_zeros.default", "empty.memory_format",
+@lowering(*aten_ops("zeros.default", "zeros_like.default", "new_zeros.default", "empty.memory_format",
                 "empty_like.default", "new_empty.default", "empty_strided.default",
                 "new_empty_strided.default", "empty_permuted.default"))
 def _zeros(*args, **kwargs):
     return _filled(0)
 
 
-@lowering(*_ops("ones.default", "ones_like.default", "new_ones.default"))
+@lowering(*aten_ops("ones.default", "ones_like.default", "new_ones.default"))
 def _ones(*args, **kwargs):
     return _filled(1)
 
@@ -84,7 +82,7 @@ def _as_integer(x):
     return sympify(int(float(x)))
 
 
-@lowering(*_ops("arange.start_step", "arange.start", "arange.default"))
+@lowering(*aten_ops("arange.start_step", "arange.start", "arange.default"))
 def _arange(*args, **kwargs):
     m, size = _meta_tensor()
     if len(size) != 1:

@@ -11,32 +11,28 @@ import torch
 import torch.fx
 
 from ..ir import Buffer, ConstantBuffer, GenericView, Layout, Pointwise, ReinterpretView
-from ..lowering import current, lowering, make_extern, meta_val, realize
+from ..lowering import aten_ops, current, lowering, make_extern, meta_val, realize
 from ..sizevars import sympify
 from ..virtualized import ops
 
 aten = torch.ops.aten
 
-EXTERN_OPS = []
-for _name in ["mm.default", "bmm.default", "baddbmm.default", "addbmm.default",
-              "_convolution.default", "matmul.default",
-              "_scaled_dot_product_flash_attention_for_cpu.default",
-              "_scaled_dot_product_flash_attention.default",
-              "_scaled_dot_product_efficient_attention.default",
-              "_scaled_dot_product_cudnn_attention.default",
-              # their backwards, for training graphs (cuDNN/flash/memory-efficient kernels)
-              "_scaled_dot_product_flash_attention_for_cpu_backward.default",
-              "_scaled_dot_product_flash_attention_backward.default",
-              "_scaled_dot_product_efficient_attention_backward.default",
-              "_scaled_dot_product_cudnn_attention_backward.default",
-              "_flash_attention_backward.default", "_efficient_attention_backward.default",
-              "scaled_dot_product_attention.default", "_native_multi_head_attention.default",
-              "_transformer_encoder_layer_fwd.default",
-              "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default"]:
-    _pkt, _, _ov = _name.partition(".")
-    _p = getattr(aten, _pkt, None)
-    if _p is not None and hasattr(_p, _ov):
-        EXTERN_OPS.append(getattr(_p, _ov))
+EXTERN_OPS = aten_ops(
+    "mm.default", "bmm.default", "baddbmm.default", "addbmm.default",
+    "_convolution.default", "matmul.default",
+    "_scaled_dot_product_flash_attention_for_cpu.default",
+    "_scaled_dot_product_flash_attention.default",
+    "_scaled_dot_product_efficient_attention.default",
+    "_scaled_dot_product_cudnn_attention.default",
+    # their backwards, for training graphs (cuDNN/flash/memory-efficient kernels)
+    "_scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "_scaled_dot_product_flash_attention_backward.default",
+    "_scaled_dot_product_efficient_attention_backward.default",
+    "_scaled_dot_product_cudnn_attention_backward.default",
+    "_flash_attention_backward.default", "_efficient_attention_backward.default",
+    "scaled_dot_product_attention.default", "_native_multi_head_attention.default",
+    "_transformer_encoder_layer_fwd.default",
+    "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default")
 
 
 def _make(op):

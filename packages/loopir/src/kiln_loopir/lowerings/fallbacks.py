@@ -7,15 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import fallback
+from ..lowering import aten_ops, fallback
 
 aten = torch.ops.aten
-
-
-def _op(name: str):
-    """``aten.<packet>.<overload>``, or None where this torch lacks it."""
-    packet, _, overload = name.partition(".")
-    return getattr(getattr(aten, packet, None), overload or "default", None)
 
 
 _DECLARED = {
@@ -90,6 +84,6 @@ _DECLARED_PACKETS = {
 }
 
 for _reason, _names in _DECLARED.items():
-    fallback(*[_op(n) for n in _names], reason=_reason)
+    fallback(*aten_ops(*_names), reason=_reason)
 for _reason, _names in _DECLARED_PACKETS.items():
     fallback(*[getattr(aten, n, None) for n in _names], reason=_reason)

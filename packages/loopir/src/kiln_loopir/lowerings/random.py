@@ -33,6 +33,7 @@ from ..counters import counters
 from ..ir import Buffer, ExternKernel, IRNode, Layout, Pointwise, compute_dtype
 from ..lowering import (
     LoweringError,
+    aten_ops,
     broadcast_loader,
     constant_value,
     current,
@@ -167,18 +168,8 @@ def _distribution(kind: str):
     return lower
 
 
-def _ops(*names: str) -> list:
-    out = []
-    for n in names:
-        pkt, _, ov = n.partition(".")
-        op = getattr(getattr(aten, pkt, None), ov or "default", None)
-        if op is not None:
-            out.append(op)
-    return out
-
-
-lowering(*_ops("rand.default", "rand_like.default"))(_distribution("rand"))
-lowering(*_ops("randn.default", "randn_like.default"))(_distribution("randn"))
+lowering(*aten_ops("rand.default", "rand_like.default"))(_distribution("rand"))
+lowering(*aten_ops("randn.default", "randn_like.default"))(_distribution("randn"))
 
 
 def _int_bound(v) -> int:
@@ -206,22 +197,22 @@ def _randint(low, high):
     return Pointwise(device, dtype, size, _random_pointwise("randint64", device, size, finish))
 
 
-@lowering(*_ops("randint.low"))
+@lowering(*aten_ops("randint.low"))
 def _randint_low(low, high, size, **kwargs):
     return _randint(low, high)
 
 
-@lowering(*_ops("randint.default"))
+@lowering(*aten_ops("randint.default"))
 def _randint_high(high, size, **kwargs):
     return _randint(0, high)
 
 
-@lowering(*_ops("randint_like.default"))
+@lowering(*aten_ops("randint_like.default"))
 def _randint_like_high(x, high, **kwargs):
     return _randint(0, high)
 
 
-@lowering(*_ops("randint_like.low_dtype"))
+@lowering(*aten_ops("randint_like.low_dtype"))
 def _randint_like_low(x, low, high, **kwargs):
     return _randint(low, high)
 
@@ -231,7 +222,7 @@ def _no_generator(kwargs) -> None:
         raise LoweringError("an explicit torch.Generator: eager's generator")
 
 
-@lowering(*_ops("bernoulli.p"))
+@lowering(*aten_ops("bernoulli.p"))
 def _bernoulli_p(x: IRNode, p=0.5, **kwargs):
     """1 with probability ``p`` (``rand < p``), in x's dtype."""
     _no_generator(kwargs)
@@ -248,7 +239,7 @@ def _bernoulli_p(x: IRNode, p=0.5, **kwargs):
     return Pointwise(device, dtype, size, _random_pointwise("rand", device, size, finish))
 
 
-@lowering(*_ops("bernoulli.default"))
+@lowering(*aten_ops("bernoulli.default"))
 def _bernoulli(x: IRNode, **kwargs):
     """1 with probability ``x[e]`` at each element ``e`` (``rand < x``), in x's dtype."""
     _no_generator(kwargs)
@@ -265,7 +256,7 @@ def _bernoulli(x: IRNode, **kwargs):
     return Pointwise(device, dtype, size, _random_pointwise("rand", device, size, finish))
 
 
-@lowering(*_ops("native_dropout.default"))
+@lowering(*aten_ops("native_dropout.default"))
 def _native_dropout(x: IRNode, p, train=None):
     """``(x * mask * scale, mask)``: an element is kept (mask True) with probability ``1 - p``,
     ``scale = 1 / (1 - p)`` (0 when p == 1). Both outputs read the same numbers, so the
@@ -323,25 +314,25 @@ def _affine(kind: str, shift, scale, **kwargs) -> Pointwise:
     return Pointwise(device, dtype, size, _random_pointwise(kind, device, size, finish))
 
 
-@lowering(*_ops("uniform.default"))
+@lowering(*aten_ops("uniform.default"))
 def _uniform(x: IRNode, low=0.0, high=1.0, **kwargs):
     """``low + (high - low) * rand``."""
     low, high = _scalar(low, "uniform bound"), _scalar(high, "uniform bound")
     return _affine("rand", low, high - low, **kwargs)
 
 
-@lowering(*_ops("normal.Tensor_float", "normal.float_Tensor", "normal.Tensor_Tensor"))
+@lowering(*aten_ops("normal.Tensor_float", "normal.float_Tensor", "normal.Tensor_Tensor"))
 def _normal_tensors(mean, std=1.0, **kwargs):
     """``mean + std * randn`` (either may be a tensor)."""
     return _affine("randn", mean, std, **kwargs)
 
 
-@lowering(*_ops("normal.float_float"))
+@lowering(*aten_ops("normal.float_float"))
 def _normal_numbers(mean, std, size, **kwargs):
     return _affine("randn", _scalar(mean, "normal mean"), _scalar(std, "normal std"), **kwargs)
 
 
-@lowering(*_ops("exponential.default"))
+@lowering(*aten_ops("exponential.default"))
 def _exponential(x: IRNode, lambd=1.0, **kwargs):
     """``-log1p(-rand) / lambd`` (rand < 1: finite)."""
     _no_generator(kwargs)

@@ -17,6 +17,7 @@ from ..ir import GenericView, IRNode, Layout, Pointwise, ReinterpretView
 from ..lowering import (
     LoweringError,
     as_storage_view,
+    aten_ops,
     current,
     has_eager_strides,
     is_dense,
@@ -35,16 +36,6 @@ from ..sizevars import (
 aten = torch.ops.aten
 S0 = sympy.Integer(0)
 S1 = sympy.Integer(1)
-
-
-def _ops(*names):
-    out = []
-    for n in names:
-        pkt, _, ov = n.partition(".")
-        p = getattr(aten, pkt, None)
-        if p is not None and hasattr(p, ov or "default"):
-            out.append(getattr(p, ov or "default"))
-    return out
 
 
 def _norm_dim(d, ndim):
@@ -113,7 +104,7 @@ class ViewOfLoop(GenericView):
 # ---- permute / transpose ----------------------------------------------------------------------
 
 
-@lowering(*_ops("permute.default", "permute_copy.default"))
+@lowering(*aten_ops("permute.default", "permute_copy.default"))
 def permute(x, dims):
     n = len(x.get_size())
     dims = [_norm_dim(d, n) for d in dims]
@@ -131,7 +122,7 @@ def permute(x, dims):
     return _view(x, size, stride_fn, reindex)
 
 
-@lowering(*_ops("transpose.int", "transpose_copy.int"))
+@lowering(*aten_ops("transpose.int", "transpose_copy.int"))
 def transpose(x, dim0, dim1):
     n = len(x.get_size())
     if n == 0:
@@ -142,7 +133,7 @@ def transpose(x, dim0, dim1):
     return permute(x, dims)
 
 
-@lowering(*_ops("t.default", "t_copy.default"))
+@lowering(*aten_ops("t.default", "t_copy.default"))
 def t(x):
     if len(x.get_size()) < 2:
         return x
@@ -152,7 +143,7 @@ def t(x):
 # ---- expand ---------------------------------------------------------------------------------------
 
 
-@lowering(*_ops("expand.default", "expand_copy.default"))
+@lowering(*aten_ops("expand.default", "expand_copy.default"))
 def expand(x, size, implicit=False):
     old = [sympify(s) for s in x.get_size()]
     drop = len(size) - len(old)
@@ -191,7 +182,7 @@ def expand(x, size, implicit=False):
 # ---- squeeze / unsqueeze ------------------------------------------------------------------------
 
 
-@lowering(*_ops("squeeze.default", "squeeze.dim", "squeeze.dims", "squeeze_copy.default",
+@lowering(*aten_ops("squeeze.default", "squeeze.dim", "squeeze.dims", "squeeze_copy.default",
                 "squeeze_copy.dim", "squeeze_copy.dims"))
 def squeeze(x, dim=None):
     size = [sympify(s) for s in x.get_size()]
@@ -217,7 +208,7 @@ def squeeze(x, dim=None):
     return _view(x, new, stride_fn, reindex)
 
 
-@lowering(*_ops("unsqueeze.default", "unsqueeze_copy.default"))
+@lowering(*aten_ops("unsqueeze.default", "unsqueeze_copy.default"))
 def unsqueeze(x, dim):
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
@@ -254,7 +245,7 @@ def _clamp_index(v, size, default):
     return v
 
 
-@lowering(*_ops("slice.Tensor", "slice_copy.Tensor"))
+@lowering(*aten_ops("slice.Tensor", "slice_copy.Tensor"))
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
@@ -288,12 +279,12 @@ def slice_(x, dim=0, start=None, end=None, step=1):
     return _view(x, new, stride_fn, reindex)
 
 
-@lowering(*_ops("narrow.default"))
+@lowering(*aten_ops("narrow.default"))
 def narrow(x, dim, start, length):
     return slice_(x, dim, start, sympify(start) + length, 1)
 
 
-@lowering(*_ops("select.int", "select_copy.int"))
+@lowering(*aten_ops("select.int", "select_copy.int"))
 def select(x, dim, index):
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
@@ -313,7 +304,7 @@ def select(x, dim, index):
     return _view(x, new, stride_fn, reindex)
 
 
-@lowering(*_ops("split_with_sizes.default", "split_with_sizes_copy.default"))
+@lowering(*aten_ops("split_with_sizes.default", "split_with_sizes_copy.default"))
 def split_with_sizes(x, split_sizes, dim=0):
     out = []
     start = S0
@@ -323,7 +314,7 @@ def split_with_sizes(x, split_sizes, dim=0):
     return out
 
 
-@lowering(*_ops("split.Tensor", "split_copy.Tensor"))
+@lowering(*aten_ops("split.Tensor", "split_copy.Tensor"))
 def split(x, split_size, dim=0):
     m = meta_val()
     g = current()
@@ -331,7 +322,7 @@ def split(x, split_size, dim=0):
     return split_with_sizes(x, sizes, dim)
 
 
-@lowering(*_ops("unbind.int", "unbind_copy.int"))
+@lowering(*aten_ops("unbind.int", "unbind_copy.int"))
 def unbind(x, dim=0):
     n = len(x.get_size())
     dim = _norm_dim(dim, n)
@@ -344,7 +335,7 @@ def unbind(x, dim=0):
 # ---- diagonal ---------------------------------------------------------------------------------------
 
 
-@lowering(*_ops("diagonal.default", "diagonal_copy.default"))
+@lowering(*aten_ops("diagonal.default", "diagonal_copy.default"))
 def diagonal(x, offset=0, dim1=0, dim2=1):
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
@@ -505,7 +496,7 @@ def _new_size(x, size):
     return size
 
 
-@lowering(*_ops("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default",
+@lowering(*aten_ops("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default",
                 "_reshape_alias.default"))
 def view(x, size, *rest):
     new = _new_size(x, size)
@@ -520,7 +511,7 @@ def view(x, size, *rest):
     return _view(x, new, stride_fn, reshape_reindex(old, new))
 
 
-@lowering(*_ops("as_strided.default", "as_strided_copy.default"))
+@lowering(*aten_ops("as_strided.default", "as_strided_copy.default"))
 def as_strided(x, size, stride, storage_offset=None):
     """A view of x's storage. Its size/stride are eager's, so x's storage must be laid out as
     eager's: a dense x with another layout here (realized contiguous where eager kept it
@@ -560,7 +551,7 @@ def _eager_dense_stride(g, m, x):
 # ---- flip / repeat / roll ------------------------------------------------------------------------
 
 
-@lowering(*_ops("flip.default"))
+@lowering(*aten_ops("flip.default"))
 def flip(x, dims):
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
@@ -572,7 +563,7 @@ def flip(x, dims):
     return GenericView(x, size, reindex)
 
 
-@lowering(*_ops("repeat.default"))
+@lowering(*aten_ops("repeat.default"))
 def repeat(x, repeats):
     old = [sympify(s) for s in x.get_size()]
     drop = len(repeats) - len(old)
@@ -589,7 +580,7 @@ def repeat(x, repeats):
     return GenericView(x, new, reindex)
 
 
-@lowering(*_ops("roll.default"))
+@lowering(*aten_ops("roll.default"))
 def roll(x, shifts, dims=()):
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
