@@ -150,11 +150,6 @@ def _random_pointwise(kind: str, device, size, finish: Callable) -> Callable:
     return lambda index: finish(index, number)
 
 
-def _cast(value, src: torch.dtype, dtype: torch.dtype):
-    """A float32 / int64 body value in the compute dtype of ``dtype``."""
-    return to_dtype(value, src, dtype)
-
-
 def _distribution(kind: str):
     src = torch.int64 if kind == "randint64" else torch.float32
 
@@ -162,7 +157,7 @@ def _distribution(kind: str):
         device, dtype, size = _target()
         if dtype.is_complex or (kind != "randint64" and not dtype.is_floating_point):
             raise LoweringError(f"{kind} of dtype {dtype}")
-        body = _random_pointwise(kind, device, size, lambda index, number: _cast(number(index), src, dtype))
+        body = _random_pointwise(kind, device, size, lambda index, number: to_dtype(number(index), src, dtype))
         return Pointwise(device, dtype, size, body)
 
     return lower
@@ -192,7 +187,7 @@ def _randint(low, high):
 
     def finish(index, number):
         r = number(index, ops.constant(low, torch.int64), ops.constant(high, torch.int64))
-        return _cast(r, torch.int64, dtype)
+        return to_dtype(r, torch.int64, dtype)
 
     return Pointwise(device, dtype, size, _random_pointwise("randint64", device, size, finish))
 
@@ -234,7 +229,7 @@ def _bernoulli_p(x: IRNode, p=0.5, **kwargs):
 
     def finish(index, number):
         hit = ops.lt(number(index), ops.constant(float(p), torch.float32))
-        return _cast(hit, torch.bool, dtype)
+        return to_dtype(hit, torch.bool, dtype)
 
     return Pointwise(device, dtype, size, _random_pointwise("rand", device, size, finish))
 
@@ -251,7 +246,7 @@ def _bernoulli(x: IRNode, **kwargs):
 
     def finish(index, number):
         prob = to_dtype(load(index), src, torch.float32)
-        return _cast(ops.lt(number(index), prob), torch.bool, dtype)
+        return to_dtype(ops.lt(number(index), prob), torch.bool, dtype)
 
     return Pointwise(device, dtype, size, _random_pointwise("rand", device, size, finish))
 
