@@ -65,19 +65,6 @@ CASES = {
 }
 
 
-def _compiled(model, compiler: str):
-    import torch
-
-    if compiler == "inductor":
-        torch._dynamo.reset()
-        return torch.compile(model)
-    import kiln
-    import kiln_frontend
-
-    kiln_frontend.reset()
-    return kiln.compile(model)
-
-
 def _step(fn, inputs, loss, params):
     import torch
 
@@ -104,7 +91,9 @@ def profile_one(case: str, compiler: str, calls: int = 5) -> dict:
     if loss is None:
         model = model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
-    run = _step(_compiled(model, compiler), inputs, loss, params)
+    import train
+
+    run = _step(train._compiled(model, compiler), inputs, loss, params)  # (fresh frontend and stats)
     t0 = time.perf_counter()
     run()
     torch.cuda.synchronize()
