@@ -19,7 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 CASES = {  # name -> (fn, expected tilings of its reduction kernels)
     "sum_dim0": (lambda x: x.sum(0), ["split"]),
     "amax_dim0": (lambda x: x.amax(0), ["split"]),
-    "scaled_sum_plus_one": (lambda x: (x * 2).sum(0) + 1, ["outer"]),
+    "scaled_sum_plus_one": (lambda x: (x * 2).sum(0) + 1, ["split"]),  # +1: in the final kernel
     "var_dim0": (lambda x: x.var(0), ["outer"]),
     "bias_grad_of_3d": (lambda x: x.view(4, 128, 96).sum((0, 1)), ["split"]),
     "row_sum_stays_inner": (lambda x: x.sum(1), ["persistent"]),
@@ -89,3 +89,27 @@ def test_short_rows_stay_persistent():
     (group,) = sched.groups
     assert is_outer_reduction(plan_kernel(group, sched))  # the loads are outer...
     assert _tilings(sched) == ["persistent"]  # ...but the row is short
+
+
+def _weight_and_bias_grads(x, dy):
+    """A LayerNorm's weight and bias gradients as the backward computes them: two sums over
+    the same rows in one kernel, each result only stored."""
+    return (dy * x).sum(0), dy.sum(0)
+
+
+def test_two_reductions_over_the_same_rows_split_together():
+    """Both sums split over chunks of rows in one kernel (a partial buffer each) and combine
+    in one final kernel; unsplit, 768 outputs gave 12 programs of 64 outputs that each walked
+    every row (47 us per LayerNorm on an H200 in BERT-base training)."""
+    torch.manual_seed(0)
+    x, dy = torch.randn(700, 96), torch.randn(700, 96)
+    gm = make_fx(_weight_and_bias_grads)(x, dy)
+    sched = kiln_loopir.schedule(kiln_loopir.lower(gm, [x, dy]))
+    (group,) = sched.groups
+    kernel = TritonKernel(plan_kernel(group, sched), interpret=True)
+    assert kernel.tiling.split and kernel.tiling.outer
+    kernel.generate()
+    assert kernel.partial_names == ["partial0", "partial1"]
+    call = kiln_runtime.load(kiln_loopir.generate_wrapper(sched, TritonCodegen()))
+    for got, want in zip(call(x, dy), _weight_and_bias_grads(x, dy), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

@@ -113,7 +113,7 @@ class TritonCodegen:
         numels = {}
         for key, expr in kernel.tiling.numels.items():
             expr = sympy.sympify(expr)
-            arg = "rnumel0" if key == "rnumel" else key  # a split reduction's one node
+            arg = "rnumel0" if key == "rnumel" else key  # a split reduction's (first) node
             numels[key] = int(expr) if expr.is_Integer else arg
         hint_x = plan.hint(kernel.tiling.numels["xnumel"])
         hint_y = plan.hint(kernel.tiling.numels.get("ynumel", 1))
@@ -128,7 +128,7 @@ class TritonCodegen:
             + ["int"] * len(kernel.derived),
             arg_hints={**{a.name: plan.hint(sympy.Symbol(a.name)) for a in plan.signature.sizes},
                        **{name: plan.hint(e) for name, e in kernel.derived.items()}},
-            split_dtype=kernel.split_kind[1] if kernel.tiling.split else None,
+            split_dtypes=kernel.split_dtypes if kernel.tiling.split else (),
             cooperative_parts=kernel.coop_nparts if kernel.tiling.cooperative else 0,
         )
         # ``run(stream, *args)``: the stream is read once per wrapper call (wrapper_prelude)
@@ -172,7 +172,7 @@ class TritonCodegen:
             lines.append(s.source.rstrip("\n"))
             lines.append(f"''', tiling={s.tiling!r}, configs={s.configs!r}, numels={s.numels!r}, "
                          f"arg_names={s.arg_names!r}, written={s.written!r}, "
-                         f"split_dtype={s.split_dtype!r}, cooperative_parts={s.cooperative_parts!r}),")
+                         f"split_dtypes={s.split_dtypes!r}, cooperative_parts={s.cooperative_parts!r}),")
             # (no arg_dtypes: a standalone file compiles each kernel at its first launch)
         lines.append("}")
         lines.append("globals().update(load_kernels(_triton_kernels))")

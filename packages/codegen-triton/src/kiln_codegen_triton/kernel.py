@@ -194,6 +194,25 @@ class Tiling:
                 f"{' cooperative' if self.cooperative else ''}{' registers' if self.coop_registers else ''}")
 
 
+def _reductions_apart(p: KernelPlan) -> bool:
+    """The group's reductions are splittable, over the same rows, and read nothing the group
+    writes; its other nodes are per-output work (no rows: casts of the results, an epilogue).
+    Then each reduction's partial results (one per chunk of rows) combine on their own, and
+    the epilogue runs after them in the final kernel. (A LayerNorm's weight and bias
+    gradients: two sums over 4096 rows of 768 outputs, cast to float16; unsplit, 12 programs
+    of 64 outputs walked all 4096 rows.)"""
+    reductions = [n for n in p.nodes if n.inner]
+    first = reductions[0]
+    if not all(n.reduction_type in SPLIT_TYPES and len(n.inner) == len(first.inner)
+               and all(sympy.simplify(a - b) == 0 for a, b in zip(n.inner, first.inner, strict=True))
+               for n in reductions):
+        return False
+    if any(n.kind != "pointwise" for n in p.nodes if not n.inner):
+        return False
+    written = {d.name for n in p.nodes for d in n.writes}
+    return not any(d.name in written for n in reductions for d in n.reads)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -216,6 +235,8 @@ class TritonKernel:
         self.rcache: dict[str, TVal] = {}  # row-scope CSE
         self.names: dict[str, str] = {}  # sympy symbol name -> Triton variable
         self.welford: dict[str, tuple[str, str]] = {}  # value variable -> (state prefix, count)
+        #: a split kernel's reductions, in store order: (type, partial dtype, identity, buffer, index)
+        self.split_stores: list[tuple] = []
         self.op_names: dict[str, None] = {}  # ops in the order emitted: the kernel's name
         self.tiling = self._plan_tiling()
         self.online: dict[int, OnlineSum] = {}  # sum node -> its online rewrite over a max node
@@ -240,13 +261,11 @@ class TritonKernel:
         t = Tiling("reduction", {"xnumel": p.numel})
         t.rnumel_hint = max(p.hint(sympy.Mul(*i)) for i in inner)
         if t.rnumel_hint > OUTER_MIN_RNUMEL and is_outer_reduction(p):
-            splittable = len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
-            if splittable:  # blocks of outputs x chunks of rows: enough programs
-                t.outer = t.split = True
+            t.outer = True
+            if _reductions_apart(p):  # blocks of outputs x chunks of rows: enough programs
+                t.split = True
                 t.numels["rnumel"] = p.nodes[0].rnumel
-                return t
-            t.outer = True  # (the codegen picks 64 outputs per program, or 16 when few)
-            return t
+            return t  # (unsplit: the codegen picks 64 outputs per program, or 16 when few)
         if same and rnumel.is_Integer and 0 < int(rnumel) <= PERSISTENT_MAX:
             t.persistent_rblock = _next_pow2(int(rnumel))
         elif (len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
@@ -312,7 +331,8 @@ class TritonKernel:
         self.row_pre = self.lines
         self._header()
         for run in self.runs:
-            self._nodes(run)
+            if not (self.tiling.split and self._is_epilogue(run)):  # (split: in the final kernel)
+                self._nodes(run)
         numel_params = list(self.derived)
         consts = ["XBLOCK: tl.constexpr"]
         if self.tiling.kind == "pointwise2d":
@@ -321,7 +341,7 @@ class TritonKernel:
             consts.append("RBLOCK: tl.constexpr")
         split_params = []
         if self.tiling.split:
-            split_params = ["partial", "rchunk", "nsplit"]
+            split_params = [*self.partial_names, "rchunk", "nsplit"]
             consts.append("SPLITB: tl.constexpr")
         if self.tiling.cooperative:
             split_params = ["coop_ws", "coop_tickets", "rchunk", "nsplit"]
@@ -357,10 +377,18 @@ class TritonKernel:
         ops = [n for n in self.op_names if n.isidentifier()][:NAME_OPS]
         return "_".join(["kiln", kind, *(ops or ["copy"])])
 
+    @property
+    def partial_names(self) -> list[str]:
+        """A split kernel's partial-result buffers, one per reduction it stores."""
+        return [f"partial{j}" for j in range(len(self.split_stores))]
+
+    @property
+    def split_dtypes(self) -> tuple[torch.dtype, ...]:
+        return tuple(work_t for _, work_t, *_ in self.split_stores)
+
     def _final_kernel(self) -> list[str]:
         """Stage 2 of a split reduction: reduce the ``nsplit`` partial results of each output
-        and store it where the node stores (``self.split_store``)."""
-        rt, work_t, lit, name, index = self.split_store
+        of each reduction and store them where the nodes store (``self.split_stores``)."""
         lines: list[str] = []
         self.target, self.row_lines, self.cache, self.rcache = lines, None, {}, {}
         self.names = {s.name: s.name for s in self.plan.loop_symbols}
@@ -368,20 +396,29 @@ class TritonKernel:
         xn = self.tiling.numels["xnumel"]
         xn = str(int(xn)) if sympy.sympify(xn).is_Integer else "xnumel"
         self.emit("sindex = tl.arange(0, SPLITB)[None, :]")
-        self.emit(f"parts = tl.load(partial + (sindex * {xn} + xindex), (sindex < nsplit) & xmask, other={lit})")
-        final = {"sum": "tl.sum(parts, 1)", "prod": "tl.reduce(parts, 1, _kiln_prod)",
-                 "max": "tl.reduce(parts, 1, _kiln_max)", "min": "tl.reduce(parts, 1, _kiln_min)",
-                 "any": "tl.max(parts, 1)", "all": "tl.min(parts, 1)"}[rt]
-        if rt in ("any", "all"):
-            self.emit(f"result = {final}[:, None] != 0")
-            value = TVal("result", torch.bool, "x")
-        else:
-            self.emit(f"result = {final}[:, None]")
-            value = TVal("result", work_t, "x")
-        self.tiling.split = False  # the real store now
-        self.store(name, index, value)
+        self.tiling.split = False  # the real stores now
+        for j, (rt, work_t, lit, name, index) in enumerate(self.split_stores):
+            parts, result = f"parts{j}", f"result{j}"
+            self.emit(f"{parts} = tl.load(partial{j} + (sindex * {xn} + xindex), (sindex < nsplit) & xmask, other={lit})")
+            final = {"sum": f"tl.sum({parts}, 1)", "prod": f"tl.reduce({parts}, 1, _kiln_prod)",
+                     "max": f"tl.reduce({parts}, 1, _kiln_max)", "min": f"tl.reduce({parts}, 1, _kiln_min)",
+                     "any": f"tl.max({parts}, 1)", "all": f"tl.min({parts}, 1)"}[rt]
+            if rt in ("any", "all"):
+                self.emit(f"{result} = {final}[:, None] != 0")
+                value = TVal(result, torch.bool, "x")
+            else:
+                self.emit(f"{result} = {final}[:, None]")
+                value = TVal(result, work_t, "x")
+            self.store(name, index, value)
+        for run in self.runs:
+            if self._is_epilogue(run):
+                self._nodes(run)
         self.tiling.split = True
         return lines
+
+    def _is_epilogue(self, run: list[int]) -> bool:
+        """A run of per-output work after the reductions (no rows of its own)."""
+        return not any(self.plan.nodes[k].inner for k in run)
 
     def _unflatten(self, flat: str, ranges: list[sympy.Expr], syms: list[str]) -> None:
         """``i0, i1, ...`` from one flat index over ``ranges`` (row-major)."""
@@ -469,7 +506,7 @@ class TritonKernel:
         touches nothing the run writes (nor writes what it reads), or when it is a ``sum`` the
         online rule rewrites over a ``max`` of the run (``online_rescale``)."""
         p = self.plan
-        if self.persistent or self.tiling.split or not ROW_LOOP_FUSION:
+        if self.persistent or not ROW_LOOP_FUSION:
             return False
         node, first = p.nodes[k], p.nodes[run[0]]
         if not node.inner or not first.inner or len(node.inner) != len(first.inner):
@@ -803,11 +840,12 @@ class TritonKernel:
     def store_reduction(self, name: str, index, value: TVal) -> None:
         if self.tiling.split:
             rt, work_t, lit = self.split_kind
-            self.split_store = (rt, work_t, lit, name, sympy.sympify(index))
+            j = len(self.split_stores)
+            self.split_stores.append((rt, work_t, lit, name, sympy.sympify(index)))
             xn = self.tiling.numels["xnumel"]
             xn = str(int(xn)) if sympy.sympify(xn).is_Integer else "xnumel"
             v = value.name if rt not in ("any", "all") else f"{value.name}.to(tl.int32)"
-            self.emit(f"tl.store(partial + (tl.program_id(1) * {xn} + xindex), {v}, xmask)")
+            self.emit(f"tl.store(partial{j} + (tl.program_id(1) * {xn} + xindex), {v}, xmask)")
             return
         self.store(name, index, value)
 

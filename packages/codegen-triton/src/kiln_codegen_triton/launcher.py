@@ -22,7 +22,6 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import kiln_runtime
 
@@ -56,8 +55,8 @@ class KernelSpec:
     #: size arguments' example values
     arg_dtypes: list = field(default_factory=list)
     arg_hints: dict[str, int] = field(default_factory=dict)
-    #: a split reduction: the dtype of its partial results (None: not split)
-    split_dtype: Any = None
+    #: a split reduction: the dtype of each reduction's partial results (empty: not split)
+    split_dtypes: tuple = ()
     #: cooperative rows (cooperative.py): float32 partials per (row, chunk); 0: not cooperative
     cooperative_parts: int = 0
 
@@ -120,7 +119,7 @@ def precompile(launchers: list[TritonLauncher]) -> None:
     jobs = []
     seen = set()
     for ln in launchers:
-        if not ln.spec.arg_dtypes or ln.spec.split_dtype is not None or ln.spec.cooperative_parts:
+        if not ln.spec.arg_dtypes or ln.spec.split_dtypes or ln.spec.cooperative_parts:
             continue  # split/cooperative kernels compile at their first launch (size-dependent args)
         args = []
         for name, dt in zip(ln.spec.arg_names, ln.spec.arg_dtypes, strict=True):
@@ -195,7 +194,7 @@ class TritonLauncher:
         return (x,)
 
     def _split_args(self, config: dict, args) -> tuple[list, dict, tuple, int]:
-        """A split reduction's extra arguments: the partial results buffer, the chunk of the
+        """A split reduction's extra arguments: the partial results buffers, the chunk of the
         row each program reduces, the number of chunks; its grid (rows, chunks)."""
         import torch
 
@@ -207,9 +206,9 @@ class TritonLauncher:
         rchunk = _cdiv(_cdiv(rnumel, nsplit), rblock) * rblock
         nsplit = _cdiv(rnumel, rchunk)
         device = next(a.device for a in args if hasattr(a, "device"))
-        partial = torch.empty(nsplit * xnumel, dtype=self.spec.split_dtype, device=device)
+        partials = [torch.empty(nsplit * xnumel, dtype=dt, device=device) for dt in self.spec.split_dtypes]
         splitb = 1 << max(0, (nsplit - 1).bit_length())
-        return [partial, rchunk, nsplit], {"SPLITB": splitb}, (xtiles, nsplit), xtiles
+        return [*partials, rchunk, nsplit], {"SPLITB": splitb}, (xtiles, nsplit), xtiles
 
     def _coop_args(self, config: dict, args) -> tuple[list, dict, tuple]:
         """Cooperative rows' extra arguments: the partials workspace and the per-row ticket
@@ -238,7 +237,7 @@ class TritonLauncher:
                 extra, more, grid = self._coop_args(config, args)
                 self.fn[grid](*args, *extra, **meta, **more, **opts)
                 return
-            if self.spec.split_dtype is not None:
+            if self.spec.split_dtypes:
                 extra, more, grid, xtiles = self._split_args(config, args)
                 self.fn[grid](*args, *extra, **meta, **more, **opts)
                 self.fn.final[(xtiles,)](*args, *extra, **meta, **more, **opts)
@@ -274,6 +273,9 @@ class TritonLauncher:
         if entry.lean is None:
             self._launch(entry.config, args)
             return
+        if entry.splits is not None:
+            self._run_split(entry, stream, args)
+            return
         key = (_DRIVER[0](), _specialization_key(args))  # a compiled kernel is loaded on one device
         launch = entry.lean.get(key)
         if launch is not None:
@@ -299,6 +301,64 @@ class TritonLauncher:
             # (a wrapper launches on its graph's device only)
             self.run = direct.fast(len(args), entry.grid, entry.constexprs, self._run_general)
             self._fast_device = key[0]
+
+    def _run_split(self, entry: _LaunchEntry, stream, args) -> None:
+        """A split reduction's two launches (partials, then the final kernel), each through
+        its compiled kernel's direct launch once compiled. The extra arguments are made once
+        per row length and kept: the partial buffers are scratch that the final kernel reads
+        right after, in stream order."""
+        rnumel = self._numel("rnumel", args)
+        split = entry.splits.get(rnumel)
+        if split is None:
+            extra, more, grid, xtiles = self._split_args(entry.config, args)
+            split = entry.splits[rnumel] = _SplitEntry(
+                tuple(extra), {**entry.meta, **more}, (*grid, 1), (xtiles, 1, 1), {})
+        full = (*args, *split.extra)
+        key = (_DRIVER[0](), _specialization_key(full))
+        launches = split.lean.get(key)
+        if launches is not None:
+            launches[0](*split.grid, stream, full)
+            launches[1](*split.final_grid, stream, full)
+            return
+        kernels = []  # Triton's own path compiles (or finds) both and launches them once
+        try:
+            for fn, grid in ((self.fn, split.grid), (self.fn.final, split.final_grid)):
+                kernels.append(fn.run(*full, grid=grid, warmup=False, **split.meta, **entry.opts))
+        except Exception as e:
+            if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+                raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
+            raise
+        for k in kernels:
+            k._init_handles()
+        names = list(getattr(self.fn, "arg_names", []))[len(full):]
+        if not all(hasattr(k, "packed_metadata") for k in kernels) or any(n not in split.meta for n in names):
+            entry.lean = None  # another Triton: its own launch path only
+            return
+        constexprs = tuple(split.meta[n] for n in names)
+        launches = split.lean[key] = tuple(
+            DirectLaunch.of(k, len(full) + len(constexprs)).general(constexprs) for k in kernels)
+        kiln_runtime.counters["triton_lean_launch_kernels"] += 2
+        if (self._static and not isinstance(self.spec.numels.get("rnumel"), str) and self._fast_device is None
+                and all(hasattr(a, "data_ptr") and k[0] for a, k in zip(args, key[1], strict=False))):
+            self.run = self._split_fast_path(split, launches)
+            self._fast_device = key[0]
+
+    def _split_fast_path(self, split: _SplitEntry, launches: tuple):
+        """``run(stream, *args)`` for a split reduction of constant sizes whose arguments are
+        all tensors: what is left to check per call is each pointer's 16-byte alignment (the
+        specialization both kernels were compiled for), else the general path."""
+        main, final = launches
+        extra, grid, final_grid, general = split.extra, split.grid, split.final_grid, self._run_general
+
+        def run(stream, *args):
+            for a in args:
+                if a.data_ptr() & 15:
+                    return general(stream, *args)
+            full = args + extra
+            main(*grid, stream, full)
+            final(*final_grid, stream, full)
+
+        return run
 
     # ---------------------------------------------------------------------------- autotuning
     def _choose(self, args, numels) -> dict:
@@ -345,11 +405,24 @@ class TritonLauncher:
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
         try:
-            if self.spec.split_dtype is not None or self.spec.cooperative_parts:
+            if self.spec.split_dtypes or self.spec.cooperative_parts:
                 return  # compiles at its first launch (its extra arguments depend on sizes)
             self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts)
         except Exception:
             pass  # reported by the timed launch
+
+
+@dataclass
+class _SplitEntry:
+    """A split reduction's launch at one row length: its extra arguments (partial buffers, row
+    chunk, chunk count), Triton keyword arguments, both grids, and by (device,
+    specialization) the two direct launches."""
+
+    extra: tuple
+    meta: dict
+    grid: tuple
+    final_grid: tuple
+    lean: dict
 
 
 @dataclass
@@ -358,7 +431,7 @@ class _LaunchEntry:
     (on a GPU) by (device, specialization) the compiled kernel's launch function
     (``DirectLaunch.general``: what Triton's ``JITFunction.run`` does after its binder,
     cache-key and global checks, which cost tens of microseconds per launch, more than a small
-    kernel runs). ``lean`` is None where the direct call is not used (interpreter, split
+    kernel runs). ``lean`` is None where the direct call is not used (interpreter, cooperative
     reductions, Triton launch hooks, ``KILN_TRITON_LEAN_LAUNCH=0``)."""
 
     config: dict
@@ -367,6 +440,8 @@ class _LaunchEntry:
     opts: dict
     constexprs: tuple
     lean: dict | None
+    #: a split reduction's launches by row length (``TritonLauncher._run_split``)
+    splits: dict[int, _SplitEntry] | None = None
 
     @staticmethod
     def build(launcher: TritonLauncher, config: dict, args) -> _LaunchEntry:
@@ -376,7 +451,9 @@ class _LaunchEntry:
         constexprs: tuple = ()
         grid = launcher.grid(config, args)
         grid = (grid + (1, 1))[:3]
-        if _lean_launch_enabled() and launcher.spec.split_dtype is None and not launcher.spec.cooperative_parts:
+        if _lean_launch_enabled() and launcher.spec.split_dtypes and not launcher.spec.cooperative_parts:
+            return _LaunchEntry(config, grid, meta, opts, constexprs, {}, splits={})
+        if _lean_launch_enabled() and not launcher.spec.split_dtypes and not launcher.spec.cooperative_parts:
             names = list(getattr(launcher.fn, "arg_names", []))
             rest = names[len(args):]
             if names and all(n in meta for n in rest) and len(meta) == len(rest):
