@@ -16,8 +16,9 @@ compiler, starting from the same weights (a deep copy of one model):
    error of all grads together under 2e-2; where eager leaves a grad None, all zeros pass,
    as torch.compile gives). A variant that fails is reported as such and left out of the
    geomean;
-3. steady state: median seconds per step (``--repeats`` repeats of about 0.2 s of steps);
-   speedup = eager / compiled.
+3. steady state: median seconds per step over ``--repeats`` rounds; a round times each
+   variant for about 0.2 s of steps, one after the other, so the variants share the load of
+   a busy machine alike; speedup = eager / compiled.
 
 Writes benchmarks/results/train-<device>.json and .md. Dropout is off in the workloads
 (p=0), so eager and compiled steps do the same arithmetic.
@@ -30,6 +31,7 @@ import copy
 import dataclasses
 import json
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -48,7 +50,6 @@ from _common import (  # noqa: E402
     fresh_cache_dirs,
     geomean,
     markdown_table,
-    median_time,
 )
 from _models import PreNormBlock  # noqa: E402
 
@@ -86,6 +87,9 @@ def _mse(out) -> torch.Tensor:
 
 def _bert(hidden, layers, heads, inter, vocab, seq, batch, dtype, device):
     def make_model():
+        import _torchvision_shim
+
+        _torchvision_shim.install()  # transformers imports torchvision (--only bert-small)
         import transformers
 
         config = transformers.BertConfig(
@@ -207,6 +211,7 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
     ref_loss = w.loss(ref(*batch))
     ref_loss.backward()
     row: dict[str, Any] = {"workload": w.name}
+    steps: dict[str, Callable] = {}
     for compiler in COMPILERS:
         fresh_cache_dirs()
         model = copy.deepcopy(base)
@@ -223,8 +228,6 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
             r["first_step_s"] = time.perf_counter() - t0
             _check(model, ref, loss, ref_loss, w.dtype)
             opt.step()
-            step = _step_fn(model, fn, opt, batch, w.loss, device)
-            r["step_s"] = median_time(step, min_repeat_s=0.2, repeats=repeats, warmup=2)
             if compiler == "kiln":
                 import kiln
 
@@ -237,6 +240,7 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
                 }
                 if not s.backward_graphs_compiled:  # the frontend ran it eagerly (a warning)
                     raise RuntimeError(f"kiln compiled no backward graph: {r['kiln']}")
+            steps[compiler] = _step_fn(model, fn, opt, batch, w.loss, device)
         except BaseException as e:  # report and go on: one variant never stops the run
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -244,6 +248,10 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         row[compiler] = r
+    for compiler, step_s in _interleaved_step_times(steps, repeats).items():
+        row[compiler]["step_s"] = step_s
+    for compiler in COMPILERS:
+        r = row[compiler]
         print(
             f"  {w.name:<12} {compiler:<9} {json.dumps({k: v for k, v in r.items() if k != 'traceback'}, default=str)}",
             flush=True,
@@ -257,12 +265,35 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
     return row
 
 
+def _interleaved_step_times(steps: dict[str, Callable], repeats: int) -> dict[str, float]:
+    """Median seconds per step of each variant, timed in rounds: each round times every
+    variant once (about 0.2 s of steps each), so load from other work on a shared machine
+    falls on all of them alike and the ratios of one run compare like with like (timed one
+    after the other, a burst of load during one variant's turn moved its ratio by 2x)."""
+    calls = {}
+    for name, step in steps.items():
+        for _ in range(2):  # warm-up
+            step()
+        t0 = time.perf_counter()
+        step()
+        calls[name] = max(1, min(10_000, int(0.2 / max(time.perf_counter() - t0, 1e-7))))
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            for _ in range(calls[name]):
+                step()
+            samples[name].append((time.perf_counter() - t0) / calls[name])
+    return {name: statistics.median(xs) for name, xs in samples.items()}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--only", default="", help="comma-separated workload names")
     p.add_argument("--quick", action="store_true", help="3 repeats instead of 7")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per variant")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds for a variant's compile and first step")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")

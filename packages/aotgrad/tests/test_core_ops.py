@@ -43,12 +43,31 @@ def test_variance_is_kept_whole_on_cuda_only():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     table = core_decompositions()
+    variance = [torch.ops.aten.var.correction, torch.ops.aten.var_mean.correction,
+                torch.ops.aten.std.correction]
+    assert set(variance) <= DEVICE_KEPT_OPS
     with FakeTensorMode():
         for device in ("cuda", "cpu"):
             x = torch.empty(4, 8, device=device)
-            for op in DEVICE_KEPT_OPS:
+            for op in variance:
                 out = table[op](x, [1], correction=0, keepdim=True)
                 assert (out is NotImplemented) == (device == "cuda"), (op, device)
+
+
+def test_embedding_backward_is_kept_whole_on_cpu_only():
+    # eager's CPU kernel against one atomic add per element in a scatter kernel (BERT's
+    # token-type table: every token into one row); other devices (meta tensors stand for
+    # them: this torch may have no CUDA) keep torch's decomposition
+    op = torch.ops.aten.embedding_dense_backward.default
+    assert op in DEVICE_KEPT_OPS
+    table = core_decompositions()
+    for device in ("meta", "cpu"):
+        grad = torch.zeros(2, 5, 8, device=device)
+        indices = torch.zeros(2, 5, dtype=torch.long, device=device)
+        out = table[op](grad, indices, 10, -1, False)
+        assert (out is NotImplemented) == (device == "cpu"), device
+        if device == "meta":
+            assert out.shape == (10, 8)
 
 
 _SIZE_QUERIES = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int}

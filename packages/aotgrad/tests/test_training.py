@@ -286,10 +286,16 @@ def test_joint_graph_uses_core_ops_and_no_mutation():
             ), node.format_node()
 
 
+@pytest.mark.parametrize("decompose", [False, True])
 @pytest.mark.parametrize("mask", [None, "bool", "float"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_backward_is_decomposed(causal, mask):
-    # the CPU flash-attention backward becomes matmuls + pointwise (kiln's rule), vs eager
+def test_flash_attention_backward(causal, mask, decompose, monkeypatch):
+    # the CPU flash-attention backward is kept whole (an extern call for loopir) by default;
+    # DECOMPOSE_CPU_FLASH_BACKWARD rewrites it into matmuls + pointwise. Both equal eager.
+    from kiln_aotgrad import decompositions
+
+    monkeypatch.setattr(decompositions, "DECOMPOSE_CPU_FLASH_BACKWARD", decompose)
+
     def attention(q, k, v, m=None):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal and m is None)
 
@@ -308,8 +314,33 @@ def test_flash_attention_backward_is_decomposed(causal, mask):
     got = torch.autograd.grad(compiled(*args), [q, k, v], cot)
     want = torch.autograd.grad(attention(*args), [q, k, v], cot)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    bw_ops = {str(n.target) for n in compiled.compiled.partition.bw_gm.graph.nodes}
-    assert not any("flash_attention" in op for op in bw_ops), bw_ops
+    part = compiled.compiled.partition
+    bw_ops = {str(n.target) for n in part.bw_gm.graph.nodes}
+    fw_ops = {str(n.target) for n in part.fw_gm.graph.nodes}
+    assert any("flash_attention_for_cpu_backward" in op for op in bw_ops) != decompose, bw_ops
+    # kept whole, the forward runs the attention kernel alone: no score matmul moved into it
+    # by the partition (the decomposed backward's tangent-free q @ k^T is, and P is saved)
+    assert any("bmm" in op for op in fw_ops) == decompose, fw_ops
+
+
+def test_embedding_backward_is_one_op_on_cpu():
+    # kept whole (an extern call for loopir), not an accumulating index_put; the repeated
+    # index (every token in row 0, as BERT's token types) and padding_idx as in eager
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.words = nn.Embedding(10, 8, padding_idx=1)
+            self.types = nn.Embedding(2, 8)
+
+        def forward(self, ids):
+            return self.words(ids) + self.types(torch.zeros_like(ids))
+
+    torch.manual_seed(0)
+    _check_module(Embed(), lambda: torch.randint(0, 10, (3, 7)))
+    joint = trace_joint(torch.fx.symbolic_trace(Embed()), [torch.randint(0, 10, (3, 7))])
+    targets = [n.target for n in joint.gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(aten.embedding_dense_backward.default) == 2, targets
+    assert aten.index_put.default not in targets
 
 
 def test_graph_without_differentiable_outputs_compiles_no_backward():

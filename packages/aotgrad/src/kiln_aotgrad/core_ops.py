@@ -120,6 +120,11 @@ CORE_OP_GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
             "_adaptive_avg_pool2d_backward.default",
         ),
     ),
+    "embedding backward on CPU": (
+        "Kept whole on CPU (`decompositions._embedding_dense_backward`): an extern call to "
+        "eager's kernel. On other devices torch's decomposition (an accumulating index_put).",
+        ("embedding_dense_backward.default",),
+    ),
     "variance on CUDA": (
         "Kept whole on CUDA (`decompositions.welford_in_loopir`): one Welford pass in loopir. "
         "On CPU the decomposition table rewrites them into two sums.",
@@ -157,7 +162,10 @@ CORE_OPS: frozenset = _build()
 
 #: core ops that the decomposition table rewrites on some devices and keeps on others
 DEVICE_KEPT_OPS: frozenset = frozenset(
-    op for op in (_resolve(n) for n in CORE_OP_GROUPS["variance on CUDA"][1]) if op is not None
+    op
+    for group in ("variance on CUDA", "embedding backward on CPU")
+    for op in (_resolve(n) for n in CORE_OP_GROUPS[group][1])
+    if op is not None
 )
 
 

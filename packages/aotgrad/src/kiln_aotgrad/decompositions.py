@@ -207,10 +207,17 @@ def _grouped_heads(query, key) -> bool:
     return key.dim() < 3 or key.shape[-3] != query.shape[-3]
 
 
-# The backward of CPU flash attention (training graphs) becomes matmuls and pointwise ops that
-# loopir fuses. With dropout (a random mask only the kernel knows) or grouped heads the op is
-# kept, as an extern call. The CUDA kernels' backwards (flash, memory-efficient, cuDNN) are
-# always kept: library kernels that never build the L x S matrix, as eager runs them.
+# The backward of CPU flash attention (training graphs) is kept whole by default: loopir calls
+# it as an extern, as eager does. Decomposed (DECOMPOSE_CPU_FLASH_BACKWARD, an A/B switch) it
+# becomes matmuls and pointwise ops, but its probability recompute q @ k^T does not depend on
+# the tangents, so the partition moves it into the forward and saves the L x S probabilities:
+# the forward did the attention twice (transformer block, d 256, 8x64 tokens: 3% slower per
+# training step on one thread, and 2 MB more saved). With dropout (a random mask only the
+# kernel knows) or grouped heads the op is always kept. The CUDA kernels' backwards (flash,
+# memory-efficient, cuDNN) are always kept: library kernels that never build the L x S matrix.
+DECOMPOSE_CPU_FLASH_BACKWARD = False
+
+
 @_rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def _flash_attention_cpu_backward(
     grad_out,
@@ -225,10 +232,26 @@ def _flash_attention_cpu_backward(
     attn_mask=None,
     scale=None,
 ):
-    if dropout_p != 0.0 or _grouped_heads(query, key):
+    if not DECOMPOSE_CPU_FLASH_BACKWARD or dropout_p != 0.0 or _grouped_heads(query, key):
         return NotImplemented
     return _attention_backward(
         grad_out, query, key, value, out, logsumexp, is_causal, attn_mask, scale
+    )
+
+
+@_rule(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """Kept whole on CPU (an extern call): eager's kernel accumulates rows per index, where
+    torch's decomposition (``index_put`` with accumulate) becomes one atomic add per element,
+    all of them into the same few rows for a token-type or position table (BERT-small,
+    8x64 tokens, d 128: 1.75 ms in kiln's scatter kernels against 0.15 ms in eager's op).
+    On other devices, torch's decomposition (a scatter in the generated kernel)."""
+    if grad_output.device.type == "cpu":
+        return NotImplemented
+    from torch._decomp import decomposition_table
+
+    return decomposition_table[aten.embedding_dense_backward.default](
+        grad_output, indices, num_weights, padding_idx, scale_grad_by_freq
     )
 
 

@@ -30,6 +30,8 @@ EXTERN_OPS = aten_ops(
     "_scaled_dot_product_efficient_attention_backward.default",
     "_scaled_dot_product_cudnn_attention_backward.default",
     "_flash_attention_backward.default", "_efficient_attention_backward.default",
+    # kept whole on CPU by aotgrad (a scatter of one atomic add per element is slower)
+    "embedding_dense_backward.default",
     "scaled_dot_product_attention.default", "_native_multi_head_attention.default",
     "_transformer_encoder_layer_fwd.default",
     "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default")

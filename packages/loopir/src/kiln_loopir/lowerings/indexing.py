@@ -23,6 +23,7 @@ from ..lowering import (
 )
 from ..sizevars import contiguous_strides, sympify
 from ..virtualized import ops
+from .extern import _VIEW_OPS, EXTERN_OPS
 
 aten = torch.ops.aten
 S0 = sympy.Integer(0)
@@ -57,7 +58,7 @@ def _cat(tensors, dim=0):
         offset = offset + length
     if not parts:
         raise LoweringError("cat of empty tensors")
-    if len(parts) > MAX_CAT_INPUTS:
+    if len(parts) > MAX_CAT_INPUTS or _rows_into_slices(parts, dim, n):
         return _cat_into_slices(parts, out_size, dim, dtype)
     if len(parts) == 1:
         t = parts[0][0]
@@ -89,6 +90,42 @@ def _cat(tensors, dim=0):
         return value
 
     return Pointwise(device, dtype, out_size, inner_fn)
+
+
+#: a cat along the innermost dim whose parts each have at least this many elements per row
+#: copies each part into its slice (``_rows_into_slices``)
+MIN_SLICE_ROW = 16
+
+
+def _rows_into_slices(parts, dim: int, ndim: int) -> bool:
+    """A cat along the innermost dim whose result is stored anyway (an extern call or the
+    graph's output reads it): one loop per part writing its slice of each row reads each part
+    once, contiguously, where the ``where`` chain loads every part at every element through
+    clamped indices (a transformer block's backward: the q, k, v grads into one row of
+    ``3 d``, 0.43 ms against eager's 0.39 ms). Parts of at least ``MIN_SLICE_ROW`` elements:
+    shorter rows are left to the chain."""
+    if len(parts) < 2 or dim != ndim - 1:
+        return False
+    if not all(sympify(length).is_Integer and int(length) >= MIN_SLICE_ROW for _, _, length in parts):
+        return False
+    node = current().current_node
+    return node is not None and node.target is aten.cat.default and _stored_by_users(node)
+
+
+def _stored_by_users(node) -> bool:
+    """Does an extern call or the graph's output read ``node`` (looking through views)?"""
+    if node is None:
+        return False
+    for u in node.users:
+        if u.op == "output" or (u.op == "call_function" and u.target in _STORING_OPS):
+            return True
+        if u.op == "call_function" and u.target in _VIEWS and _stored_by_users(u):
+            return True
+    return False
+
+
+_STORING_OPS = frozenset([*EXTERN_OPS, aten.addmm.default, aten.convolution.default])
+_VIEWS = (*_VIEW_OPS, aten.permute.default)
 
 
 def _cat_into_slices(parts, out_size, dim: int, dtype):

@@ -63,6 +63,8 @@ def _view(x: IRNode, size, stride_fn, reindex) -> IRNode:
             return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, size, stride, offset))
     if isinstance(x, Pointwise) and stride_fn is not None:
         return ViewOfLoop(x, size, reindex, stride_fn)
+    if isinstance(x, ViewOfLoop) and stride_fn is not None:
+        return x.then(size, reindex, stride_fn)
     return GenericView(x, size, reindex)
 
 
@@ -77,6 +79,19 @@ class ViewOfLoop(GenericView):
     def __init__(self, data: Pointwise, size, reindex, stride_fn):
         super().__init__(data, size, reindex)
         self.stride_fn = stride_fn
+
+    def then(self, size, reindex, stride_fn) -> ViewOfLoop:
+        """A view of this view, kept a view of the same loop: a chain (``mul.view(..).t()``, a
+        weight gradient's operand) realizes as a strided view of the loop's one buffer, not
+        as a transposed copy of it."""
+        inner_size, inner_reindex, inner_stride_fn = list(self.size), self.reindex, self.stride_fn
+
+        def composed_stride_fn(sz, st, off):
+            inner = inner_stride_fn(sz, st, off)
+            return None if inner is None else stride_fn(list(inner_size), list(inner[0]), inner[1])
+
+        return ViewOfLoop(self.data, size, lambda index: inner_reindex(reindex(index)),
+                          composed_stride_fn)
 
     def realize_via_base(self, stride=None) -> ReinterpretView | None:
         """The view over the loop's buffer (realizing the loop), or None where that would not
