@@ -50,11 +50,13 @@ def environ(**values: str) -> Iterator[None]:
 
 
 def fresh_cache_dirs(prefix: str = "kiln-bench-") -> str:
-    """Point KILN_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR at a new empty folder, so first calls
+    """Point KILN_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR (Triton's compiled
+    kernels, else kept in ~/.triton between runs) at a new empty folder, so first calls
     measure real (cold) compiles. Call before the compilers run; returns the folder."""
     root = tempfile.mkdtemp(prefix=prefix)
     os.environ["KILN_CACHE_DIR"] = os.path.join(root, "kiln")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
     return root
 
 

@@ -49,6 +49,15 @@ def _vit_fp16():
     return model, (torch.randn(32, 3, 224, 224, device="cuda", dtype=torch.half),), None
 
 
+def _gpt2_fp16_b8():
+    """benchmarks/gpu.py's GPT-2 row: fp16 inference, batch 8, seq 512."""
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    model = GPT2Model(GPT2Config()).eval().cuda().half()
+    return model, (torch.randint(0, 50000, (8, 512), device="cuda"),), None
+
+
 def _bert_train_fp16():
     import train
 
@@ -61,6 +70,7 @@ CASES = {
     "bert_small_b1": lambda: _inference("bert_small"),
     "gpt2_small_b1": lambda: _inference("gpt2_small"),
     "vit_base_fp16_b32": _vit_fp16,
+    "gpt2_fp16_b8": _gpt2_fp16_b8,
     "bert_base_train_fp16": _bert_train_fp16,
 }
 

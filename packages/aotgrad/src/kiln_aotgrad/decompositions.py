@@ -287,24 +287,40 @@ def _linear(x, weight, bias=None):
 _EFFICIENT_HEAD_DIMS = range(8, 129, 8)
 
 
+def _traced_choice_is_math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> bool:
+    """The backend torch's composite picks for the traced tensors is its math path."""
+    from torch.nn.attention import SDPBackend
+
+    try:
+        choice = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale,
+                                         enable_gqa=enable_gqa)
+    except Exception:  # noqa: BLE001  (no choice to read: leave the call to torch)
+        return False
+    return int(choice) == SDPBackend.MATH.value
+
+
 @_function_rule(torch.nn.functional.scaled_dot_product_attention)
 def _sdpa_on_cuda(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                   enable_gqa=False):
-    """Scaled-dot-product attention on CUDA half tensors: the memory-efficient kernel,
-    chosen here, as eager's dispatcher would choose a fused kernel for real tensors.
+    """Scaled-dot-product attention on CUDA half tensors where torch's composite would take its
+    math path: the memory-efficient kernel, as eager's dispatcher picks a fused kernel for real
+    tensors.
 
-    Under the trace, torch's composite picks its backend from the traced (functional) tensors
-    and falls back to the math path: attention as two batched matmuls that upcast float16 to
-    float32 (SIMT GEMMs) and a softmax between them. BERT-base training on an H200 (batch 8,
-    seq 512) spent 6.5 ms of a 16 ms step there; the fused kernel does a layer's forward and
-    backward in 0.3 ms against 1.3. The mask is given as eager's composite gives it to this
-    kernel: boolean masks as an additive 0/-inf bias of the query's dtype, of size
-    (batch, heads, L, S), rows on 16-element boundaries. Anything the kernel may not take
-    (dropout, grouped heads, a mask that needs a gradient, other dtypes or head dims) keeps
+    Under the trace (a training graph with a mask), torch's composite picks its backend from
+    the traced (functional) tensors and takes the math path: two batched matmuls that upcast
+    float16 to float32 (SIMT GEMMs) and a softmax between them. BERT-base training on an H200
+    (batch 8, seq 512) spent 6.5 ms of a 16 ms step there; the fused kernel does a layer's
+    forward and backward in 0.3 ms against 1.3. Where the traced choice is a fused kernel
+    (GPT-2's inference: cuDNN), it stands. The mask is given as eager's composite gives it:
+    boolean masks as an additive 0/-inf bias of the query's dtype, rows padded to 16
+    elements, broadcast to (batch, heads, L, S). Anything the kernel may not take (dropout,
+    grouped heads, a mask that needs a gradient, other dtypes or head dims) keeps
     torch's own path."""
     q, k, v = query, key, value
     if not (q.is_cuda and q.dim() == 4 and k.dim() == 4 and v.dim() == 4):
         return NotImplemented
+    if not _traced_choice_is_math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+        return NotImplemented  # torch's own fused choice (cuDNN for GPT-2's inference) stands
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return NotImplemented
     if dropout_p != 0.0 or enable_gqa or k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
@@ -323,16 +339,13 @@ def _sdpa_on_cuda(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
         else:
             return NotImplemented
         source = k.shape[-2]
-        bias = bias.expand(q.shape[0], q.shape[1], q.shape[-2], source)
-        # dense, not a broadcast view: an extern's input is realized in its traced layout;
-        # rows start on 16-element boundaries, as the kernel reads them
-        pad = -source % 16
-        if statically_known_true(pad == 0):
-            bias = bias.contiguous()
-        elif isinstance(source, int):
+        pad = -source % 16  # rows start on 16-element boundaries, as the kernel reads them
+        if not statically_known_true(pad == 0):
+            if not isinstance(source, int):  # a symbolic length that may need padding
+                return NotImplemented
             bias = torch.nn.functional.pad(bias, (0, pad))[..., :source]
-        else:  # a symbolic length that may need padding (a layout loopir cannot match yet)
-            return NotImplemented
+        # a broadcast view, as eager passes it (loopir keeps it a stride-0 view of the mask)
+        bias = bias.expand(q.shape[0], q.shape[1], q.shape[-2], source)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     out = aten._scaled_dot_product_efficient_attention.default(
         q, k, v, bias, grad, dropout_p, is_causal, scale=scale)

@@ -254,7 +254,11 @@ def realize(x: IRNode, stride=None) -> Buffer | ReinterpretView:
 
 def realize_input(x: IRNode, stride=None) -> Buffer | ReinterpretView:
     """For extern inputs: a buffer or a strided view of one (a fresh buffer gets ``stride``,
-    default contiguous)."""
+    default contiguous; a broadcast of a loop stays a stride-0 view of the loop's buffer)."""
+    from .lowerings.views import ViewOfLoop
+
+    if stride is None and isinstance(x, ViewOfLoop) and (via := x.broadcast_via_base()) is not None:
+        return via
     r = realize(x, stride)
     if isinstance(r, ReinterpretView) and r.is_whole():
         return r.data

@@ -115,6 +115,30 @@ class ViewOfLoop(GenericView):
         lay = sv.layout
         return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, self.size, res[0], res[1]))
 
+    def broadcast_via_base(self) -> ReinterpretView | None:
+        """A broadcast of the loop (an ``expand``: a dim of stride 0) as a view of the loop's
+        own buffer, for an extern's input: eager hands the op that same stride-0 view (an
+        attention mask expanded over the heads), where a copy is as large as the broadcast
+        (BERT-base's mask: 50 MB per layer, written and read again). None when the view has
+        no broadcast dim, or when realizing the whole loop would cost more than the copy."""
+        base = self.data
+        bsize = list(base.get_size())
+        res = self.stride_fn(bsize, list(contiguous_strides(bsize)), S0)
+        if res is None or not any(sympify(st) == 0 and sympify(n) != 1
+                                  for st, n in zip(res[0], self.size, strict=True)):
+            return None
+        if base.realized is None:
+            extra = sympy.simplify(sympy.Mul(*bsize) - sympy.Mul(*self.size))
+            if not (extra.is_Integer and extra <= 0) and extra.is_nonpositive is not True:
+                return None
+        sv = as_storage_view(realize(base))
+        res = None if sv is None else self.stride_fn(list(sv.layout.size), list(sv.layout.stride),
+                                                     sv.layout.offset)
+        if res is None:
+            return None
+        lay = sv.layout
+        return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, self.size, res[0], res[1]))
+
 
 # ---- permute / transpose ----------------------------------------------------------------------
 
