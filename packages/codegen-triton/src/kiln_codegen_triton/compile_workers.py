@@ -49,21 +49,25 @@ class CompileJob:
     ints: tuple[int, ...]
     config: tuple[tuple[str, int], ...]
     device: str = "cuda"
+    #: the module's kernels to compile (a split reduction has a final kernel too)
+    kernels: tuple[str, ...] = ("kiln_kernel",)
 
     def __str__(self) -> str:
         return f"CompileJob({os.path.basename(os.path.dirname(self.path))} {dict(self.config)})"
 
 
-def job_for(path: str, arg_types: list, hints: list[int], config: dict, device: str = "cuda") -> CompileJob:
+def job_for(path: str, arg_types: list, hints: list[int], config: dict, device: str = "cuda",
+            kernels: tuple[str, ...] = ("kiln_kernel",)) -> CompileJob:
     """A picklable job from a launcher's argument dtypes (``"int"`` or ``torch.dtype``)."""
     types = tuple("int" if t == "int" else str(t).removeprefix("torch.") for t in arg_types)
-    return CompileJob(path, types, tuple(int(h) for h in hints), tuple(sorted(config.items())), device)
+    return CompileJob(path, types, tuple(int(h) for h in hints), tuple(sorted(config.items())), device,
+                      tuple(kernels))
 
 
 #: a graph with fewer kernel x config pairs than this compiles in-process only
 MIN_JOBS = 16
 
-_MODULES: dict[str, object] = {}
+_MODULES: dict[str, object] = {}  # source path -> its imported module
 
 
 def compile_job(job: CompileJob) -> str | None:
@@ -72,19 +76,20 @@ def compile_job(job: CompileJob) -> str | None:
     import torch
 
     try:
-        fn = _MODULES.get(job.path)
-        if fn is None:
+        module = _MODULES.get(job.path)
+        if module is None:
             spec = importlib.util.spec_from_file_location(f"kiln_triton_worker_{len(_MODULES)}", job.path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-            fn = _MODULES[job.path] = module.kiln_kernel
+            _MODULES[job.path] = module
         ints = iter(job.ints)
         args = [next(ints) if t == "int" else torch.empty(16, dtype=getattr(torch, t), device=job.device)
                 for t in job.arg_types]
         config = dict(job.config)
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         opts = {k: v for k, v in config.items() if k in ("num_warps", "num_stages")}
-        fn.warmup(*args, grid=(1,), **meta, **opts)
+        for name in job.kernels:
+            getattr(module, name).warmup(*args, grid=(1,), **meta, **opts)
         return None
     except Exception as e:  # noqa: BLE001  (reported by the parent's own compile)
         return f"{type(e).__name__}: {e}"

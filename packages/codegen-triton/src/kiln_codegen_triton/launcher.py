@@ -112,15 +112,16 @@ def precompile(launchers: list[TritonLauncher]) -> None:
     """Compile every kernel x config before the first call, on placeholder arguments with the
     example sizes: the real launch then finds the binary in Triton's cache. With compile
     workers running (``compile_workers``), each pair compiles in a worker process first and
-    this process only loads it; threads overlap the rest. Best effort: a failure here only
-    means that kernel compiles at its first launch."""
+    this process only loads it; threads overlap the rest. A split reduction compiles both its
+    kernels, with the extra arguments the example sizes give it. Best effort: a failure here
+    only means that kernel compiles at its first launch."""
     import torch
 
     jobs = []
     seen = set()
     for ln in launchers:
-        if not ln.spec.arg_dtypes or ln.spec.split_dtypes or ln.spec.cooperative_parts:
-            continue  # split/cooperative kernels compile at their first launch (size-dependent args)
+        if not ln.spec.arg_dtypes or ln.spec.cooperative_parts:
+            continue  # cooperative kernels compile at their first launch (size-dependent args)
         args = []
         for name, dt in zip(ln.spec.arg_names, ln.spec.arg_dtypes, strict=True):
             if dt == "int":
@@ -139,8 +140,13 @@ def precompile(launchers: list[TritonLauncher]) -> None:
 
     def one(i: int) -> None:
         ln, c, args = jobs[i]
+        types, full, config, kernels = list(ln.spec.arg_dtypes), list(args), c, ("kiln_kernel",)
+        if ln.spec.split_dtypes:  # its extra arguments at the example sizes, and its final kernel
+            extra, more, _, _ = ln._split_args(c, args)
+            types += [*ln.spec.split_dtypes, "int", "int"]
+            full, config, kernels = full + list(extra), {**c, **more}, ("kiln_kernel", "kiln_kernel_final")
         future = compile_workers.submit(compile_workers.job_for(
-            ln.path, ln.spec.arg_dtypes, [a for a in args if isinstance(a, int)], c))
+            ln.path, types, [a for a in full if isinstance(a, int)], config, kernels=kernels))
         if future is not None:
             kiln_runtime.counters["triton_worker_compiles"] += 1
             compile_workers.wait(future)
@@ -405,8 +411,13 @@ class TritonLauncher:
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
         try:
-            if self.spec.split_dtypes or self.spec.cooperative_parts:
+            if self.spec.cooperative_parts:
                 return  # compiles at its first launch (its extra arguments depend on sizes)
+            if self.spec.split_dtypes:  # both kernels, with the extra arguments these sizes get
+                extra, more, grid, xtiles = self._split_args(config, args)
+                self.fn.warmup(*args, *extra, grid=grid, **meta, **more, **opts)
+                self.fn.final.warmup(*args, *extra, grid=(xtiles,), **meta, **more, **opts)
+                return
             self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts)
         except Exception:
             pass  # reported by the timed launch
