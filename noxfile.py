@@ -123,3 +123,13 @@ def bench_cpu(session: nox.Session) -> None:
     benchmarks/results/cpu.png. Pass flags after `--` (`--quick`, `--models`, `--only mlp`)."""
     _install(session, *PACKAGES, extra=(*MODEL_DEPS, "matplotlib", "tqdm"))
     session.run("python", "benchmarks/cpu.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def sweep(session: nox.Session) -> None:
+    """Correctness sweep (docs/benchmarks.md): ~50 small timm/transformers models with random
+    weights through kiln.compile against eager, inference, training and user patterns; not
+    part of `tests`. Pass flags after `--` (`--only resnet18,gpt2`, `--no-train`, `--timeout`).
+    Results: benchmarks/results/model-sweep.json / .md."""
+    _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
+    session.run("python", "benchmarks/model_sweep.py", *session.posargs)

@@ -180,7 +180,7 @@ def trace_joint(
             *fake_primals, *fake_tangents
         )
         functional = torch.func.functionalize(step1, remove="mutations")
-        with torch.no_grad():
+        with torch.no_grad(), _real_constants_allowed(fake_mode):
             step2 = make_fx(functional, decomposition_table=table, tracing_mode="real")(
                 *fake_primals, *fake_tangents
             )
@@ -223,6 +223,19 @@ def trace_joint(
 
 # ----------------------------------------------------------------------------------------
 # helpers
+
+
+@contextlib.contextmanager
+def _real_constants_allowed(fake_mode):
+    """The second trace runs the first one's graph, whose tensor constants (``torch.tensor(8.)``
+    built in the traced code: ``_tensor_constant`` attributes) are real tensors: the fake mode
+    takes them as constants there, as the first trace did, instead of failing on them."""
+    saved = fake_mode.allow_non_fake_inputs
+    fake_mode.allow_non_fake_inputs = True
+    try:
+        yield
+    finally:
+        fake_mode.allow_non_fake_inputs = saved
 
 
 def _split_outputs(leaves: list) -> tuple[list, list]:

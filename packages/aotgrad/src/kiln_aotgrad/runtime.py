@@ -159,6 +159,11 @@ class CompiledFunction(torch.autograd.Function):
         diff = set(compiled.joint.diff_outputs)
         # outputs that are inputs (or views of them) must be fresh tensors of this node
         outs = [o.clone() if _is_input(o, primals) else o for o in outs]
+        # a view of a buffer of the forward (``y.view(...)``) would be a view made inside a
+        # custom Function, which autograd forbids modifying in place (``out.mul_(2)`` works
+        # in eager): the same memory as a non-view, sharing the version counter, so an
+        # in-place write to a saved value is still caught at backward
+        outs = [o.detach() if isinstance(o, torch.Tensor) and o._is_view() else o for o in outs]
         ctx.out_meta = {i: (outs[i].shape, outs[i].dtype, outs[i].device) for i in diff}
         non_diff = [o for i, o in enumerate(outs) if i not in diff]
         if non_diff:

@@ -825,13 +825,17 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
 
 def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
     """(tensors, their owning modules) that constants of a hit were computed from: the
-    sources of layout copies and of folded BatchNorms."""
-    tensors, owners, seen = [], [], set()
+    sources of layout copies and of folded BatchNorms, and the ``num_batches_tracked`` of
+    those BatchNorms (their statistics change in training mode without a version bump)."""
+    from .passes.fold_batchnorm import batch_counters
+
+    tensors, owners, seen, stats = [], [], set(), []
     for where, ref, *_ in constants.values():
         if where == "layout":
             norms = [ref]
         elif where == "folded":
             norms = [n for n in ref[1] if n is not None]
+            stats += [names.resolve(gm, n) for n in ref[1][2:4]]  # running mean, var
         else:
             continue
         for norm in norms:
@@ -841,6 +845,12 @@ def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
                 if id(obj) not in seen:
                     seen.add(id(obj))
                     (owners if isinstance(obj, torch.nn.Module) else tensors).append(obj)
+    for counter in batch_counters(stats, owners).values():
+        if counter is None:
+            raise _Stale("a folded BatchNorm's statistics belong to no module with num_batches_tracked")
+        if id(counter) not in seen:
+            seen.add(id(counter))
+            tensors.append(counter)
     return tensors, owners
 
 

@@ -121,6 +121,21 @@ lowerings: dict[Any, Callable] = {}
 fallbacks: dict[Any, str] = {}
 
 
+#: namespaces of torch's own operators: a missing lowering of one of theirs is loopir's gap
+TORCH_NAMESPACES = frozenset({
+    "aten", "prims", "rngprims", "quantized", "_quantized", "quantized_decomposed", "mkldnn",
+    "onednn", "c10d", "_c10d_functional", "_c10d_functional_autograd", "profiler",
+    "debugprims", "inductor",
+})
+
+
+def _library_op(target) -> bool:
+    """An operator another library registered (``torch.library``: transformers'
+    ``grouped_mm_fallback``, torchvision's ``nms``): loopir can never have a lowering for it,
+    so it runs as an aten fallback (an extern call to its kernel) instead of failing the graph."""
+    return isinstance(target, torch._ops.OpOverload) and target.namespace not in TORCH_NAMESPACES
+
+
 #: in-place view ops (they change a tensor's size/strides, not its values) -> the view op
 #: computing the same view, for values the graph computed
 METADATA_MUTATIONS = {
@@ -633,7 +648,8 @@ class GraphLowering:
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return self._mutation(n, target, args, kwargs, meta)
         fn = lowerings.get(target)
-        if fn is None and target not in fallbacks and _supported_dtypes(n, meta):
+        if (fn is None and target not in fallbacks and _supported_dtypes(n, meta)
+                and not _library_op(target)):
             raise MissingLowering(f"no lowering for {_op_name(target)} ({n.format_node()}): add "
                                   "one with @lowering, or declare fallback(op, reason=...) in "
                                   "kiln_loopir/lowerings/fallbacks.py")

@@ -9,7 +9,11 @@ The folded weights are computed once, at compile time, from the parameters and r
 statistics as they are then: they are constants of the compiled graph. ``FoldedParams`` is the
 guard that keeps that honest: it remembers each source tensor's version counter (bumped by
 every in-place write: ``load_state_dict``, an optimizer step, ``copy_``) and each BatchNorm
-module's ``training`` flag, and the backend recompiles when one changed.
+module's ``training`` flag, and the backend recompiles when one changed. A BatchNorm run in
+training mode writes its running statistics in place *without* bumping their version counters
+(torch's kernels do not), so the guard also watches the owning module's
+``num_batches_tracked``, which every training-mode forward bumps (``add_(1)``); a functional
+BatchNorm whose statistics no such module owns is not folded.
 
 Matched: a ``call_module`` ``nn.Conv2d`` (zero padding mode) whose only user is an
 ``nn.BatchNorm2d`` module in eval mode with running statistics, or
@@ -30,7 +34,7 @@ import torch.nn.functional as F
 
 log = logging.getLogger("kiln")
 
-__all__ = ["FoldedParams", "fold_conv_batchnorm", "folded_value"]
+__all__ = ["FoldedParams", "batch_counters", "fold_conv_batchnorm", "folded_value"]
 
 _BN_ARG_NAMES = ("input", "running_mean", "running_var", "weight", "bias", "training",
                  "momentum", "eps")
@@ -96,6 +100,37 @@ def folded_value(which: str, conv_weight: torch.Tensor, conv_bias: torch.Tensor 
             value = torch.empty_strided(value.shape, stride, dtype=value.dtype,
                                         device=value.device).copy_(value)
         return value
+
+
+def batch_counters(stats, modules=()) -> dict[int, torch.Tensor | None]:
+    """For each running-statistics tensor in ``stats`` (by ``id``), the ``num_batches_tracked``
+    of the BatchNorm module owning it, or None when no module with one owns it. Training-mode
+    BatchNorm updates the statistics in place without a version bump but always bumps this
+    counter, so guarding its version catches what guarding theirs misses. ``modules`` are
+    looked at first; the owners of the rest are found among the objects referring to them
+    (one ``gc`` pass at compile time: a functional BatchNorm names no module in the graph)."""
+    import gc
+
+    stats = [t for t in stats if t is not None]
+    found: dict[int, torch.Tensor | None] = {id(t): None for t in stats}
+
+    def look(buffers) -> None:
+        counter = buffers.get("num_batches_tracked")
+        if not isinstance(counter, torch.Tensor):
+            return
+        for key in ("running_mean", "running_var"):
+            t = buffers.get(key)
+            if t is not None and id(t) in found:
+                found[id(t)] = counter
+
+    for m in modules:
+        look(getattr(m, "_buffers", {}))
+    missing = [t for t in stats if found[id(t)] is None]
+    if missing:
+        for ref in gc.get_referrers(*missing):
+            if isinstance(ref, dict) and "num_batches_tracked" in ref:
+                look(ref)
+    return found
 
 
 def _batchnorm_params(gm, node) -> tuple | None:
@@ -170,6 +205,15 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
         pairs.append((node, bn, conv))
     if not pairs:
         return gm, guard
+    counters = batch_counters([t for _, bn, _ in pairs for t in bn[1:3]],
+                              [bn[6] for _, bn, _ in pairs if bn[6] is not None])
+    owned = [p for p in pairs if all(counters[id(t)] is not None for t in p[1][1:3])]
+    if len(owned) < len(pairs):  # statistics a training-mode call could change unseen
+        log.info("kiln: %d batchnorm(s) not folded: their running statistics belong to no "
+                 "module with num_batches_tracked", len(pairs) - len(owned))
+        pairs = owned
+        if not pairs:
+            return gm, guard
 
     graph = torch.fx.Graph()
     val_map: dict = {}
@@ -203,8 +247,8 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
         old_bn.replace_all_uses_with(fused)
         graph.erase_node(old_bn)
         graph.erase_node(old_conv)
-        for t in sources:
-            if t is not None:
+        for t in (*sources, *{id(c): c for c in (counters[id(mean)], counters[id(var)])}.values()):
+            if t is not None:  # the counters: running statistics change without a version bump
                 guard.sources.append((t, t._version))
         if bn_mod is not None:
             guard.eval_modules.append(bn_mod)

@@ -54,6 +54,9 @@ _DECLARED = {
     "float bit manipulation without an op in the loop IR: the aten kernel": [
         "frexp.Tensor", "nextafter.default",
     ],
+    "recurrent layers (LSTM/GRU on CPU decompose to oneDNN's fused layer): a library kernel": [
+        "mkldnn_rnn_layer.default",
+    ],
     "backward of pooling and convolution: not lowered yet (training graphs)": [
         "_adaptive_avg_pool2d_backward.default", "avg_pool2d_backward.default",
         "max_pool2d_with_indices_backward.default", "convolution_backward.default",

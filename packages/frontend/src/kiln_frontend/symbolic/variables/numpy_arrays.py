@@ -24,7 +24,7 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
-from .base import VariableTracker, tracker_for
+from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
 try:
@@ -331,6 +331,9 @@ class NumpyFunctionVariable(VariableTracker):
         module = "numpy" if isinstance(fn, np.ufunc) else fn.__module__
         if module.startswith("numpy.random"):
             raise Unsupported(f"numpy.random.{name}: random numbers are not captured")
+        folded = _fold_on_constants(fn, args, kwargs)
+        if folded is not None:
+            return folded
         tnp_module = _TNP_MODULES.get(module)
         if name is None or tnp_module is None:
             raise Unsupported(f"{module}.{name}: not a NumPy function torch._numpy has")
@@ -340,6 +343,26 @@ class NumpyFunctionVariable(VariableTracker):
         if self.source is not None:
             return self.source.reconstruct(codegen)
         codegen.load_const_object(self.fn)
+
+
+def _fold_on_constants(fn: Any, args, kwargs) -> VariableTracker | None:
+    """``np.sqrt(16)`` on constants is the NumPy scalar NumPy gives, a constant (a 0-d array
+    in the graph made ``tensor *= np.sqrt(d)`` an array, as transformers' CTRL does); None
+    where an argument is not constant or the result is not a scalar."""
+    from .numpy_values import NumpyScalarVariable
+
+    try:
+        cargs = [a.as_python_constant() for a in args]
+        ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+    except NotConstant:
+        return None
+    if any(isinstance(a, (np.ndarray, torch.Tensor)) for a in [*cargs, *ckwargs.values()]):
+        return None
+    try:
+        value = fn(*cargs, **ckwargs)
+    except Exception:  # let the traced path report it
+        return None
+    return NumpyScalarVariable(value) if isinstance(value, np.generic) else None
 
 
 @tracker_for(*((np.ndarray,) if np is not None else ()))

@@ -70,6 +70,8 @@ def is_torch_callable(value: Any) -> bool:
     """True for functions that go into the graph as one call_function node."""
     if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return True
+    if isinstance(value, torch._library.custom_ops.CustomOpDef):  # @torch.library.custom_op
+        return True
     if _is_foldable(value):
         return True
     from ...trace_rules import Rule, lookup
@@ -100,6 +102,8 @@ class TorchFunctionVariable(KnownCallableVariable):
         # ``torch`` itself is guarded; a torch function bound to a user global is guarded
         if builder.source is not None:
             builder.install_identity_guard(value, what="function")
+        if isinstance(value, torch._library.custom_ops.CustomOpDef):
+            value = value._opoverload  # what calling it runs; FX names a target by __name__
         return cls(value, source=builder.source)
 
     def call_function(self, tx, args, kwargs):
