@@ -326,9 +326,11 @@ def make_compiled(compiler: str, model, inputs) -> Callable:
 
 
 def fallback_counts(before, after) -> tuple[int, int]:
-    """(graphs run eagerly, ops run through loopir's aten fallback) between two kiln.stats()."""
+    """(graphs run eagerly, ops run through loopir's aten fallback) between two kiln.stats();
+    a graph whose compile failed runs eagerly too."""
     aten = sum(v - before.aten_fallbacks.get(k, 0) for k, v in after.aten_fallbacks.items())
-    return after.eager_fallbacks - before.eager_fallbacks, aten
+    failed = sum(after.compile_failures.values()) - sum(before.compile_failures.values())
+    return after.eager_fallbacks - before.eager_fallbacks + failed, aten
 
 
 def kiln_notes(before, after) -> str:

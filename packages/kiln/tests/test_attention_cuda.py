@@ -31,6 +31,7 @@ def _compiled_whole(kiln) -> None:
     """Every graph compiled: no eager fallback (whose eager SDPA would pass the checks too)."""
     stats = kiln.stats()
     assert stats.graphs_compiled >= 1 and stats.eager_fallbacks == 0, stats.fallback_reasons
+    assert not stats.compile_failures, stats.compile_failures
 
 
 def _attention(q, k, v, mask):

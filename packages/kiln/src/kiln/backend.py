@@ -130,6 +130,9 @@ def compile_inference(
         return run_eagerly(gm, str(e))
     except kiln_loopir.LoweringError as e:  # mutates a non-input, symbolic floats, ...
         return run_eagerly(gm, f"loopir cannot lower this graph: {e}")
+    except KilnCompileError as e:  # the frontend runs the frame eagerly: counted, not silent
+        counters[f"compile_failure:{e.step.split(' (')[0]}"] += 1
+        raise
     return inference_only(gm, compiled)
 
 

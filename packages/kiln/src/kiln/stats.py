@@ -28,6 +28,9 @@ class Stats:
       says why: mutated input requiring grad, aliased input mutation, ...);
     - ``interpreter_fallbacks``: graphs whose kernels did not compile, run on loopir's
       interpreter instead;
+    - ``compile_failures``: graphs whose compile raised ``KilnCompileError`` (a kiln bug), by
+      the pipeline step that failed: the frontend then runs the frame eagerly with a warning
+      (or raises, with ``suppress_errors`` off), so a benchmark counts these as eager too;
     - ``aten_fallbacks``: ops loopir ran through the aten fallback, by op name;
     - ``training_graphs``: joint forward+backward graphs traced and partitioned (training);
     - ``forward_graphs_compiled`` / ``backward_graphs_compiled``: their compiled halves;
@@ -52,6 +55,7 @@ class Stats:
     cpp_compiles: int = 0
     eager_fallbacks: int = 0
     interpreter_fallbacks: int = 0
+    compile_failures: dict[str, int] = dataclasses.field(default_factory=dict)
     fallback_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     aten_fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)
     training_graphs: int = 0
@@ -112,6 +116,9 @@ def stats() -> Stats:
         cpp_compiles=_get(runtime, "cpp_compiles"),  # kiln_codegen_cpp counts there
         eager_fallbacks=counters["eager_fallbacks"],
         interpreter_fallbacks=counters["interpreter_fallbacks"],
+        compile_failures={
+            k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("compile_failure:")
+        },
         fallback_reasons={
             k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("eager_fallback:")
         },
