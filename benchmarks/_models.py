@@ -25,3 +25,21 @@ class PreNormBlock(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TokensIn(nn.Module):
+    """``model(input_ids=...)`` (with ``decoder_input_ids`` for encoder-decoders) called
+    positionally; returns the logits or the last hidden state, one tensor to compare (the CPU
+    benchmark's and the correctness sweep's transformers models)."""
+
+    def __init__(self, model: nn.Module, decoder: bool = False):
+        super().__init__()
+        self.model = model
+        self.decoder = decoder
+
+    def forward(self, input_ids, decoder_input_ids=None):
+        if self.decoder:
+            out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
+        else:
+            out = self.model(input_ids=input_ids)
+        return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state

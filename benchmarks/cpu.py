@@ -57,6 +57,7 @@ from _common import (  # noqa: E402
     markdown_table,
     tensors_of,
 )
+from _models import TokensIn  # noqa: E402
 
 COMPILERS = ("inductor", "kiln", "kiln-fx")
 
@@ -170,27 +171,10 @@ def _timm_model(name: str, **kwargs) -> Callable[[bool], tuple[Any, tuple]]:
     return build
 
 
-class _TokensIn(nn.Module):
-    """``model(input_ids=...)`` (plus ``decoder_input_ids`` for encoder-decoders) called
-    positionally, returning the main tensor so outputs compare as tensors."""
-
-    def __init__(self, model: nn.Module, decoder: bool = False):
-        super().__init__()
-        self.model = model
-        self.decoder = decoder
-
-    def forward(self, input_ids, decoder_input_ids=None):
-        if self.decoder:
-            out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
-        else:
-            out = self.model(input_ids=input_ids)
-        return out.logits if hasattr(out, "logits") else out.last_hidden_state
-
-
 def _transformers_model(make: Callable[[], nn.Module], vocab: int, decoder: bool = False):
     def build(quick):
         _torchvision_importable()
-        model = _TokensIn(make(), decoder)
+        model = TokensIn(make(), decoder)
         t = 32 if quick else 128
         ids = torch.randint(0, vocab, (2, t))
         return model, ((ids, torch.randint(0, vocab, (2, t // 2))) if decoder else (ids,))

@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 from _common import RESULTS_DIR, ROOT, first_line, markdown_table, tensors_of  # noqa: E402
+from _models import TokensIn  # noqa: E402
 
 RTOL = ATOL = 1e-3
 BATCH, TOKENS, VOCAB = 2, 16, 128
@@ -96,23 +97,6 @@ def timm_model(name: str, size: int = 64, **kwargs) -> Callable:
                                                                size + 32 * other_size),)
 
     return build
-
-
-class TokensIn(nn.Module):
-    """``model(input_ids=...)`` (with ``decoder_input_ids`` for encoder-decoders) called
-    positionally; returns the logits or the last hidden state, one tensor to compare."""
-
-    def __init__(self, model: nn.Module, decoder: bool = False):
-        super().__init__()
-        self.model = model
-        self.decoder = decoder
-
-    def forward(self, input_ids, decoder_input_ids=None):
-        if self.decoder:
-            out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
-        else:
-            out = self.model(input_ids=input_ids)
-        return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
 def hf_model(config_cls: str, model_cls: str, decoder: bool = False, **config) -> Callable:
