@@ -194,6 +194,11 @@ class Tiling:
                 f"{' cooperative' if self.cooperative else ''}{' registers' if self.coop_registers else ''}")
 
 
+def _same_ranges(a, b) -> bool:
+    """Two nodes' inner (row) ranges are the same loop."""
+    return len(a) == len(b) and all(sympy.simplify(x - y) == 0 for x, y in zip(a, b, strict=True))
+
+
 def _reductions_apart(p: KernelPlan) -> bool:
     """The group's reductions are splittable, over the same rows, and read nothing the group
     writes; its other nodes are per-output work (no rows: casts of the results, an epilogue).
@@ -202,9 +207,7 @@ def _reductions_apart(p: KernelPlan) -> bool:
     gradients: two sums over 4096 rows of 768 outputs, cast to float16; unsplit, 12 programs
     of 64 outputs walked all 4096 rows.)"""
     reductions = [n for n in p.nodes if n.inner]
-    first = reductions[0]
-    if not all(n.reduction_type in SPLIT_TYPES and len(n.inner) == len(first.inner)
-               and all(sympy.simplify(a - b) == 0 for a, b in zip(n.inner, first.inner, strict=True))
+    if not all(n.reduction_type in SPLIT_TYPES and _same_ranges(n.inner, reductions[0].inner)
                for n in reductions):
         return False
     if any(n.kind != "pointwise" for n in p.nodes if not n.inner):
@@ -256,8 +259,7 @@ class TritonKernel:
             return Tiling("pointwise1d", {"xnumel": p.numel})
         inner = [n.inner for n in p.nodes if n.inner]
         rnumel = sympy.Mul(*inner[0])
-        same = all(len(i) == len(inner[0]) and all(sympy.simplify(a - b) == 0 for a, b in zip(i, inner[0], strict=True))
-                   for i in inner)
+        same = all(_same_ranges(i, inner[0]) for i in inner)
         t = Tiling("reduction", {"xnumel": p.numel})
         t.rnumel_hint = max(p.hint(sympy.Mul(*i)) for i in inner)
         if t.rnumel_hint > OUTER_MIN_RNUMEL and is_outer_reduction(p):
@@ -509,9 +511,7 @@ class TritonKernel:
         if self.persistent or not ROW_LOOP_FUSION:
             return False
         node, first = p.nodes[k], p.nodes[run[0]]
-        if not node.inner or not first.inner or len(node.inner) != len(first.inner):
-            return False
-        if any(sympy.simplify(a - b) != 0 for a, b in zip(node.inner, first.inner, strict=True)):
+        if not node.inner or not first.inner or not _same_ranges(node.inner, first.inner):
             return False
         if [s.name for s in node.inner_symbols] != [s.name for s in first.inner_symbols]:
             return False
@@ -618,8 +618,7 @@ class TritonKernel:
                 n = p.nodes[k]
                 if n.kind == "reduction":
                     return False
-                if n.inner and (len(n.inner) != len(first[0].inner) or any(
-                        sympy.simplify(a - b) != 0 for a, b in zip(n.inner, first[0].inner, strict=True))):
+                if n.inner and not _same_ranges(n.inner, first[0].inner):
                     return False
         self.tiling.numels["rnumel"] = first[0].rnumel
         rnumel = sympy.sympify(first[0].rnumel)

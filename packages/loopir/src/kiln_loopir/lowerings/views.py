@@ -106,14 +106,7 @@ class ViewOfLoop(GenericView):
             want = list(contiguous_strides(self.size)) if stride is None else list(stride)
             if res is None or res[1] != 0 or [sympify(e) for e in res[0]] != [sympify(e) for e in want]:
                 return None
-        sv = as_storage_view(realize(base))
-        res = None if sv is None else self.stride_fn(list(sv.layout.size), list(sv.layout.stride),
-                                                     sv.layout.offset)
-        if res is None or (stride is not None
-                           and [sympify(e) for e in res[0]] != [sympify(e) for e in stride]):
-            return None  # a caller asking for a layout (as_strided, channels-last) gets it
-        lay = sv.layout
-        return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, self.size, res[0], res[1]))
+        return self._over_base_buffer(stride)
 
     def broadcast_via_base(self) -> ReinterpretView | None:
         """A broadcast of the loop (an ``expand``: a dim of stride 0) as a view of the loop's
@@ -129,12 +122,19 @@ class ViewOfLoop(GenericView):
             return None
         if base.realized is None:
             extra = sympy.simplify(sympy.Mul(*bsize) - sympy.Mul(*self.size))
-            if not (extra.is_Integer and extra <= 0) and extra.is_nonpositive is not True:
+            if extra.is_nonpositive is not True:  # the loop has more elements than the broadcast
                 return None
-        sv = as_storage_view(realize(base))
+        return self._over_base_buffer()
+
+    def _over_base_buffer(self, stride=None) -> ReinterpretView | None:
+        """Realize the loop and map this view over its buffer: None where the view is no
+        strided view of it, or comes out in another layout than ``stride`` when one is asked
+        for (a caller asking for a layout, as_strided or channels-last, gets it)."""
+        sv = as_storage_view(realize(self.data))
         res = None if sv is None else self.stride_fn(list(sv.layout.size), list(sv.layout.stride),
                                                      sv.layout.offset)
-        if res is None:
+        if res is None or (stride is not None
+                           and [sympify(e) for e in res[0]] != [sympify(e) for e in stride]):
             return None
         lay = sv.layout
         return ReinterpretView(sv.data, Layout(lay.device, lay.dtype, self.size, res[0], res[1]))
