@@ -287,14 +287,7 @@ class TritonLauncher:
         if launch is not None:
             launch(*entry.grid, stream, args)
             return
-        # Triton's own path compiles (or finds) this specialization and launches it once
-        try:
-            kernel = self.fn.run(*args, grid=entry.grid, warmup=False, **entry.meta, **entry.opts)
-        except Exception as e:
-            if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
-                raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
-            raise
-        kernel._init_handles()
+        kernel = self._first_launch(self.fn, args, entry.grid, entry.meta, entry.opts)
         if not hasattr(kernel, "packed_metadata"):  # another Triton: its own launch path only
             entry.lean = None
             return
@@ -307,6 +300,18 @@ class TritonLauncher:
             # (a wrapper launches on its graph's device only)
             self.run = direct.fast(len(args), entry.grid, entry.constexprs, self._run_general)
             self._fast_device = key[0]
+
+    def _first_launch(self, fn, args, grid, meta, opts):
+        """Triton's own path: compiles (or finds) ``fn``'s specialization for ``args``, launches
+        it once, and returns the compiled kernel with its handles loaded."""
+        try:
+            kernel = fn.run(*args, grid=grid, warmup=False, **meta, **opts)
+        except Exception as e:
+            if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+                raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
+            raise
+        kernel._init_handles()
+        return kernel
 
     def _run_split(self, entry: _LaunchEntry, stream, args) -> None:
         """A split reduction's two launches (partials, then the final kernel), each through
@@ -326,16 +331,8 @@ class TritonLauncher:
             launches[0](*split.grid, stream, full)
             launches[1](*split.final_grid, stream, full)
             return
-        kernels = []  # Triton's own path compiles (or finds) both and launches them once
-        try:
-            for fn, grid in ((self.fn, split.grid), (self.fn.final, split.final_grid)):
-                kernels.append(fn.run(*full, grid=grid, warmup=False, **split.meta, **entry.opts))
-        except Exception as e:
-            if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
-                raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
-            raise
-        for k in kernels:
-            k._init_handles()
+        kernels = [self._first_launch(fn, full, grid, split.meta, entry.opts)
+                   for fn, grid in ((self.fn, split.grid), (self.fn.final, split.final_grid))]
         names = list(getattr(self.fn, "arg_names", []))[len(full):]
         if not all(hasattr(k, "packed_metadata") for k in kernels) or any(n not in split.meta for n in names):
             entry.lean = None  # another Triton: its own launch path only
