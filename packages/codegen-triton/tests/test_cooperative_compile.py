@@ -39,11 +39,16 @@ spec = importlib.util.spec_from_file_location("kiln_coop_kernel", job["path"])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 fn = module.kiln_kernel
-assert list(job["signature"]) == fn.arg_names, (list(job["signature"]), fn.arg_names)
-attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(job["signature"].values()) if t.startswith("*")}
+# the types are given in the wrapper's argument order; the kernel names its parameters by
+# position (out_ptr0, in_ptr0, ...), the extra ones as given
+assert len(job["signature"]) == len(fn.arg_names), (list(job["signature"]), fn.arg_names)
+assert all(a == p or p.startswith(("in_ptr", "out_ptr")) for a, p in zip(job["signature"], fn.arg_names)), \
+    (list(job["signature"]), fn.arg_names)
+signature = dict(zip(fn.arg_names, job["signature"].values()))
+attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
 out = []
 for consts, opts in job["variants"]:
-    src = triton.compiler.ASTSource(fn, job["signature"], consts, attrs)
+    src = triton.compiler.ASTSource(fn, signature, consts, attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     out.append({"cubin_bytes": len(compiled.asm["cubin"]), "ptx": compiled.asm["ptx"]})
 print(json.dumps({"version": triton.__version__, "kernels": out}))

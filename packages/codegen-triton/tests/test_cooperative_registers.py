@@ -64,8 +64,8 @@ def test_registers_source(monkeypatch, long_rows):
                  "tl.static_assert(XBLOCK == 1)", "ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')",
                  "seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')"]:
         assert text in src, text
-    assert src.count("tl.load(arg0") == 1  # one read of the row
-    assert src.index("tl.store(coop_ws") < src.index("while seen") < src.index("tl.store(buf")
+    assert src.count("tl.load(in_ptr0") == 1  # one read of the row
+    assert src.index("tl.store(coop_ws") < src.index("while seen") < src.index("tl.store(out_ptr0")
     (config,) = kernel.meta["spec"].configs
     assert config == {"XBLOCK": 1, "RBLOCK": 256, "num_warps": 4, "CHUNK_BYTES": cooperative.ONE_BLOCK}
     # KILN_TRITON_COOPERATIVE=reread: the re-read design (two loops over the chunk)

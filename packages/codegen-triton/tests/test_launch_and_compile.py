@@ -257,3 +257,26 @@ def test_gpu_fast_path_and_c_launch_match_eager(tmp_path):
     proc = subprocess.run([sys.executable, "-c", GPU_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "c_launch" in proc.stdout
+
+
+def test_a_models_repeated_layers_print_one_kernel_source():
+    """Kernel parameters are named by position (out_ptr0, in_ptr0), not after the graph's
+    buffers, so the same layer twice gives the same source twice: one compile (and one
+    autotuning) serves every layer of a model (vit_base: 87 kernels, 12 sources)."""
+    import kiln_loopir
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def two_layers(x, w1, b1, w2, b2):
+        x = torch.nn.functional.gelu(x @ w1 + b1)
+        return torch.nn.functional.gelu(x @ w2 + b2)
+
+    args = [torch.randn(8, 32), torch.randn(32, 32), torch.randn(32), torch.randn(32, 32), torch.randn(32)]
+    gm = make_fx(two_layers, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*args)
+    module = kiln_loopir.generate_wrapper(kiln_loopir.schedule(kiln_loopir.lower(gm, args)), TritonCodegen())
+    sources = [k.source for k in module.kernels]
+    assert len(sources) == 2, [k.name for k in module.kernels]
+    assert sources[0] == sources[1]
+    assert "in_ptr0" in sources[0] and "out_ptr0" in sources[0]
+    got = compile_fx(gm, args)(*args)
+    torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got, two_layers(*args))

@@ -66,7 +66,7 @@ def test_dynamic_sizes_are_kernel_arguments():
     module = kiln_loopir.generate_wrapper(sched, TritonCodegen())
     assert "xnumel = s0*s1" in module.wrapper_source
     # named by what it runs (profilers show it), aliased as the name the launcher loads
-    assert "def kiln_poi_sin_cos(buf0, buf1, arg0, s0, s1, xnumel" in module.kernels[0].source
+    assert "def kiln_poi_sin_cos(out_ptr0, out_ptr1, in_ptr0, s0, s1, xnumel" in module.kernels[0].source
     assert "kiln_kernel = kiln_poi_sin_cos" in module.kernels[0].source
     assert module.kernels[0].source.count("tl.store(") == 2
     import kiln_runtime
@@ -483,7 +483,7 @@ def test_cooperative_rows_source(monkeypatch):
                  "target = ticket - ticket % nsplit + nsplit", "while seen < target:",
                  "seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')",
                  "_parts = tl.load(coop_ws + ((xindex * nsplit + sindex) * 3 + 0), smask, other=float(\"-inf\")",
-                 "tl.reduce(", "(buf2, arg0, coop_ws, coop_tickets, rchunk, nsplit, XBLOCK", "def kiln_coop_"]:
+                 "tl.reduce(", "(out_ptr0, in_ptr0, coop_ws, coop_tickets, rchunk, nsplit, XBLOCK", "def kiln_coop_"]:
         assert text in src, text
     assert src.count("for roffset in range(rstart, rend, RBLOCK):") == 2
     # the spin comes after the publishing stores and before the second loop

@@ -225,6 +225,8 @@ class TritonKernel:
 
     def __init__(self, plan: KernelPlan, interpret: bool | None = None):
         self.plan = plan
+        #: buffer -> parameter name by position: a model's repeated layers print one source
+        self.ptr = plan.signature.param_names()
         self.interpret = interpreting() if interpret is None else interpret
         self.lines: list[str] = []  # kernel body (after the signature)
         self.derived: dict[str, sympy.Expr] = {}  # numel args the wrapper computes
@@ -326,7 +328,7 @@ class TritonKernel:
     # ------------------------------------------------------------------------------ driver
     def generate(self) -> str:
         p = self.plan
-        params = [a.name for a in p.signature.args]
+        params = [self.ptr.get(a.name, a.name) for a in p.signature.args]
         body_start = len(self.lines)
         self.target = self.lines
         self.row_lines = None
@@ -803,12 +805,12 @@ class TritonKernel:
         cls = self._index_cls(index)
         idx = self._index(index)
         if cls == "s":
-            return self.value(f"tl.load({name} + ({idx}))", dtype, "s")
-        return self.value(f"tl.load({name} + ({idx}), {self.mask[cls]}, other=0)", dtype, cls)
+            return self.value(f"tl.load({self.ptr[name]} + ({idx}))", dtype, "s")
+        return self.value(f"tl.load({self.ptr[name]} + ({idx}), {self.mask[cls]}, other=0)", dtype, cls)
 
     def _forget(self, name: str) -> None:
         for cache in (self.cache, self.rcache):
-            for key in [k for k in cache if k.startswith(f"tl.load({name} +")]:
+            for key in [k for k in cache if k.startswith(f"tl.load({self.ptr[name]} +")]:
                 del cache[key]
 
     def store(self, name: str, index, value: TVal, mode=None) -> None:
@@ -825,7 +827,7 @@ class TritonKernel:
         idx = self._index(index)
         if not any(symbol_kind(s) in ("i", "r") for s in index.free_symbols):
             idx = f"{idx} + {self.zero[cls]}"
-        ptr = f"{name} + ({idx})"
+        ptr = f"{self.ptr[name]} + ({idx})"
         v = self._as(value, self._buffer_dtype(name)).name
         if mode == "atomic_add":
             self.emit(f"tl.atomic_add({ptr}, {v}, {self.mask[cls]})")

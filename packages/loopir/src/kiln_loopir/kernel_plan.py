@@ -84,6 +84,18 @@ class KernelSignature:
     def names(self) -> list[str]:
         return [a.name for a in self.args]
 
+    def param_names(self) -> dict[str, str]:
+        """Buffer name -> a parameter name made from its position (``out_ptr0``, ``in_ptr1``):
+        a codegen that names its parameters so prints the same source for the same kernel in
+        every layer of a model, so the compile of one serves them all."""
+        names, n_out, n_in = {}, 0, 0
+        for a in self.buffers:
+            if a.written:
+                names[a.name], n_out = f"out_ptr{n_out}", n_out + 1
+            else:
+                names[a.name], n_in = f"in_ptr{n_in}", n_in + 1
+        return names
+
     def __str__(self) -> str:
         return "(" + ", ".join(str(a) for a in self.args) + ")"
 
