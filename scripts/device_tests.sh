@@ -9,6 +9,7 @@
 #     bash scripts/device_tests.sh bench_train     # a training step (benchmarks/train.py)
 #     bash scripts/device_tests.sh bench_ddp       # DDP, 2 GPUs, NCCL (benchmarks/ddp.py; x2 kind)
 #     bash scripts/device_tests.sh profile         # kernel-by-kernel GPU time, kiln vs torch.compile
+#     bash scripts/device_tests.sh cold_profile    # where a cold compile goes (cProfile; benchmarks/cold_profile.py)
 #     bash scripts/device_tests.sh cuda            # the tests marked cuda
 # (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
 # fp16 models against torch.compile.)
@@ -29,8 +30,9 @@ case "$what" in
   bench_train) python3 -u benchmarks/train.py --device cuda "$@" ;;
   bench_ddp) python3 -u benchmarks/ddp.py --device cuda "$@" ;;
   profile) python3 -u benchmarks/gpu_profile.py "$@" ;;
+  cold_profile) python3 -u benchmarks/cold_profile.py "$@" ;;
   # the tests marked cuda (codegen-triton's suite is left out: its conftest turns the Triton
   # interpreter on for the whole session)
   cuda) python3 -m pytest -q -p no:cacheprovider -m cuda $(ls -d packages/*/tests | grep -v codegen-triton) "$@" ;;
-  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_train|bench_ddp|profile)" >&2; exit 2 ;;
+  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_train|bench_ddp|profile|cold_profile)" >&2; exit 2 ;;
 esac

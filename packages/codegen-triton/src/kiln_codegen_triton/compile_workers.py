@@ -17,7 +17,8 @@ on-disk cache; the parent's own warm-up of that pair then only loads it from the
 
 A failure here only costs time: the parent then compiles the pair itself, and a real
 compile error is reported by its launch as before. ``KILN_TRITON_COMPILE_WORKERS=N`` sets
-the pool size (0 or 1: no pool; default: the CPU count, at most 8). Never under the interpreter.
+the pool size (0 or 1: no pool; default: the CPU count, at most 16 and at most one per 8 GiB
+of GPU memory). Never under the interpreter.
 """
 
 from __future__ import annotations
@@ -89,10 +90,19 @@ def compile_job(job: CompileJob) -> str | None:
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         opts = {k: v for k, v in config.items() if k in ("num_warps", "num_stages")}
         for name in job.kernels:
-            getattr(module, name).warmup(*args, grid=(1,), **meta, **opts)
+            load_handles(getattr(module, name).warmup(*args, grid=(1,), **meta, **opts))
         return None
     except Exception as e:  # noqa: BLE001  (reported by the parent's own compile)
         return f"{type(e).__name__}: {e}"
+
+
+def load_handles(kernel) -> None:
+    """Load a compiled kernel as its first launch would: Triton builds a C launcher per
+    kernel signature there (a gcc run, about 0.3 s, cached on disk by its source), which a
+    worker does in parallel with the others instead of the first call doing it in turn."""
+    init = getattr(kernel, "_init_handles", None)
+    if init is not None:
+        init()
 
 
 def _worker_ready() -> int:
@@ -204,11 +214,26 @@ def ready() -> bool:
     return up >= max(1, len(_POOL[0].ready) // 2)
 
 
+#: GPU memory per worker the default pool size allows for (its CUDA context is ~0.5 GiB)
+GIB_PER_WORKER = 8
+
+
 def pool_size() -> int:
+    """``KILN_TRITON_COMPILE_WORKERS``, else one worker per CPU, at most 16, and at most one
+    per ``GIB_PER_WORKER`` GiB of the GPU's memory (each worker holds a CUDA context)."""
     v = os.environ.get("KILN_TRITON_COMPILE_WORKERS")
     if v is not None:
         return max(0, int(v))
-    return min(8, os.cpu_count() or 1)
+    n = min(16, os.cpu_count() or 1)
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gib = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
+            n = min(n, max(1, int(gib // GIB_PER_WORKER)))
+    except Exception:  # noqa: BLE001  (no CUDA here: the CPU count decides)
+        pass
+    return n
 
 
 def start() -> None:

@@ -412,10 +412,11 @@ class TritonLauncher:
                 return  # compiles at its first launch (its extra arguments depend on sizes)
             if self.spec.split_dtypes:  # both kernels, with the extra arguments these sizes get
                 extra, more, grid, xtiles = self._split_args(config, args)
-                self.fn.warmup(*args, *extra, grid=grid, **meta, **more, **opts)
-                self.fn.final.warmup(*args, *extra, grid=(xtiles,), **meta, **more, **opts)
+                compile_workers.load_handles(self.fn.warmup(*args, *extra, grid=grid, **meta, **more, **opts))
+                compile_workers.load_handles(
+                    self.fn.final.warmup(*args, *extra, grid=(xtiles,), **meta, **more, **opts))
                 return
-            self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts)
+            compile_workers.load_handles(self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts))
         except Exception:
             pass  # reported by the timed launch
 
