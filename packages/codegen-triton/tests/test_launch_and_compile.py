@@ -195,6 +195,41 @@ def test_compile_jobs_are_picklable_and_run_in_process(tmp_path):
     assert "FileNotFoundError" in W.compile_job(bad)
 
 
+COMPILED_STANDIN = """
+class Compiled:
+    loads = 0
+    def _init_handles(self):  # where Triton builds the signature's C launcher
+        Compiled.loads += 1
+class JitFunction:
+    def warmup(self, *args, grid, **meta):
+        return Compiled()
+kiln_kernel = JitFunction()
+"""
+
+
+def test_a_compile_job_loads_what_it_compiled(tmp_path):
+    """The worker loads each kernel it compiles (``load_handles``), so Triton's C launcher for
+    that signature is built there, in parallel, not in the first call."""
+    path = tmp_path / "kernel.py"
+    path.write_text(COMPILED_STANDIN)
+    assert W.compile_job(W.job_for(str(path), ["int"], [8], {"XBLOCK": 64}, device="cpu")) is None
+    assert W._MODULES[str(path)].Compiled.loads == 1
+
+
+def test_pool_size_follows_the_env_the_cpus_and_the_gpu_memory(monkeypatch):
+    monkeypatch.setenv("KILN_TRITON_COMPILE_WORKERS", "3")
+    assert W.pool_size() == 3
+    monkeypatch.delenv("KILN_TRITON_COMPILE_WORKERS")
+    monkeypatch.setattr(W.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert W.pool_size() == 8
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    props = type("Props", (), {"total_memory": 24 * 2**30})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    assert W.pool_size() == 3  # one worker per 8 GiB of a 24 GiB GPU
+
+
 def test_worker_process_compiles_jobs_and_the_pool_waits_for_it(tmp_path, monkeypatch):
     """One real worker subprocess (jobs and replies over its pipes); ``submit`` offers jobs
     only once the workers are up; a dead worker breaks the pool (pairs compile in-process)."""
