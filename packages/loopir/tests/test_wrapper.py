@@ -155,6 +155,7 @@ def load(module: GeneratedModule):
         "empty_strided_cpu": lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype),
         "reinterpret_tensor": lambda t, size, stride, offset=0: torch.as_strided(
             t, size, stride, t.storage_offset() + offset),
+        "aten_direct": torch.ops.aten,
     }
     ns.update(module.build_namespace())
     exec(compile(module.wrapper_source, "<wrapper>", "exec"), ns)
@@ -336,6 +337,7 @@ def test_output_code_runs_standalone(tmp_path):
     stub.parent.mkdir()
     (stub.parent / "__init__.py").write_text("")
     stub.write_text("import torch\nempty_strided = empty_strided_cpu = empty_strided_cuda = None\n"
+                    "aten_direct = torch.ops.aten\n"
                     "def reinterpret_tensor(t, size, stride, offset=0):\n"
                     "    return torch.as_strided(t, size, stride, t.storage_offset() + offset)\n")
     path = tmp_path / "output_code.py"

@@ -52,7 +52,7 @@ __all__ = ["generate_wrapper", "extern_call_source", "py_arg", "output_code"]
 INDENT = "    "
 CONSTANT_VIEWS_HEADER = "# views of graph constants, made once when the wrapper is loaded"
 #: free names a wrapper may use: the runtime's launch helpers (kiln_runtime.launch.HELPERS)
-LAUNCH_HELPERS = ("empty_strided", "empty_strided_cpu", "empty_strided_cuda", "reinterpret_tensor")
+LAUNCH_HELPERS = ("empty_strided", "empty_strided_cpu", "empty_strided_cuda", "reinterpret_tensor", "aten_direct")
 
 
 # =============================================================================================
@@ -200,7 +200,7 @@ class _WrapperWriter:
         head = [
             "import torch",
             "",
-            "aten = torch.ops.aten",
+            "aten = aten_direct  # torch.ops.aten, called without OpOverload.__call__ (kiln_runtime.launch)",
             "",
             "",
             "def call(args):",
