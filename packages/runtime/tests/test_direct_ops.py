@@ -25,4 +25,4 @@ def test_calls_match_the_op_overloads():
 
 def test_an_unknown_op_fails_with_its_name():
     with pytest.raises(AttributeError, match="no_such_op_here"):
-        aten_direct.no_such_op_here.default
+        _ = aten_direct.no_such_op_here
