@@ -36,7 +36,8 @@ def _inference(name: str):
     return model, inputs, None
 
 
-def _vit_fp16():
+def _timm_fp16(name: str):
+    """benchmarks/gpu.py's timm rows: fp16 inference, batch 32 at 224x224."""
     import torch
 
     sys.path.insert(0, str(ROOT / "tests-integration"))
@@ -45,7 +46,7 @@ def _vit_fp16():
     _torchvision_shim.install()
     import timm
 
-    model = timm.create_model("vit_base_patch16_224", pretrained=False).eval().cuda().half()
+    model = timm.create_model(name, pretrained=False).eval().cuda().half()
     return model, (torch.randn(32, 3, 224, 224, device="cuda", dtype=torch.half),), None
 
 
@@ -69,7 +70,8 @@ CASES = {
     "resnet18_b1": lambda: _inference("resnet18"),
     "bert_small_b1": lambda: _inference("bert_small"),
     "gpt2_small_b1": lambda: _inference("gpt2_small"),
-    "vit_base_fp16_b32": _vit_fp16,
+    "vit_base_fp16_b32": lambda: _timm_fp16("vit_base_patch16_224"),
+    "resnet50_fp16_b32": lambda: _timm_fp16("resnet50"),
     "gpt2_fp16_b8": _gpt2_fp16_b8,
     "bert_base_train_fp16": _bert_train_fp16,
 }
@@ -93,7 +95,7 @@ def _step(fn, inputs, loss, params):
     return run
 
 
-def profile_one(case: str, compiler: str, calls: int = 5) -> dict:
+def profile_one(case: str, compiler: str, calls: int = 5, host_profile: bool = False) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -117,6 +119,22 @@ def profile_one(case: str, compiler: str, calls: int = 5) -> dict:
         run()
         torch.cuda.synchronize()
         walls.append((time.perf_counter() - t) * 1e3)
+    host = None
+    if host_profile:  # --host: where the host time of a steady call goes (cProfile, own time)
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(10):
+            run()
+        torch.cuda.synchronize()
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        host = text.getvalue()[text.getvalue().find("   ncalls"):]
+        print(f"--- host time of 10 calls, {case} {compiler}\n{host}", flush=True)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             run()
@@ -133,13 +151,16 @@ def profile_one(case: str, compiler: str, calls: int = 5) -> dict:
     gpu_ms = sum(r[1] for r in rows)
     return {"first_call_s": round(first, 2), "wall_ms": round(statistics.median(walls), 4),
             "gpu_ms": round(gpu_ms, 4), "launches": round(sum(r[2] for r in rows), 1),
-            "kernels": rows}
+            "kernels": rows, **({"host_profile": host} if host else {})}
+
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--host", action="store_true",
+                        help="also print a cProfile of 10 steady calls (where host time goes)")
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     results = {}
@@ -148,7 +169,7 @@ def main(argv=None) -> int:
         for compiler in ("kiln", "inductor"):
             log(f"{case} / {compiler}")
             try:
-                r = profile_one(case, compiler)
+                r = profile_one(case, compiler, host_profile=args.host)
             except Exception as e:  # one failing case must not hide the others
                 log(f"  failed: {type(e).__name__}: {e}")
                 results[case][compiler] = {"error": f"{type(e).__name__}: {e}"}
