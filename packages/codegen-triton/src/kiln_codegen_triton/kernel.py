@@ -827,6 +827,8 @@ class TritonKernel:
         idx = self._index(index)
         if not any(symbol_kind(s) in ("i", "r") for s in index.free_symbols):
             idx = f"{idx} + {self.zero[cls]}"
+        if name not in self.ptr:
+            raise MissingOpError(f"store to {name}, which is not an argument of this kernel")
         ptr = f"{self.ptr[name]} + ({idx})"
         v = self._as(value, self._buffer_dtype(name)).name
         if mode == "atomic_add":
