@@ -55,13 +55,10 @@ def profile_model(b, name: str, build, top: int) -> None:
         wall = time.perf_counter() - t0
     tol = {"atol": 5e-2, "rtol": 5e-2} if b.device == "cuda" else {}
     torch.testing.assert_close(got.float(), expected.float(), **tol)
-    phases: dict[str, float] = {}
-    for report in compile_timer.reports():
-        for k, v in report.phases.items():
-            phases[k] = phases.get(k, 0.0) + v
+    phases = compile_timer.phase_totals()
     print(f"\n=== {name}: cold first call {wall:.2f} s under cProfile "
           f"(profiling slows Python-heavy phases; compare phases with each other)")
-    for k, v in sorted(phases.items(), key=lambda kv: -kv[1]):
+    for k, v in phases.items():
         print(f"  {k:<16} {v:6.2f} s")
     print(f"  {'(not in phases)':<16} {wall - sum(phases.values()):6.2f} s")
     for order in ("cumulative", "tottime"):

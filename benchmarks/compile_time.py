@@ -121,11 +121,8 @@ def child(name: str, compiler: str, device: str, pin_sources: bool = False) -> d
         import kiln
         import kiln_runtime
 
-        phases: dict[str, float] = {}
         reports = kiln_runtime.compile_timer.reports()
-        for r in reports:
-            for k, v in r.phases.items():
-                phases[k] = phases.get(k, 0.0) + v
+        phases = kiln_runtime.compile_timer.phase_totals(reports)
         s = kiln.stats()
         result.update(phases=phases, graphs=len(reports), backend_s=sum(r.total for r in reports),
                       graph_cache_hits=s.graph_cache_hits, cpp_compiles=s.cpp_compiles,

@@ -241,7 +241,7 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
                     "backward_graphs": s.backward_graphs_compiled,
                     "eager_fallbacks": s.eager_fallbacks,
                     "saved_bytes": s.saved_bytes,
-                    "compile_phases_s": _phases(compile_timer.reports()),
+                    "compile_phases_s": {k: round(v, 2) for k, v in compile_timer.phase_totals().items()},
                 }
                 if not s.backward_graphs_compiled:  # the frontend ran it eagerly (a warning)
                     raise RuntimeError(f"kiln compiled no backward graph: {r['kiln']}")
@@ -268,15 +268,6 @@ def run_workload(w: Workload, device: str, repeats: int, timeout: float) -> dict
             r["speedup"] = eager_step / r["step_s"]
             r["cold_compile_s"] = max(r["first_step_s"] - eager_step, 0.0)
     return row
-
-
-def _phases(reports) -> dict[str, float]:
-    """Where kiln's cold compile went (seconds per phase, summed over its graphs)."""
-    total: dict[str, float] = {}
-    for report in reports:
-        for k, v in report.phases.items():
-            total[k] = total.get(k, 0.0) + v
-    return {k: round(v, 2) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}
 
 
 def _interleaved_step_times(steps: dict[str, Callable], repeats: int) -> dict[str, float]:

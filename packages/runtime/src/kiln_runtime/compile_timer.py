@@ -12,7 +12,8 @@ one, so the phases of a report add up to the graph's total. ``add(name, seconds)
 time measured elsewhere (the frontend's capture, timed before the backend runs). Outside a
 ``graph(...)`` block phases cost one ``perf_counter`` pair and are dropped.
 
-Reports: ``reports()`` (the last ``MAX_REPORTS``, oldest first) and ``last_report()``; with
+Reports: ``reports()`` (the last ``MAX_REPORTS``, oldest first), ``last_report()`` and
+``phase_totals()`` (seconds per phase over the reports); with
 ``KILN_LOGS=perf`` each report is printed to stderr when its graph is done.
 """
 
@@ -28,7 +29,8 @@ from collections.abc import Iterator
 from .logs import log_enabled
 
 __all__ = [
-    "CompileReport", "add", "graph", "last_report", "note", "phase", "reports", "reset_reports",
+    "CompileReport", "add", "graph", "last_report", "note", "phase", "phase_totals", "reports",
+    "reset_reports",
 ]
 
 MAX_REPORTS = 256
@@ -130,6 +132,16 @@ def note(text: str) -> None:
 def reports() -> list[CompileReport]:
     with _lock:
         return list(_reports)
+
+
+def phase_totals(of: list[CompileReport] | None = None) -> dict[str, float]:
+    """Seconds per phase summed over reports (default: ``reports()``), largest first: where
+    the compiles of a model went, over all its graphs."""
+    totals: dict[str, float] = {}
+    for report in reports() if of is None else of:
+        for name, seconds in report.phases.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
 def last_report() -> CompileReport | None:
