@@ -287,33 +287,31 @@ def _linear(x, weight, bias=None):
 _EFFICIENT_HEAD_DIMS = range(8, 129, 8)
 
 
-def _traced_choice_is_math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> bool:
-    """The backend torch's composite picks for the traced tensors is its math path (asked
-    outside the proxy modes: the question is not part of the graph)."""
+def _asked_outside_the_trace(question: Callable[[], bool]) -> bool:
+    """``question()`` about the traced tensors, asked outside the proxy modes so that it is no
+    node of the graph (a ``_fused_sdp_choice`` node has no lowering); False where torch cannot
+    answer it (symbolic sizes, a torch without the check): the call is then left to torch."""
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-    from torch.nn.attention import SDPBackend
 
     try:
         with disable_proxy_modes_tracing():
-            choice = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale,
-                                             enable_gqa=enable_gqa)
-    except Exception:  # noqa: BLE001  (no choice to read: leave the call to torch)
+            return bool(question())
+    except Exception:  # noqa: BLE001
         return False
-    return int(choice) == SDPBackend.MATH.value
+
+
+def _traced_choice_is_math(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> bool:
+    """The backend torch's composite picks for the traced tensors is its math path."""
+    from torch.nn.attention import SDPBackend
+
+    return _asked_outside_the_trace(lambda: int(torch._fused_sdp_choice(
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)) == SDPBackend.MATH.value)
 
 
 def _cudnn_takes(q, k, v, bias, is_causal) -> bool:
-    """cuDNN's fused attention takes these tensors, by torch's own check (asked outside the
-    proxy modes, like ``_traced_choice_is_math``; symbolic sizes or a torch without the
-    check: no)."""
-    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-
-    try:
-        with disable_proxy_modes_tracing():
-            params = torch.backends.cuda.SDPAParams(q, k, v, bias, 0.0, is_causal, False)
-            return bool(torch.backends.cuda.can_use_cudnn_attention(params, False))
-    except Exception:  # noqa: BLE001
-        return False
+    """cuDNN's fused attention takes these tensors, by torch's own check."""
+    return _asked_outside_the_trace(lambda: torch.backends.cuda.can_use_cudnn_attention(
+        torch.backends.cuda.SDPAParams(q, k, v, bias, 0.0, is_causal, False), False))
 
 
 @_function_rule(torch.nn.functional.scaled_dot_product_attention)
