@@ -11,6 +11,15 @@ import torch.nn.functional as F
 from test_pipeline import kernels, run
 
 
+@pytest.fixture(autouse=True)
+def _unpacked(monkeypatch):
+    """These tests pin the ``mm``/``addmm`` rewrites; products on packed weights are
+    ``test_packed_linear.py``'s."""
+    from kiln_loopir.lowerings import extern
+
+    monkeypatch.setattr(extern, "PACKED_LINEAR", False)
+
+
 def _extern_ops(compiled) -> list[str]:
     return [str(s.kernel.op) for s in compiled.module.meta["schedule"].externs]
 

@@ -83,3 +83,25 @@ def test_debug_folder_kiln(debug_env, needs_cpp, capsys):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "(3, 4)" in result.stdout
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="a packed weight needs MKL")
+def test_output_code_derives_a_packed_weight_again(debug_env, needs_cpp):
+    """A weight packed for MKL is an opaque tensor: constants.pt holds the weight, and
+    output_code.py packs it again (``derive``) before running."""
+    lin = torch.nn.Linear(8, 5).eval()
+    gm = torch.fx.symbolic_trace(torch.nn.Sequential(lin, torch.nn.ReLU()))
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(kiln_backend(gm, [x])(x), torch.relu(lin(x)))
+    _, (graph,) = _graph_dirs(debug_env)
+    code = (graph / "output_code.py").read_text()
+    assert "derive('mkl_packed_linear'" in code, code
+    saved = torch.load(graph / "constants.pt", weights_only=False)
+    assert saved and all(t.layout == torch.strided for t in saved.values())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("KILN_COMPILE_DEBUG")
+    result = subprocess.run([sys.executable, str(graph / "output_code.py")], capture_output=True,
+                            text=True, env=env, cwd=graph, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(4, 5)" in result.stdout

@@ -91,6 +91,10 @@ def test_rotary_cos_and_sin_computed_once():
     assert text.count("ops.sin(") == 1, text
 
 
+#: a linear layer's product: ``mm``, or MKL's GEMM on the packed weight (CPU float32)
+_PRODUCTS = (torch.ops.aten.mm.default, torch.ops.mkl._mkl_linear.default)
+
+
 def test_sdpa_output_feeds_the_projection_without_a_copy():
     graph = _lowered(*_model_and_input())
     sdpa_outs = {m.name for b in graph.buffers if isinstance(b, ExternKernel)
@@ -98,7 +102,7 @@ def test_sdpa_output_feeds_the_projection_without_a_copy():
                  if isinstance(m, MultiOutput) and m.index == 0}
     assert len(sdpa_outs) == 2
     mm_inputs = {getattr(a, "name", None) for b in graph.buffers if isinstance(b, ExternKernel)
-                 and b.op is torch.ops.aten.mm.default for a in b.inputs}
+                 and b.op in _PRODUCTS for a in b.inputs}
     assert sdpa_outs <= mm_inputs  # the o-projection reads SDPA's result as it is
     text = str(graph)
     for name in sdpa_outs:  # and no loop copies it
@@ -110,7 +114,7 @@ def test_views_of_one_norm_share_one_buffer():
     graph = _lowered(*_model_and_input())
     by_input: dict = {}
     for b in graph.buffers:
-        if isinstance(b, ExternKernel) and b.op is torch.ops.aten.mm.default:
+        if isinstance(b, ExternKernel) and b.op in _PRODUCTS:
             name = getattr(b.inputs[0], "name", None)
             by_input[name] = by_input.get(name, 0) + 1
     computed = {b.name for b in graph.buffers if isinstance(b, ComputedBuffer)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import kiln_aotgrad
 import kiln_loopir as K
 import kiln_runtime
+import pytest
 import torch
 import torch.nn as nn
 from kiln_codegen_cpp.codegen import CppCodegen
@@ -21,6 +22,15 @@ class TwoLinears(nn.Module):
 
     def forward(self, x):
         return self.b(torch.relu(self.a(x)))
+
+
+@pytest.fixture(autouse=True)
+def _unpacked(monkeypatch):
+    """Views of the weights themselves (``mm``), not weights packed for MKL (a copy: guarded,
+    ``packages/codegen-cpp/tests/test_packed_linear.py``)."""
+    from kiln_loopir.lowerings import extern
+
+    monkeypatch.setattr(extern, "PACKED_LINEAR", False)
 
 
 def _compiled(model, x):

@@ -10,6 +10,8 @@ import kiln_aotgrad
 import kiln_loopir
 import kiln_runtime
 import torch
+from kiln_loopir.derived_constants import derived_sources
+from kiln_runtime.guards import WeightsGuard
 
 from .codegen import TritonCodegen
 from .launcher import TritonCompileError
@@ -24,9 +26,15 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: list, config: Any = Non
 
 
 def compile_aten(aten_gm: torch.fx.GraphModule, config: Any = None) -> Callable:
-    """Compile an ATen-level FX graph (what aotgrad produces)."""
+    """Compile an ATen-level FX graph (what aotgrad produces). Constants computed from weights
+    at compile time (a weight packed or stored in another layout) are guarded: an in-place
+    write to such a weight compiles again."""
     schedule = kiln_loopir.schedule(kiln_loopir.lower(aten_gm))
-    return compile_schedule(schedule, config)
+    compiled = compile_schedule(schedule, config)
+    derived = derived_sources(schedule.graph)  # weights copied or packed into constants
+    if not derived:
+        return compiled
+    return WeightsGuard(compiled, lambda: compile_aten(aten_gm, config), derived, ())
 
 
 def compile_schedule(schedule, config: Any = None) -> Callable:

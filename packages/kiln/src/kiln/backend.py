@@ -36,6 +36,7 @@ import kiln_runtime
 import torch
 from kiln_loopir import codegen_registry
 from kiln_loopir.codegen_registry import CodegenUnavailable
+from kiln_loopir.derived_constants import derived_sources
 from kiln_loopir.lowerings.random import random_numbers
 from kiln_runtime.profile import profiled
 
@@ -157,8 +158,7 @@ def compile_aten(
     compiled = reduce_overhead.for_mode(compiled, aten_gm, config)  # CUDA graphs per mode
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
-    derived_from = [  # tensors copied into constants at compile time: the caller guards them
-        c.derived_from for c in schedule.graph.constant_buffers if c.derived_from is not None]
+    derived_from = derived_sources(schedule.graph)  # copied into constants: the caller guards them
     return with_output_structure(aten_gm, compiled, derived_from=derived_from)
 
 

@@ -62,7 +62,9 @@ from typing import Any
 import kiln_runtime
 import torch
 import torch.utils._pytree as pytree
+from kiln_loopir.derived_constants import derive
 from kiln_runtime import compile_timer, disk_cache
+from kiln_runtime.guards import WeightsGuard
 
 from .options import Options
 from .stats import counters
@@ -608,17 +610,30 @@ def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
       again from the live tensors on a hit with ``kiln.passes.folded_value`` (the same code
       as the fold; checked bit for bit against the compiled constant here);
     - ``("stored", i)``: a tensor the trace itself created (``torch.tensor(...)`` in the
-      program), stored in the entry.
+      program), stored in the entry;
+    - ``("derived", derivation, source, args)``: made by a registered derivation from graph
+      constant ``source`` (``kiln_loopir.derived_constants``: a weight stored channels-last,
+      a weight packed for MKL's GEMM, which is an opaque tensor that cannot be stored); made
+      again on a hit from the source's value there.
 
     A constant computed from a parameter in any other way would bake the storing process's
     weights into the entry: such graphs are not cached."""
     folded = folded or {}
     sched = module.meta.get("schedule") if hasattr(module, "meta") else None
-    targets = {}
+    targets, recipes = {}, {}
     if sched is not None:
-        targets = {b.name: b.target for b in getattr(sched.graph, "constant_buffers", ())}
+        for b in getattr(sched.graph, "constant_buffers", ()):
+            targets[b.name] = b.target
+            if getattr(b, "recipe", None) is not None:
+                recipes[b.name] = b.recipe
     sources, stored = {}, []
     for name, value in module.constants.items():
+        if name in recipes:
+            derivation, source, args = recipes[name]
+            if source not in module.constants:
+                raise NotCacheable(f"constant {name} is derived from {source}, not a graph constant")
+            sources[name] = ("derived", derivation, source, tuple(args))
+            continue
         target = targets.get(name)
         if target in folded and isinstance(value, torch.Tensor):
             try:
@@ -830,7 +845,11 @@ def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
     from .passes.fold_batchnorm import batch_counters
 
     tensors, owners, seen, stats = [], [], set(), []
-    for where, ref, *_ in constants.values():
+    for where, ref, *rest in constants.values():
+        if where == "derived":  # guarded as the constant it starts from, taken as a copy of it
+            where, ref, *rest = _derivation_root(constants, rest[0])
+            if where == "attr":
+                where = "layout"
         if where == "layout":
             norms = [ref]
         elif where == "folded":
@@ -854,53 +873,6 @@ def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
     return tensors, owners
 
 
-_VERSION = operator.attrgetter("_version")
-_TRAINING = operator.attrgetter("training")
-
-
-class WeightsGuard:
-    """A compiled graph whose constants were computed from weights (layout copies, folded
-    BatchNorms: their sources; a hit's stored tensors kept under the weights' hash: every
-    weight) is valid while they are: an in-place write to one of them (``load_state_dict``, an
-    optimizer step) or a module of theirs switched to or from training makes the next call
-    compile again (``compile_fn``; the pipeline guards its own result), with one log line.
-    The pipeline (``compile_inference``) and a graph-cache hit both use it.
-
-    The check is two C-level passes: the sum of the tensors' version counters (each counter
-    only grows, so the sum is unchanged iff every counter is) and the modules' ``training``
-    flags, no Python frame per tensor."""
-
-    def __init__(self, fn: Callable, compile_fn: Callable[[], Callable], tensors, modules, *,
-                 version_sum: int | None = None):
-        self.fn = fn
-        self.compile_fn = compile_fn
-        self.tensors: list | None = list(tensors)
-        self.modules = list(modules)
-        #: the versions the constants were computed at (default: the tensors' versions now)
-        self.version_sum = sum(map(_VERSION, self.tensors)) if version_sum is None else version_sum
-        self.training = list(map(_TRAINING, self.modules))
-
-    @property
-    def compiled(self) -> Callable:
-        """What it runs now (wrappers are followed down to the graph by ``.compiled``)."""
-        return self.fn
-
-    def __repr__(self) -> str:
-        state = "recompiled" if self.tensors is None else \
-            f"{len(self.tensors)} tensors, {len(self.modules)} modules"
-        return f"<kiln weights guard: {state}>"
-
-    def __call__(self, *args):
-        if self.tensors is not None and (
-            sum(map(_VERSION, self.tensors)) != self.version_sum
-            or list(map(_TRAINING, self.modules)) != self.training
-        ):
-            log.info("kiln: weights that constants were computed from (folded or copied) "
-                     "changed since compile, or a module of theirs left its mode: compiling again")
-            self.fn, self.tensors = self.compile_fn(), None
-        return self.fn(*args)
-
-
 def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable:
     from kiln_loopir.codegen_protocol import GeneratedModule, KernelDef
 
@@ -912,7 +884,11 @@ def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable
     constants = {}
     with _one_thread():
         for name, (where, ref, *layout) in artifact["constants"].items():
-            constants[name] = _bound_constant(name, where, ref, layout, artifact, gm, names)
+            if where != "derived":
+                constants[name] = _bound_constant(name, where, ref, layout, artifact, gm, names)
+        for name in _derivation_order(artifact["constants"]):
+            _, derivation, source, args = artifact["constants"][name]
+            constants[name] = derive(derivation, constants[source], *args)
     module = GeneratedModule(
         wrapper_source=artifact["wrapper_source"],
         kernels=kernels,
@@ -925,6 +901,31 @@ def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable
     counters["graphs_compiled"] += 1  # a hit yields the same compiled graph
     counters["kernels_generated"] += len(kernels)
     return _finish(gm, compiled, artifact["facts"], artifact["out_structure"], config)
+
+
+def _derivation_order(constants: dict) -> list[str]:
+    """The derived constants, each after the derived constant it is made from."""
+    order, done = [], {n for n, (where, *_) in constants.items() if where != "derived"}
+    pending = [n for n in constants if n not in done]
+    while pending:
+        ready = [n for n in pending if constants[n][2] in done]
+        if not ready:
+            raise _Stale(f"derived constants {pending} have no source in the entry")
+        order += ready
+        done.update(ready)
+        pending = [n for n in pending if n not in done]
+    return order
+
+
+def _derivation_root(constants: dict, name: str) -> tuple:
+    """The entry of the constant a chain of derived constants starts from."""
+    seen = set()
+    while constants[name][0] == "derived":
+        if name in seen:
+            raise _Stale(f"derived constant {name} is derived from itself")
+        seen.add(name)
+        name = constants[name][2]
+    return constants[name]
 
 
 def _bound_constant(name: str, where: str, ref, layout: list, artifact: dict, gm,

@@ -81,11 +81,23 @@ class DebugTrace:
             text += _commented(getattr(module, "wrapper_source", ""))
         try:
             constants = dict(getattr(module, "constants", {}) or {})
-            if constants:
-                torch.save({k: v.detach() for k, v in constants.items()}, self.folder / "constants.pt")
+            saved = {k: v.detach() for k, v in constants.items() if _has_storage(v)}
+            if saved:  # not derived opaque ones (a packed weight): output_code.py derives them
+                torch.save(saved, self.folder / "constants.pt")
         except Exception as e:  # a debug aid must never break a compile
             log.warning("kiln: could not write constants.pt: %s", e)
         (self.folder / "output_code.py").write_text(text)
+
+
+def _has_storage(t) -> bool:
+    """A tensor torch.save can write (an opaque one, MKL's packed weight, has no storage)."""
+    if not isinstance(t, torch.Tensor):
+        return True
+    try:
+        t.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
 
 
 NO_TRACE = DebugTrace(None)

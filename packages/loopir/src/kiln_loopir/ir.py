@@ -262,14 +262,25 @@ class ConstantBuffer(Buffer):
 
     ``derived_from`` is set when ``value`` is a copy computed at compile time from another
     tensor (a weight stored channels-last): a later in-place write to that tensor is not seen
-    by the copy, so whoever runs the graph must guard it (kiln recompiles)."""
+    by the copy, so whoever runs the graph must guard it (kiln recompiles). ``recipe``, for a
+    constant made by a registered derivation (``kiln_loopir.derived_constants``), is
+    ``(derivation, source constant's name, args)``: how to make it again."""
 
     def __init__(self, name: str, layout: Layout, value: torch.Tensor, target: str = "",
-                 derived_from: torch.Tensor | None = None):
+                 derived_from: torch.Tensor | None = None, recipe: tuple | None = None):
         super().__init__(name, layout)
         self.value = value
         self.target = target
         self.derived_from = derived_from
+        self.recipe = recipe
+
+    def comment(self) -> str:
+        """``# constant <target>[, <derivation>(<source>, args)]`` for the text form."""
+        text = f"  # constant {self.target}" if self.target else "  # constant"
+        if self.recipe is not None:
+            name, source, args = self.recipe
+            text += f", {name}({', '.join([source, *map(str, args)])})"
+        return text
 
 
 class Loops:
@@ -712,7 +723,7 @@ def _buffer_text(buf: Buffer, indent: str = "  ") -> list[str]:
     elif isinstance(buf, ExternKernel):
         lines.append(f"{indent}{buf.call_text()}")
     elif isinstance(buf, ConstantBuffer):
-        lines[0] += f"  # constant {buf.target}" if buf.target else "  # constant"
+        lines[0] += buf.comment()
     return lines
 
 
@@ -1094,7 +1105,7 @@ class Schedule:
         for b in self.graph.inputs:
             lines.append(b.header())
         for b in self.graph.constant_buffers:
-            lines.append(b.header() + "  # constant")
+            lines.append(b.header() + b.comment())
         for s in self.steps:
             lines += s.text()
         outs = []

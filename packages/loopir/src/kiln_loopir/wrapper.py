@@ -373,7 +373,13 @@ def output_code(module: GeneratedModule, sched: Schedule, codegen) -> str:
             "    globals().update(torch.load(_constants, weights_only=False))",
             "else:",
         ]
-        lines += [f"    {b.name} = {_random_tensor_text(b.layout, hints)}" for b in graph.constant_buffers]
+        lines += [f"    {b.name} = {_random_tensor_text(b.layout, hints)}"
+                  for b in graph.constant_buffers if b.recipe is None]
+        derived = [b for b in graph.constant_buffers if b.recipe is not None]
+        if derived:  # made again from their sources (opaque ones, a packed weight, are not saved)
+            lines.append("from kiln_loopir.derived_constants import derive")
+            lines += [f"{b.name} = derive({b.recipe[0]!r}, {', '.join([b.recipe[1], *map(repr, b.recipe[2])])})"
+                      for b in derived]
         parts.append("\n".join(lines))
     if views:  # after the constants they view
         parts.append(views)

@@ -124,7 +124,7 @@ def _stored_by_users(node) -> bool:
     return False
 
 
-_STORING_OPS = frozenset([*EXTERN_OPS, aten.addmm.default, aten.convolution.default])
+_STORING_OPS = frozenset([*EXTERN_OPS, aten.mm.default, aten.addmm.default, aten.convolution.default])
 _VIEWS = (*_VIEW_OPS, aten.permute.default)
 
 

@@ -1,0 +1,86 @@
+"""Constants a graph computes at compile time from one of its constants: a weight stored
+channels-last, a weight packed for the CPU's GEMM library.
+
+Each is made by a named *derivation* from a source constant, and the ``ConstantBuffer``
+keeps the recipe (``recipe``: derivation name, source buffer name, arguments). So whoever
+keeps a compiled graph can make the constant again from the live weight instead of storing
+its value (kiln's graph cache: a packed weight is an opaque tensor that cannot be saved), and
+knows which weight to guard (``derived_from``: an in-place write to it is not seen by the
+copy; kiln recompiles).
+
+Derivations live in one registry; a duplicate name is refused, and an unknown one fails
+with the known names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .ir import ConstantBuffer, Layout
+
+__all__ = ["DERIVATIONS", "derivation", "derive", "derived_constant", "derived_sources"]
+
+#: name -> fn(source tensor, *args) -> tensor
+DERIVATIONS: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def derivation(name: str):
+    """Register ``fn(source, *args)`` as the derivation ``name``."""
+
+    def register(fn):
+        if name in DERIVATIONS:
+            raise ValueError(f"derivation {name!r} is already registered")
+        DERIVATIONS[name] = fn
+        return fn
+
+    return register
+
+
+def derive(name: str, source: torch.Tensor, *args) -> torch.Tensor:
+    """Run the derivation ``name`` on ``source`` (the same code at compile time and when a
+    cached graph is loaded again)."""
+    fn = DERIVATIONS.get(name)
+    if fn is None:
+        raise KeyError(f"no derivation {name!r}; known: {', '.join(sorted(DERIVATIONS))}")
+    with torch.no_grad():
+        return fn(source.detach(), *args)
+
+
+@derivation("channels_last")
+def channels_last(w: torch.Tensor) -> torch.Tensor:
+    """An NCHW-sized weight stored NHWC (what oneDNN and cuDNN convolutions run fastest)."""
+    return w.contiguous(memory_format=torch.channels_last)
+
+
+@derivation("mkl_packed_linear")
+def mkl_packed_linear(w: torch.Tensor, rows: int) -> torch.Tensor:
+    """``w`` ([out, in] row-major in its storage: a linear weight, a 1x1 conv weight stored
+    channels-last) packed by MKL for ``torch.ops.mkl._mkl_linear``: an opaque tensor, about
+    the weight's size. ``rows``: the product's row count at compile time (MKL's hint)."""
+    out_features = w.shape[0]
+    flat = torch.as_strided(w, (out_features, w.numel() // out_features), (w.numel() // out_features, 1))
+    return torch.ops.mkl._mkl_reorder_linear_weight(flat, rows)
+
+
+def derived_constant(lowering, source: ConstantBuffer, name: str, *args) -> ConstantBuffer:
+    """The constant ``derive(name, source.value, *args)``, added to the graph ``lowering``
+    builds, once per (source, derivation, args)."""
+    made = lowering.__dict__.setdefault("_derived_constants", {})
+    key = (source.name, name, args)
+    if key not in made:
+        value = derive(name, source.value, *args)
+        layout = Layout(value.device, value.dtype, list(value.shape), list(value.stride()), 0)
+        root = source.derived_from if source.derived_from is not None else source.value
+        made[key] = lowering.graph.add_constant(ConstantBuffer(
+            f"const{lowering._const_count}", layout, value, source.target,
+            derived_from=root, recipe=(name, source.name, args)))
+        lowering._const_count += 1
+    return made[key]
+
+
+def derived_sources(graph) -> list[torch.Tensor]:
+    """The tensors a graph's constants were computed from at compile time (``derived_from``):
+    whoever runs the graph guards them (an in-place write to one: compile again)."""
+    return [c.derived_from for c in graph.constant_buffers if c.derived_from is not None]
