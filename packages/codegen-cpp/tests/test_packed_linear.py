@@ -5,6 +5,8 @@ again) and made again from the live weight on a graph-cache hit."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -58,6 +60,28 @@ def test_pointwise_convolution_runs_on_a_packed_weight():
     with torch.no_grad():
         compiled = run(model, torch.randn(2, 3, 8, 8), rtol=1e-5, atol=1e-5)
     assert MKL_LINEAR in _extern_ops(compiled)
+
+
+class _Conv1D(nn.Module):
+    """GPT-2's ``Conv1D``: ``addmm(bias, x, W)`` with ``W[in, out]`` (not transposed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(16, 24))
+        self.bias = nn.Parameter(torch.randn(24))
+
+    def forward(self, x):
+        y = torch.addmm(self.bias, x.view(-1, 16), self.weight)
+        return y.view(x.shape[0], x.shape[1], 24).transpose(1, 2)  # not elementwise: addmm's bias
+
+
+def test_an_in_out_weight_is_packed_transposed():
+    torch.manual_seed(0)
+    with torch.no_grad():
+        compiled = run(_Conv1D().eval(), torch.randn(2, 5, 16), rtol=1e-5, atol=1e-5)
+    assert _extern_ops(compiled) == [MKL_LINEAR]
+    text = str(compiled.module.meta["schedule"])
+    assert re.search(r"mkl_packed_linear\(const\d+, 10, True\)", text), text
 
 
 def test_a_batched_weight_view_or_a_traced_weight_stays_on_mm():

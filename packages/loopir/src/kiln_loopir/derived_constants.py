@@ -55,12 +55,15 @@ def channels_last(w: torch.Tensor) -> torch.Tensor:
 
 
 @derivation("mkl_packed_linear")
-def mkl_packed_linear(w: torch.Tensor, rows: int) -> torch.Tensor:
-    """``w`` ([out, in] row-major in its storage: a linear weight, a 1x1 conv weight stored
-    channels-last) packed by MKL for ``torch.ops.mkl._mkl_linear``: an opaque tensor, about
-    the weight's size. ``rows``: the product's row count at compile time (MKL's hint)."""
-    out_features = w.shape[0]
-    flat = torch.as_strided(w, (out_features, w.numel() // out_features), (w.numel() // out_features, 1))
+def mkl_packed_linear(w: torch.Tensor, rows: int, in_out: bool = False) -> torch.Tensor:
+    """``w`` packed by MKL for ``torch.ops.mkl._mkl_linear``: an opaque tensor, about the
+    weight's size. ``w`` is ``[out, in]`` row-major in its storage (a linear weight, a 1x1
+    conv weight stored channels-last), or with ``in_out`` ``[in, out]`` (GPT-2's ``Conv1D``,
+    ``addmm(b, x, W)``). ``rows``: the product's row count at compile time (MKL's hint)."""
+    lead = w.shape[0]
+    flat = torch.as_strided(w, (lead, w.numel() // lead), (w.numel() // lead, 1))
+    if in_out:
+        flat = flat.t().contiguous()
     return torch.ops.mkl._mkl_reorder_linear_weight(flat, rows)
 
 

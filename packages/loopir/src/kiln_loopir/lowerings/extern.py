@@ -220,13 +220,16 @@ PACKED_LINEAR = True
 
 def packed_linear(a, b, bias, meta):
     """``a @ b (+ bias)`` as the device library's GEMM on a weight packed at compile time,
-    when ``b`` is the transpose of a float32 constant ``W[out, in]`` (a linear layer's
-    ``W.t()``, a 1x1 convolution's weight) and the sizes are static; else None.
+    when ``b`` is a float32 constant ``W[in, out]`` or the transpose of one ``W[out, in]`` (a
+    linear layer's ``W.t()``, a 1x1 convolution's weight, GPT-2's ``Conv1D``) and the sizes
+    are static; else None.
 
     The packed weight is a derived constant (``mkl_packed_linear`` of ``W``): kiln guards
     ``W`` and the graph cache packs it again on a hit. The call also gets ``W`` itself
     (``_mkl_linear`` falls back to it where MKL cannot use the packed form)."""
     lib = DEVICE_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
+    if isinstance(b, ConstantBuffer):
+        b = ReinterpretView(b, b.layout)
     if (not PACKED_LINEAR or lib is None or meta.dtype != torch.float32 or not lib.packed_linear()
             or not isinstance(b, ReinterpretView) or not isinstance(b.data, ConstantBuffer)):
         return None
@@ -238,12 +241,12 @@ def packed_linear(a, b, bias, meta):
         return None
     value = weight.value
     dense = value.is_contiguous() or (value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last))
-    if (stride != [1, k] or b.layout.offset != 0 or value.numel() != n * k or not dense
+    in_out = stride == [n, 1]  # W[in, out] itself, not a transpose
+    if ((stride != [1, k] and not in_out) or b.layout.offset != 0 or value.numel() != n * k or not dense
             or len(a.get_size()) != 2 or rows == 0):
         return None
-    packed = derived_constant(current(), weight, "mkl_packed_linear", rows)
-    dev = meta.device
-    origin = ReinterpretView(weight, Layout(dev, torch.float32, [n, k], [k, 1], 0))
+    packed = derived_constant(current(), weight, "mkl_packed_linear", rows, *([True] if in_out else []))
+    origin = ReinterpretView(weight, Layout(meta.device, torch.float32, [n, k], [1, n] if in_out else [k, 1], 0))
     out_meta = meta.new_empty_strided((rows, n), (n, 1))
     return make_extern(torch.ops.mkl._mkl_linear.default, [a, packed, origin, bias, rows], {}, out_meta,
                        fallback=False)
