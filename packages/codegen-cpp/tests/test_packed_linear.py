@@ -24,8 +24,8 @@ def _extern_ops(compiled) -> list[str]:
 class _Mlp(nn.Module):
     def __init__(self):
         super().__init__()
-        self.up = nn.Linear(16, 64)
-        self.down = nn.Linear(64, 8, bias=False)
+        self.up = nn.Linear(16, 96)
+        self.down = nn.Linear(96, 64, bias=False)
 
     def forward(self, x):
         return self.down(torch.nn.functional.gelu(self.up(x))), self.up(x).sum(-1)
@@ -56,7 +56,7 @@ def test_a_weight_written_in_place_compiles_again():
 
 def test_pointwise_convolution_runs_on_a_packed_weight():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 1)).eval()
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 64, 1)).eval()
     with torch.no_grad():
         compiled = run(model, torch.randn(2, 3, 8, 8), rtol=1e-5, atol=1e-5)
     assert MKL_LINEAR in _extern_ops(compiled)
@@ -67,12 +67,12 @@ class _Conv1D(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(16, 24))
-        self.bias = nn.Parameter(torch.randn(24))
+        self.weight = nn.Parameter(torch.randn(16, 72))
+        self.bias = nn.Parameter(torch.randn(72))
 
     def forward(self, x):
         y = torch.addmm(self.bias, x.view(-1, 16), self.weight)
-        return y.view(x.shape[0], x.shape[1], 24).transpose(1, 2)  # not elementwise: addmm's bias
+        return y.view(x.shape[0], x.shape[1], 72).transpose(1, 2)  # not elementwise: addmm's bias
 
 
 def test_an_in_out_weight_is_packed_transposed():
@@ -84,11 +84,16 @@ def test_an_in_out_weight_is_packed_transposed():
     assert re.search(r"mkl_packed_linear\(const\d+, 10, True\)", text), text
 
 
-def test_a_batched_weight_view_or_a_traced_weight_stays_on_mm():
-    """Products whose weight is not a constant (an input) are plain ``mm``."""
+def test_a_traced_weight_or_a_narrow_product_stays_on_mm():
+    """Products whose weight is not a constant (an input), and products with fewer than
+    ``PACKED_MIN_OUT_FEATURES`` outputs (where MKL's packed GEMM is slower), are ``mm``."""
 
     def f(x, w):
         return x @ w.t()
 
-    compiled = run(f, torch.randn(4, 8), torch.randn(6, 8))
+    compiled = run(f, torch.randn(4, 8), torch.randn(96, 8))
+    assert _extern_ops(compiled) == ["aten.mm.default"]
+    narrow = nn.Linear(16, 24, bias=False).eval()
+    with torch.no_grad():
+        compiled = run(narrow, torch.randn(4, 16), rtol=1e-5, atol=1e-5)
     assert _extern_ops(compiled) == ["aten.mm.default"]

@@ -25,13 +25,14 @@ def graph_cache_on(tmp_path, monkeypatch, needs_cpp):
 
 
 class Net(nn.Module):
-    """A conv (its weight becomes a channels-last constant on CPU), a norm, a linear."""
+    """A conv (its weight becomes a channels-last constant on CPU), a norm, a linear (64
+    outputs: its weight is packed for MKL's GEMM on CPU)."""
 
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
         self.norm = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4 * 6 * 6, 5)
+        self.fc = nn.Linear(4 * 6 * 6, 64)
 
     def forward(self, x):
         y = torch.relu(self.norm(self.conv(x)))
@@ -92,7 +93,7 @@ class ConvNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.fc = nn.Linear(4 * 6 * 6, 5)
+        self.fc = nn.Linear(4 * 6 * 6, 64)
 
     def forward(self, x):
         return self.fc(torch.relu(self.conv(x)).flatten(1))

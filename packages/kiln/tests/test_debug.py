@@ -89,7 +89,7 @@ def test_debug_folder_kiln(debug_env, needs_cpp, capsys):
 def test_output_code_derives_a_packed_weight_again(debug_env, needs_cpp):
     """A weight packed for MKL is an opaque tensor: constants.pt holds the weight, and
     output_code.py packs it again (``derive``) before running."""
-    lin = torch.nn.Linear(8, 5).eval()
+    lin = torch.nn.Linear(8, 64).eval()
     gm = torch.fx.symbolic_trace(torch.nn.Sequential(lin, torch.nn.ReLU()))
     x = torch.randn(4, 8)
     with torch.no_grad():
@@ -104,4 +104,4 @@ def test_output_code_derives_a_packed_weight_again(debug_env, needs_cpp):
     result = subprocess.run([sys.executable, str(graph / "output_code.py")], capture_output=True,
                             text=True, env=env, cwd=graph, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "(4, 5)" in result.stdout
+    assert "(4, 64)" in result.stdout

@@ -216,6 +216,10 @@ _EXACT_DTYPES = (torch.float32, torch.float64)  # half types: addmm rounds once,
 #: A/B switch for measurements: False keeps products with constant weights on ``mm``/``addmm``
 #: (the graph cache does not key on it: compile with KILN_GRAPH_CACHE=0 when flipping it).
 PACKED_LINEAR = True
+#: narrower products stay on ``mm``: MKL's packed GEMM lost there at 2 threads (1.2-1.5x the
+#: time for 16-40 output features: MobileNet's pointwise convolutions), and was even or ahead
+#: from 72 up (0.81-1.0x: 576x1024, 2048x512, BERT's 256x1024)
+PACKED_MIN_OUT_FEATURES = 64
 
 
 def packed_linear(a, b, bias, meta):
@@ -243,7 +247,7 @@ def packed_linear(a, b, bias, meta):
     dense = value.is_contiguous() or (value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last))
     in_out = stride == [n, 1]  # W[in, out] itself, not a transpose
     if ((stride != [1, k] and not in_out) or b.layout.offset != 0 or value.numel() != n * k or not dense
-            or len(a.get_size()) != 2 or rows == 0):
+            or len(a.get_size()) != 2 or rows == 0 or n < PACKED_MIN_OUT_FEATURES):
         return None
     packed = derived_constant(current(), weight, "mkl_packed_linear", rows, *([True] if in_out else []))
     origin = ReinterpretView(weight, Layout(meta.device, torch.float32, [n, k], [1, n] if in_out else [k, 1], 0))
