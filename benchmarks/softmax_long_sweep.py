@@ -225,6 +225,72 @@ def softmax_reg2(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, maxspin,
     tl.store(y_ptr + base_b + offs, _finish(xb, eb, mb, big, total, EXP1), mask, eviction_policy="evict_first")
 
 
+@triton.jit(do_not_specialize=["K", "maxspin", "U", "LAG"])
+def softmax_lag(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, maxspin, U, LAG,
+                CHUNK: tl.constexpr, RBLOCK: tl.constexpr, KB: tl.constexpr):
+    """Stats and normalize as separate programs of one launch, the normalize units LAG
+    positions behind: position p < LAG is stats unit p; after that, even offsets are stats
+    units and odd ones normalize units, so normalize unit n runs about 2*LAG positions after
+    stats unit n. A stats unit reads its chunk once from DRAM (kept in L2), publishes
+    (max, sum) and counts itself on the row's ticket; a normalize unit waits for the row's K
+    tickets of this launch (long done: blocks start in position order, and the LAG is many
+    lifetimes), combines the partials, re-reads its chunk from L2 and stores the softmax. No
+    program waits on one that starts after it, so it cannot deadlock (and runs in order under
+    the interpreter). tick_ptr: [2 * rows] counters (stats, normalize), never reset."""
+    p = tl.program_id(0)
+    q = p - LAG
+    is_stats = (q < 0) | (q % 2 == 0)
+    unit = tl.where(q < 0, p, tl.where(q % 2 == 0, LAG + q // 2, (q - 1) // 2))
+    if unit < U:
+        row = unit // K
+        c = unit % K
+        base = row.to(tl.int64) * N
+        start = c * CHUNK
+        lanes = tl.arange(0, RBLOCK)
+        rows = tl.num_programs(0) * 0 + U // K
+        if is_stats and RBLOCK == CHUNK:  # the chunk in one block: max, then one exp each
+            offs = start + lanes
+            x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_last")
+            m = tl.max(x, 0)
+            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            s_sum = tl.sum(tl.exp(x - m_safe), 0)
+            tl.store(ws_ptr + (row * K + c) * 2, m)
+            tl.store(ws_ptr + (row * K + c) * 2 + 1, s_sum)
+            tl.atomic_add(tick_ptr + row, 1, sem="release")
+        elif is_stats:
+            m_acc = tl.full([RBLOCK], float("-inf"), tl.float32)
+            s_acc = tl.zeros([RBLOCK], tl.float32)
+            for r in range(start, start + CHUNK, RBLOCK):
+                offs = r + lanes
+                x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_last")
+                m_new = tl.maximum(m_acc, x)
+                m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+                s_acc = tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_new_safe)) + tl.exp(x - m_new_safe)
+                m_acc = m_new
+            m = tl.max(m_acc, 0)
+            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            s_sum = tl.sum(tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_safe)), 0)
+            tl.store(ws_ptr + (row * K + c) * 2, m)
+            tl.store(ws_ptr + (row * K + c) * 2 + 1, s_sum)
+            tl.atomic_add(tick_ptr + row, 1, sem="release")
+        else:
+            ticket = tl.atomic_add(tick_ptr + rows + row, 1, sem="relaxed")
+            target = (ticket // K + 1) * K
+            seen = tl.atomic_add(tick_ptr + row, 0, sem="acquire")
+            n = 0
+            while (seen < target) & (n < maxspin):
+                seen = tl.atomic_add(tick_ptr + row, 0, sem="acquire")
+                n += 1
+            if seen < target:
+                tl.atomic_add(err_ptr, 1)
+            big, total = _row_stats(ws_ptr, row, K, KB)
+            inv = 1.0 / total
+            for r in range(start, start + CHUNK, RBLOCK):
+                offs = r + lanes
+                x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_first")
+                tl.store(y_ptr + base + offs, tl.exp(x - big) * inv, offs < N, eviction_policy="evict_first")
+
+
 @triton.jit(do_not_specialize=NOSPEC)
 def softmax_pers(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, n_items, maxspin,
                  CHUNK: tl.constexpr, KB: tl.constexpr, POLL: tl.constexpr, BACKOFF: tl.constexpr,
@@ -333,6 +399,20 @@ def variants() -> list[dict]:
         out.append({"kind": "copyreg", "kb": kb, "warps": warps, "poll": "atomic", "backoff": 0})
     for kb, warps in [(32, 8), (32, 16), (64, 16), (16, 4), (16, 8)]:
         out.append({"kind": "reg2", "kb": kb, "warps": warps, "poll": "atomic", "backoff": 0})
+    # lagged stats/normalize units (no program waits on a later one; the re-read from L2)
+    for kb, warps, rblock, lag_mb in [(32, 8, 2048, 16), (32, 8, 2048, 8), (32, 8, 2048, 32), (64, 8, 4096, 16),
+                                      (16, 4, 1024, 16), (32, 4, 8192, 16), (64, 16, 16384, 16),
+                                      # one block per chunk: the stats' exp once per element
+                                      (32, 8, 8192, 16), (32, 16, 8192, 16), (16, 8, 4096, 16), (16, 4, 4096, 16),
+                                      (32, 8, 8192, 12), (32, 8, 8192, 24), (32, 8, 2048, 12), (32, 8, 2048, 20),
+                                      # round 2: the lag near its best (a whole multiple of a MB is coarse)
+                                      (32, 8, 8192, 10), (32, 8, 8192, 11), (32, 8, 8192, 13), (32, 8, 8192, 14),
+                                      (32, 16, 8192, 10), (32, 16, 8192, 12), (32, 16, 8192, 14),
+                                      (64, 16, 16384, 8), (64, 16, 16384, 10), (64, 16, 16384, 12),
+                                      (64, 16, 16384, 14), (16, 4, 4096, 8), (16, 4, 4096, 12), (16, 8, 4096, 10),
+                                      (16, 8, 4096, 12), (64, 8, 16384, 12)]:
+        out.append({"kind": "lag", "kb": kb, "warps": warps, "poll": "atomic", "backoff": 0, "rblock": rblock,
+                    "lag_mb": lag_mb})
     return out
 
 
@@ -346,6 +426,8 @@ def vname(v: dict) -> str:
         s += "_exp2x"
     if v["kind"] == "reread" and v["rblock"] != 2048:
         s += f"_r{v['rblock']}"
+    if v["kind"] == "lag":
+        s += f"_r{v['rblock']}_lag{v['lag_mb']}mb"
     return s
 
 
@@ -356,6 +438,8 @@ def _next_pow2(n: int) -> int:
 def constexprs(v: dict, K: int) -> dict:
     c = {"CHUNK": v["kb"] * 1024 // 4, "KB": max(KB, _next_pow2(K)), "POLL": POLLS[v["poll"]],
          "BACKOFF": v["backoff"]}
+    if v["kind"] == "lag":
+        return {"CHUNK": c["CHUNK"], "RBLOCK": v["rblock"], "KB": c["KB"]}
     if v["kind"] != "reread":
         c["EXP1"] = v.get("exp1", 1)
     if v["kind"] == "pers":
@@ -366,9 +450,11 @@ def constexprs(v: dict, K: int) -> dict:
 
 
 KERNELS = {"reg": softmax_reg, "pers": softmax_pers, "reread": softmax_reread, "copyreg": copy_reg,
-           "reg2": softmax_reg2}
+           "reg2": softmax_reg2, "lag": softmax_lag}
 #: kiln's registers kernel, one config at a time (cooperative.REGISTER_CONFIGS entries)
 KILN_REGISTER_CONFIGS = [(64, 16, 64), (64, 16, None), (32, 8, None), (32, 16, None), (128, 16, 128)]
+#: kiln's lagged-units kernel, one config at a time (cooperative.LAGGED_CONFIGS entries)
+KILN_LAGGED_CONFIGS = [(32, 8, 10), (32, 8, 8), (32, 8, 9), (32, 8, 12), (32, 16, 10), (64, 16, 10)]
 
 
 # ============================================================================================
@@ -548,6 +634,15 @@ def run_variant(torch, case: Case, v: dict, props, cache: dict) -> dict:
 
         def launch():
             return fn[(G,)](x, y, ws, tick, case.err, case.cols, K, n_items, MAXSPIN, num_warps=v["warps"], **consts)
+    elif v["kind"] == "lag":
+        U = case.rows * K
+        lag = min(U, max(K, v["lag_mb"] * 2**20 // (v["kb"] * 1024)))  # >= K: a row's stats come first
+        grid = (lag + 2 * U,)
+        tick = case.tickets.setdefault(("lag", K), torch.zeros(2 * case.rows, dtype=torch.int64, device="cuda"))
+        info["lag_units"] = lag
+
+        def launch():
+            return fn[grid](x, y, ws, tick, case.err, case.cols, K, MAXSPIN, U, lag, num_warps=v["warps"], **consts)
     else:
         if v["kind"] == "reg2" and case.rows % 2:
             return {"ok": False, "error": "reg2 needs an even row count"}
@@ -586,12 +681,13 @@ def run_kiln(torch, case: Case, cooperative: str, register_configs: tuple | None
     if register_configs is not None:
         from kiln_codegen_triton import cooperative as coop_module
 
-        saved_configs = coop_module.REGISTER_CONFIGS
-        coop_module.REGISTER_CONFIGS = register_configs
+        which = "LAGGED_CONFIGS" if cooperative == "lagged" else "REGISTER_CONFIGS"
+        saved_configs = getattr(coop_module, which)
+        setattr(coop_module, which, register_configs)
         try:
             return run_kiln(torch, case, cooperative)
         finally:
-            coop_module.REGISTER_CONFIGS = saved_configs
+            setattr(coop_module, which, saved_configs)
 
     with environ(KILN_TRITON_COOPERATIVE=cooperative, KILN_GRAPH_CACHE="0"):
         try:
@@ -654,12 +750,16 @@ def measure(args) -> dict:
             say(f"  {name} {vname(v):36s} {r}")
         _save(result, args.out)
     if not args.no_kiln:
-        for i, (name, case) in enumerate(cases.items()):
-            kinds = [("kiln_default", "0", None), ("kiln_cooperative", "1", None)]
-            if i == 0:  # the re-read design on the first shape only (cold compiles cost time)
-                kinds.append(("kiln_cooperative_reread", "reread", None))
-            kinds += [(f"kiln_coop_c{kb}k_w{w}" + (f"_maxnreg{cap}" if cap else ""), "1", ((kb, w, cap),))
-                      for kb, w, cap in KILN_REGISTER_CONFIGS]
+        for name, case in cases.items():
+            # kiln's default (one program per row), lagged units (autotuned over
+            # cooperative.LAGGED_CONFIGS), the spin design; then each lagged config alone
+            kinds = [("kiln_default", "0", None), ("kiln_lagged", "lagged", None),
+                     ("kiln_cooperative_spin", "1", None)]
+            kinds += [(f"kiln_lagged_c{kb}k_w{w}_lag{mb}mb", "lagged", ((kb, w, mb),))
+                      for kb, w, mb in KILN_LAGGED_CONFIGS]
+            if args.kiln_spin_configs:
+                kinds += [(f"kiln_coop_c{kb}k_w{w}" + (f"_maxnreg{cap}" if cap else ""), "1", ((kb, w, cap),))
+                          for kb, w, cap in KILN_REGISTER_CONFIGS]
             for label, coop, configs in kinds:
                 if time.perf_counter() - T0 > args.budget_s + 60:
                     result["shapes"][name]["variants"][label] = {"ok": False, "error": "skipped: time budget"}
@@ -713,6 +813,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated substrings of variant names")
     ap.add_argument("--shapes", default="", help="e.g. 1024x262144,4096x65536")
     ap.add_argument("--no-kiln", action="store_true", help="skip kiln's own kernels")
+    ap.add_argument("--kiln-spin-configs", action="store_true", help="also kiln's spin design per config")
     ap.add_argument("--budget-s", type=float, default=150.0, help="skip remaining variants after this")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

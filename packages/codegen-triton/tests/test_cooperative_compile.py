@@ -85,7 +85,8 @@ def _cooperative_softmax_spec(monkeypatch, shape, design: str = "1"):
     (kernel,) = module.kernels
     spec = kernel.meta["spec"]
     assert spec.cooperative_parts, kernel.meta["tiling"]
-    assert ("registers" in kernel.meta["tiling"]) == (design == "1"), kernel.meta["tiling"]
+    assert ("registers" in kernel.meta["tiling"]) == (design in ("1", "lagged")), kernel.meta["tiling"]
+    assert ("lagged" in kernel.meta["tiling"]) == (design == "lagged"), kernel.meta["tiling"]
     return spec
 
 
@@ -116,3 +117,29 @@ def test_cooperative_softmax_compiles_for_sm90(monkeypatch, tmp_path, design):
         assert "ld.global.gpu.acquire" in kernel["ptx"] or "atom.global.gpu.acquire.add" in kernel["ptx"], consts
         if design == "1":
             assert "ld.global.v4.b32" in kernel["ptx"] or "ld.global.L1::evict_first.v4.b32" in kernel["ptx"], consts
+
+
+def test_lagged_softmax_compiles_for_sm90(monkeypatch, tmp_path):
+    """The default design (lagged units) for 1024 x 262144 float32, every autotuning config,
+    to cubin: the stats unit's release count, the normalize unit's acquire polls, its chunk's
+    vectorised 128-bit loads with their L2 hints."""
+    from kiln_codegen_triton.cooperative import split_row
+
+    spec = _cooperative_softmax_spec(monkeypatch, (1024, 262144), "lagged")
+    signature = {name: _PTR[dt] for name, dt in zip(spec.arg_names, spec.arg_dtypes, strict=True)}
+    signature.update({"coop_ws": "*fp32", "coop_tickets": "*i64", "rchunk": "i32", "nsplit": "i32",
+                      "nunits": "i32", "coop_lag": "i32",
+                      "XBLOCK": "constexpr", "RBLOCK": "constexpr", "SPLITB": "constexpr"})
+    variants = []
+    for config in spec.configs:
+        _, k = split_row(262144, config["RBLOCK"], config.get("CHUNK_BYTES"), lagged=True)
+        consts = {"XBLOCK": config["XBLOCK"], "RBLOCK": config["RBLOCK"], "SPLITB": 1 << max(0, (k - 1).bit_length())}
+        variants.append((consts, {k: config[k] for k in ("num_warps", "maxnreg") if k in config}))
+    assert len(variants) >= 3
+    result = _compile_sm90(tmp_path, spec.source, signature, variants)
+    for (consts, _), kernel in zip(variants, result["kernels"], strict=True):
+        ptx = kernel["ptx"]
+        assert kernel["cubin_bytes"] > 0, consts
+        assert "atom.global.gpu.release.add" in ptx or "red.global.gpu.release.add" in ptx, consts
+        assert "ld.global.gpu.acquire" in ptx or "atom.global.gpu.acquire.add" in ptx, consts
+        assert "evict_last" in ptx and "evict_first" in ptx, consts

@@ -1,5 +1,6 @@
-"""Cooperative rows, registers design (cooperative.py): each program's chunk is one block,
-loaded once and kept in registers across the exchange, so the row is read once.
+"""Cooperative rows, registers and lagged designs (cooperative.py): each program's chunk is
+one block, loaded once and kept in registers across the exchange (registers), or reduced by
+one program and normalized by a later one of the same launch (lagged units).
 
 The spin cannot run under the interpreter (programs run one after another), so: the source
 as text; K = 1 end to end (no wait); K > 1 with the spin taken out of the source and the
@@ -15,7 +16,7 @@ import dataclasses
 import kiln_codegen_triton.kernel as tk
 import pytest
 import torch
-from kiln_codegen_triton import TritonCodegen, cooperative
+from kiln_codegen_triton import TritonCodegen, compile_fx, cooperative
 
 FNS = {
     "softmax": lambda x: torch.softmax(x, -1),
@@ -113,7 +114,7 @@ def test_registers_one_chunk_runs_under_the_interpreter(monkeypatch, long_rows, 
     the registers kernel end to end."""
     from kiln_codegen_triton import compile_fx
 
-    monkeypatch.setattr(cooperative, "cooperative_rows_enabled", lambda interpret: True)
+    monkeypatch.setattr(cooperative, "mode", lambda interpret: "spin")
     monkeypatch.setattr(cooperative, "REGISTER_CONFIGS", ((4, 4, 32),))  # 1024 elements
     x = _inf_rows(torch.randn(6, 1000) * 4)
     compiled = compile_fx(torch.fx.symbolic_trace(FNS[name]), [x])
@@ -130,7 +131,7 @@ def test_registers_four_chunks_combine(monkeypatch, long_rows, name):
     -inf and +inf rows included)."""
     from kiln_codegen_triton.launcher import load_kernels
 
-    monkeypatch.setattr(cooperative, "cooperative_rows_enabled", lambda interpret: True)
+    monkeypatch.setattr(cooperative, "mode", lambda interpret: "spin")
     x = _inf_rows(torch.randn(6, 1000) * 4)
     (kernel,) = _module(FNS[name], x, interpret=True).kernels
     spec = kernel.meta["spec"]
@@ -144,3 +145,67 @@ def test_registers_four_chunks_combine(monkeypatch, long_rows, name):
     torch.testing.assert_close(out, FNS[name](x), equal_nan=True)
     (ws, tickets) = next(iter(launcher._coop_ws.values()))
     assert ws.numel() == 6 * 4 * 3 and tickets.tolist() == [8] * 6  # K tickets per row per launch
+
+
+# --------------------------------------------------------------------------------------------
+# lagged units (cooperative.py, "Lagged units"; KILN_TRITON_COOPERATIVE=lagged): stats
+# units reduce and publish their chunk, normalize units later in the same launch combine the
+# row's partials and re-read their chunk. No program waits on a later one, so the kernel runs
+# as is under the interpreter (programs in order).
+# --------------------------------------------------------------------------------------------
+@pytest.fixture
+def lagged(monkeypatch, long_rows):
+    """Chunks of 256 elements (K = 4 on rows of 1000), lag 2 KB: clamped up to K units."""
+    monkeypatch.setenv("KILN_TRITON_COOPERATIVE", "lagged")
+    monkeypatch.setattr(cooperative, "LAGGED_CONFIGS", ((1, 4, 0),))
+
+
+@pytest.mark.parametrize("units, lag", [(1, 1), (8, 2), (24, 4), (24, 24), (40, 7)])
+def test_every_unit_runs_once_as_stats_and_once_as_normalize_after_its_row(units, lag):
+    k = 2 if units % 2 == 0 else 1
+    if lag < k:
+        pytest.skip("lag_units keeps the lag at least K")
+    seen_stats, seen_norm, stats_at = [], [], {}
+    for pid in range(2 * units):
+        is_stats, unit = cooperative.lagged_unit(pid, units, lag)
+        if is_stats:
+            seen_stats.append(unit)
+            stats_at[unit] = pid
+        else:
+            seen_norm.append(unit)
+            row = unit // k
+            assert all(stats_at.get(row * k + j, 1 << 30) < pid for j in range(k)), (pid, unit)
+    assert sorted(seen_stats) == list(range(units)) and sorted(seen_norm) == list(range(units))
+
+
+def test_lagged_source(lagged):
+    module = _module(FNS["softmax"], torch.randn(6, 1000), interpret=False)
+    (kernel,) = module.kernels
+    src = kernel.source
+    assert "cooperative registers lagged" in kernel.meta["tiling"]
+    assert "for roffset" not in src and "while seen < target:" in src
+    stats, normalize = src.split("    else:")
+    assert "if is_stats:" in stats and "tl.atomic_add(coop_tickets + xoffset, 1, sem='release')" in stats
+    assert stats.count("tl.exp(") == 2  # one per element, and the all -inf chunk's term
+    assert "eviction_policy='evict_last'" in stats and "tl.store(out_ptr0" not in stats
+    assert "tl.store(out_ptr0" in normalize and "eviction_policy='evict_first'" in normalize
+    (config,) = kernel.meta["spec"].configs
+    assert config["LAG_BYTES"] == 0 and config["CHUNK_BYTES"] == cooperative.ONE_BLOCK
+
+
+@pytest.mark.parametrize("name", list(FNS))
+def test_lagged_kernel_runs_under_the_interpreter_and_launches_again(lagged, name):
+    """K = 4 chunks per row, -inf chunks and rows, +inf: eager's result, twice through the
+    same workspace and counters (a CUDA-graph replay's arguments)."""
+    x = _inf_rows(torch.randn(6, 1000) * 4)
+    compiled = compile_fx(torch.fx.symbolic_trace(FNS[name]), [x])
+    (kernel,) = compiled.module.kernels
+    assert "lagged" in kernel.meta["tiling"]
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x)[0], FNS[name](x), equal_nan=True)
+
+
+def test_lag_units_is_at_least_k_and_at_most_every_unit():
+    assert cooperative.lag_units(10 << 20, 8192, 32, 32 * 1024) == (10 << 20) // (8192 * 4)
+    assert cooperative.lag_units(0, 8192, 32, 32 * 1024) == 32
+    assert cooperative.lag_units(1 << 40, 8192, 32, 320) == 320

@@ -31,7 +31,27 @@ Two designs (``registers_enabled``):
 ``benchmarks/softmax_long_sweep.py`` measures both against hand-written variants (chunk
 size, warps, spin, persistent grid) and the copy bandwidth.
 
-Why it cannot deadlock: a row's K programs have consecutive pids, and the GPU starts blocks
+**Lagged units** (``Tiling.coop_lagged``, ``KILN_TRITON_COOPERATIVE=lagged``,
+``lagged_configs``): the same chunk
+of one RBLOCK block, but the two halves of the work are different programs of one launch.
+A *stats unit* loads its chunk (kept in L2), reduces it (max, then the sum of ``exp(a -
+w(m))``: one exp per element), publishes its partials and counts itself on the row's
+counter (release). A *normalize unit* takes a ticket on the row's second counter, waits
+(acquire) until the row's K stats units of its launch are counted, combines the K partials,
+re-reads its chunk (from L2) and does the per-element work. Program ``pid`` maps to units
+in this order: the first ``LAG`` positions are stats units 0..LAG-1; then stats and
+normalize units alternate (stats LAG+i, normalize i); then the last LAG normalize units. So
+a normalize unit starts about 2 x LAG positions after its chunk's stats unit: late enough
+that its row's stats are long done (no wait), early enough that its chunk is still in L2
+(LAG x chunk bytes, ``LAG_BYTES``, a few MB: an autotuned config key). No program waits on
+a program that starts after it (every normalize unit's stats units come earlier in the
+order, and stats units never wait), so nothing depends on how many programs are resident,
+and under the Triton interpreter (programs one after another, in order) it runs as is. On
+an H200, hand-written (``benchmarks/softmax_long_sweep.py``, ``lag_*``): 85.0% of copy
+bandwidth on 1024x262144 float32 at 32 KB x 8 warps and a 10 MB lag, against 76-78% for the
+designs above; the lag matters (8 MB: 72%, 16 MB: 77%, 32 MB: 65%, the L2 misses).
+
+Why the spin designs cannot deadlock: a row's K programs have consecutive pids, and the GPU starts blocks
 in pid order; when the last program of a row starts, the row's earlier programs are running
 or done, so every program waits only on programs that are resident or already finished, as
 long as K is at most the number of programs that can be resident at once (``MAX_SPLIT`` is
@@ -60,9 +80,13 @@ from __future__ import annotations
 import functools
 import os
 
-#: off unless asked for: ``KILN_TRITON_COOPERATIVE=1`` (needs measuring on each GPU)
+#: ``KILN_TRITON_COOPERATIVE``: "0" (the default: one program per row), "lagged" (lagged
+#: units), "1" (the spin designs: registers where a config fits, else re-read), "reread".
+#: Off by default: kiln's generated lagged kernel measured 44% of copy bandwidth on the H200
+#: where the hand-written one reaches 85% (75 registers against 48, more cross-warp
+#: reductions: see docs/codegen-triton.md), below the one-program-per-row kernel's 62%
 ENV = "KILN_TRITON_COOPERATIVE"
-#: the value when ``ENV`` is unset ("0": off; "1" would make it the default on CUDA)
+#: the value when ``ENV`` is unset
 DEFAULT = "0"
 #: rows shorter than this stay one program per row
 MIN_RNUMEL = 65536
@@ -90,11 +114,55 @@ ONE_BLOCK = 0
 REREAD_CONFIGS = ((2048, 8, 32), (4096, 16, 64), (2048, 8, 16), (1024, 4, 32))
 
 
+#: lagged units: (chunk KB, warps, lag MB) per config, the first the default (H200 sweep:
+#: 32 KB x 8 warps at 10 MB best; the lag's best depends on how many programs are resident)
+LAGGED_CONFIGS = ((32, 8, 10), (32, 8, 8), (32, 8, 12), (32, 16, 10), (64, 16, 10))
+#: lagged units: most chunks per row (the partials of a row are combined in one block)
+LAGGED_MAX_SPLIT = 1024
+
+
+def mode(interpret: bool) -> str:
+    """The one switch: "lagged", "spin" (``KILN_TRITON_COOPERATIVE=1``/``reread``; never under
+    the Triton interpreter, where a spin-wait hangs) or "off"."""
+    value = os.environ.get(ENV, DEFAULT)
+    if value in ("", "0"):
+        return "off"
+    if value == "lagged":
+        return "lagged"
+    return "off" if interpret else "spin"
+
+
 def cooperative_rows_enabled(interpret: bool) -> bool:
-    """The one switch: never under the Triton interpreter (a spin-wait there hangs)."""
-    if interpret:
-        return False
-    return os.environ.get(ENV, DEFAULT) not in ("", "0")
+    return mode(interpret) != "off"
+
+
+def lagged_configs(rnumel: int, elem_bytes: int = 4) -> list[dict]:
+    """The lagged design's launch configs for rows of ``rnumel`` (the chunk one block)."""
+    out = []
+    for kb, warps, lag_mb in LAGGED_CONFIGS:
+        rblock = (kb << 10) // elem_bytes
+        if _cdiv(rnumel, rblock) <= LAGGED_MAX_SPLIT:
+            out.append({"XBLOCK": 1, "RBLOCK": rblock, "num_warps": warps, "CHUNK_BYTES": ONE_BLOCK,
+                        "LAG_BYTES": lag_mb << 20})
+    return out
+
+
+def lagged_unit(pid: int, units: int, lag: int) -> tuple[bool, int]:
+    """(is a stats unit, unit) of program ``pid`` in a launch of ``2 * units`` programs: what
+    the kernel's header computes (``lagq``, ``lagtail``), here for tests and readers."""
+    q = pid - lag
+    tail = q - 2 * (units - lag)
+    if q < 0:
+        return True, pid
+    if tail >= 0:
+        return False, units - lag + tail
+    return (True, lag + q // 2) if q % 2 == 0 else (False, q // 2)
+
+
+def lag_units(lag_bytes: int, rchunk: int, k: int, units: int, elem_bytes: int = 4) -> int:
+    """The lag in units: ``lag_bytes`` of chunks, at least K (a row's stats units then all
+    come before its first normalize unit) and at most every unit."""
+    return max(1, min(units, max(k, lag_bytes // (rchunk * elem_bytes))))
 
 
 def registers_enabled() -> bool:
@@ -127,13 +195,14 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def split_row(rnumel: int, rblock: int, chunk_bytes: int | None = None, elem_bytes: int = 4) -> tuple[int, int]:
+def split_row(rnumel: int, rblock: int, chunk_bytes: int | None = None, elem_bytes: int = 4,
+              lagged: bool = False) -> tuple[int, int]:
     """(rchunk, K): chunk length (a multiple of RBLOCK) and programs per row. ``ONE_BLOCK``
     (registers): the chunk is RBLOCK itself, and a row needing more than ``MAX_SPLIT`` of
     them is an error (the plan only takes rows that fit, see ``register_configs``)."""
     if chunk_bytes == ONE_BLOCK:
         k = max(1, _cdiv(rnumel, rblock))
-        if k > max_split():
+        if k > max_split() and not lagged:
             raise ValueError(f"cooperative registers: a row of {rnumel} needs {k} chunks of {rblock}, "
                              f"more than max_split()={max_split()} (MAX_SPLIT, SMs)")
         return rblock, k
@@ -158,6 +227,8 @@ def register_configs(rnumel: int, elem_bytes: int = 4) -> list[dict]:
 
 def launch_configs(tiling) -> list[dict]:
     """A cooperative kernel's autotuning configs (one row per program)."""
+    if tiling.coop_lagged:
+        return lagged_configs(int(tiling.numels["rnumel"]))
     if tiling.coop_registers:
         return register_configs(int(tiling.numels["rnumel"]))
     return [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w, "CHUNK_BYTES": c << 10} for r, w, c in REREAD_CONFIGS]

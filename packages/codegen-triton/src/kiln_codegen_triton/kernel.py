@@ -186,12 +186,16 @@ class Tiling:
     cooperative: bool = False
     #: ... each program's chunk is one RBLOCK block kept in registers (read once, no loops)
     coop_registers: bool = False
+    #: ... as stats and normalize units of one launch, the normalize units lagging behind
+    #: (``cooperative.py``, "Lagged units"): no program waits on one that starts after it
+    coop_lagged: bool = False
 
     def __str__(self) -> str:
         nums = ", ".join(f"{k}={v}" for k, v in self.numels.items())
         p = f" persistent RBLOCK={self.persistent_rblock}" if self.persistent_rblock else ""
         return (f"{self.kind} ({nums}){p}{' split' if self.split else ''}"
-                f"{' cooperative' if self.cooperative else ''}{' registers' if self.coop_registers else ''}")
+                f"{' cooperative' if self.cooperative else ''}{' registers' if self.coop_registers else ''}"
+                f"{' lagged' if self.coop_lagged else ''}")
 
 
 def _same_ranges(a, b) -> bool:
@@ -248,6 +252,9 @@ class TritonKernel:
         self.online_max: dict[int, tuple[str, torch.dtype, str]] = {}  # max node -> (acc, dtype, result)
         self.online_parts: dict[int, tuple[str, str]] = {}  # sum node -> (lane sum, any -inf) variables
         self.coop_terms: dict[int, tuple[TVal, TVal, TVal]] = {}  # cooperative registers: (a, w(m), exp(a - w(m)))
+        #: an eviction hint for loads and stores of row elements (lagged units: a stats unit's
+        #: chunk stays in L2 for its normalize unit, which reads it and writes its result once)
+        self.row_eviction = ""
         self.runs = self._row_runs()
         self.tiling.cooperative = self._cooperative_plan()
 
@@ -334,9 +341,12 @@ class TritonKernel:
         self.row_lines = None
         self.row_pre = self.lines
         self._header()
+        self.coop_branches = len(self.lines)  # lagged units: where the stats branch starts
         for run in self.runs:
             if not (self.tiling.split and self._is_epilogue(run)):  # (split: in the final kernel)
                 self._nodes(run)
+        if self.tiling.coop_lagged:
+            self._lagged_branches()
         numel_params = list(self.derived)
         consts = ["XBLOCK: tl.constexpr"]
         if self.tiling.kind == "pointwise2d":
@@ -349,6 +359,8 @@ class TritonKernel:
             consts.append("SPLITB: tl.constexpr")
         if self.tiling.cooperative:
             split_params = ["coop_ws", "coop_tickets", "rchunk", "nsplit"]
+            if self.tiling.coop_lagged:
+                split_params += ["nunits", "coop_lag"]
             consts.append("SPLITB: tl.constexpr")
         sig = ", ".join(params + numel_params + split_params + consts)
         name = self.kernel_name()
@@ -464,7 +476,16 @@ class TritonKernel:
             self.zero = {"x": "xzero", "xr": "xzero"}
         else:
             xn = self._numel("xnumel", t.numels["xnumel"])
-            if t.cooperative:  # K consecutive programs per row (see cooperative.py)
+            if t.coop_lagged:  # stats and normalize units, in program order (cooperative.py)
+                self.emit("pid = tl.program_id(0)")
+                self.emit("lagq = pid - coop_lag")
+                self.emit("lagtail = lagq - 2 * (nunits - coop_lag)")
+                self.emit("is_stats = (lagq < 0) | ((lagq % 2 == 0) & (lagtail < 0))")
+                self.emit("unit = tl.where(lagq < 0, pid, tl.where(lagtail >= 0, nunits - coop_lag + lagtail, "
+                          "tl.where(lagq % 2 == 0, coop_lag + lagq // 2, lagq // 2)))")
+                self.emit("kchunk = unit % nsplit")
+                self.emit("xoffset = (unit // nsplit) * XBLOCK")
+            elif t.cooperative:  # K consecutive programs per row (see cooperative.py)
                 self.emit("pid = tl.program_id(0)")
                 self.emit("kchunk = pid % nsplit")
                 self.emit("xoffset = (pid // nsplit) * XBLOCK")
@@ -604,7 +625,8 @@ class TritonKernel:
         run reduces long float32 rows into registers (sum/max/min, online sums) and whose
         other nodes are per-element work over the same rows (no further reductions)."""
         p, t = self.plan, self.tiling
-        if not coop.cooperative_rows_enabled(self.interpret) or t.kind != "reduction":
+        mode = coop.mode(self.interpret)
+        if mode == "off" or t.kind != "reduction":
             return False
         if self.persistent or t.split or t.rnumel_hint < coop.MIN_RNUMEL:
             return False
@@ -624,6 +646,17 @@ class TritonKernel:
                     return False
         self.tiling.numels["rnumel"] = first[0].rnumel
         rnumel = sympy.sympify(first[0].rnumel)
+        if mode == "lagged" and rnumel.is_Integer and coop.lagged_configs(int(rnumel)):
+            # stats units reduce their chunk (one block) and publish; normalize units, later
+            # in the launch, combine the row's partials and re-read their chunk from L2
+            t.coop_registers = t.coop_lagged = True
+            self.row_eviction = ", eviction_policy='evict_last'"
+            self.coop_leading = list(self.runs[0])
+            self.online_max = {}
+            self.runs = [[k] for k in range(len(p.nodes))]
+            return True
+        if mode == "lagged":  # (no config fits: one program per row)
+            return False
         if coop.registers_enabled() and rnumel.is_Integer and coop.register_configs(int(rnumel)):
             # the chunk in registers: persistent-style nodes (one per run), the first run's
             # reductions done on the block, then the exchange (``_coop_exchange``)
@@ -650,16 +683,10 @@ class TritonKernel:
         self.emit("# cooperative rows: publish, wait for the row's K programs, combine")
         for j, (_, _, var) in enumerate(parts):
             self.emit(f"tl.store(coop_ws + ((xindex * nsplit + kchunk) * {n} + {j}), {var}.to(tl.float32), xmask)")
-        # one row per program (XBLOCK is 1, cooperative.launch_configs): the row's counter as a
-        # scalar, so Triton polls it with acquire loads, not read-modify-write atomics (which
-        # cost a quarter of the bandwidth on an H200, benchmarks/softmax_long_sweep.py); the
-        # spin carries only a scalar (cooperative.py, "Triton versions")
-        self.emit("tl.static_assert(XBLOCK == 1)")
-        self.emit("ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')")
-        self.emit("target = ticket - ticket % nsplit + nsplit")
-        self.emit("seen = ticket + 1")
-        self.emit("while seen < target:")
-        self.emit("    seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
+        if self.tiling.coop_lagged:
+            self._lagged_wait()
+        else:
+            self._ticket_wait()
         self.emit("sindex = tl.arange(0, SPLITB)[None, :]")
         self.emit("smask = (sindex < nsplit) & xmask")
         part_of: dict[tuple[int, str], str] = {}
@@ -694,6 +721,42 @@ class TritonKernel:
         if not self.persistent:  # (registers: later nodes reuse the chunk's loaded values)
             self.rcache = {}
 
+    def _ticket_wait(self) -> None:
+        """Take this program's ticket on its row and wait for the row's K tickets of this
+        launch. One row per program (XBLOCK is 1, cooperative.launch_configs): the row's
+        counter is a scalar; the spin carries only a scalar (cooperative.py, "Triton
+        versions")."""
+        self.emit("tl.static_assert(XBLOCK == 1)")
+        self.emit("ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')")
+        self.emit("target = ticket - ticket % nsplit + nsplit")
+        self.emit("seen = ticket + 1")
+        self.emit("while seen < target:")
+        self.emit("    seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
+
+    def _lagged_wait(self) -> None:
+        """Lagged units: the stats unit counts itself on its row (release) and ends here (its
+        branch); the normalize unit, from here on, takes a ticket on the row's second counter
+        (its launch: ``ticket // K``) and waits until the row's K stats units of that launch
+        are counted (they started earlier: done or running, see cooperative.py)."""
+        self.emit("tl.static_assert(XBLOCK == 1)")
+        self.emit("tl.atomic_add(coop_tickets + xoffset, 1, sem='release')")
+        self.coop_branches = (self.coop_branches, len(self.target))
+        self.cache, self.rcache = {}, {}  # values of the stats branch do not exist in the other
+        self.row_eviction = ", eviction_policy='evict_first'"
+        self.emit("ticket = tl.atomic_add(coop_tickets + nunits // nsplit + xoffset, 1, sem='relaxed')")
+        self.emit("target = (ticket // nsplit + 1) * nsplit")
+        self.emit("seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
+        self.emit("while seen < target:")
+        self.emit("    seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
+
+    def _lagged_branches(self) -> None:
+        """Put the lines of the stats unit (up to the publish) under ``if is_stats:`` and the
+        rest (wait, combine, re-read, per-element work) under ``else:``."""
+        start, split = self.coop_branches
+        stats, normalize = self.lines[start:split], self.lines[split:]
+        self.lines[start:] = (["if is_stats:"] + ["    " + ln for ln in stats]
+                              + ["else:"] + ["    " + ln for ln in normalize])
+
     def _coop_chunk_sum(self, m: OnlineSum) -> None:
         """Cooperative registers: the sum node ``m`` over this program's chunk (one block),
         relative to the chunk's max and with its ``-inf`` entries counted apart: the same two
@@ -709,7 +772,7 @@ class TritonKernel:
         self.emit(f"{res_s} = ({res_s}_raw + tl.where({res_s}_anyninf > 0, "
                   f"tl.exp(float('-inf') - {w_loc}), 0.0)).to({tlt})")
         self.online_parts[self.node_k] = (f"{res_s}_raw", f"{res_s}_anyninf")
-        if coop.ONE_EXP:
+        if coop.ONE_EXP and not self.tiling.coop_lagged:  # (lagged: the terms stay in the stats unit)
             self.coop_terms[self.node_k] = (a, w_loc, term)
         name, index, _ = m.store.args
         self.store_reduction(name, index, TVal(res_s, acc_t, "x"))
@@ -806,7 +869,8 @@ class TritonKernel:
         idx = self._index(index)
         if cls == "s":
             return self.value(f"tl.load({self.ptr[name]} + ({idx}))", dtype, "s")
-        return self.value(f"tl.load({self.ptr[name]} + ({idx}), {self.mask[cls]}, other=0)", dtype, cls)
+        hint = self.row_eviction if cls == "xr" else ""
+        return self.value(f"tl.load({self.ptr[name]} + ({idx}), {self.mask[cls]}, other=0{hint})", dtype, cls)
 
     def _forget(self, name: str) -> None:
         for cache in (self.cache, self.rcache):
@@ -834,7 +898,8 @@ class TritonKernel:
         if mode == "atomic_add":
             self.emit(f"tl.atomic_add({ptr}, {v}, {self.mask[cls]})")
         elif mode is None:
-            self.emit(f"tl.store({ptr}, {v}, {self.mask[cls]})")
+            hint = self.row_eviction if cls == "xr" else ""
+            self.emit(f"tl.store({ptr}, {v}, {self.mask[cls]}{hint})")
         else:
             raise MissingOpError(f"store mode {mode!r}")
         self.written_memory.add(name)

@@ -222,21 +222,27 @@ class TritonLauncher:
         chunk length and K; the grid (rows x K programs, a row's K consecutive)."""
         import torch
 
-        from .cooperative import split_row
+        from .cooperative import lag_units, split_row
 
+        lagged = "LAG_BYTES" in config
         xnumel, rnumel = self._numel("xnumel", args), self._numel("rnumel", args)
-        rchunk, k = split_row(rnumel, config["RBLOCK"], config.get("CHUNK_BYTES"))
+        rchunk, k = split_row(rnumel, config["RBLOCK"], config.get("CHUNK_BYTES"), lagged=lagged)
         device = next(a.device for a in args if hasattr(a, "device"))
-        key = (str(device), xnumel, k, self.spec.cooperative_parts)
+        key = (str(device), xnumel, k, self.spec.cooperative_parts, lagged)
         ws = self._coop_ws.get(key)
-        if ws is None:
+        if ws is None:  # (lagged: a second counter per row, the normalize units' tickets)
             ws = self._coop_ws[key] = (
                 torch.empty(xnumel * k * self.spec.cooperative_parts, dtype=torch.float32, device=device),
-                torch.zeros(xnumel, dtype=torch.int64, device=device))
-        return [*ws, rchunk, k], {"SPLITB": 1 << max(0, (k - 1).bit_length())}, (xnumel * k,)
+                torch.zeros(xnumel * (2 if lagged else 1), dtype=torch.int64, device=device))
+        more = {"SPLITB": 1 << max(0, (k - 1).bit_length())}
+        if lagged:  # stats and normalize units: two programs per chunk
+            units = xnumel * k
+            return [*ws, rchunk, k, units, lag_units(config["LAG_BYTES"], rchunk, k, units)], more, (2 * units,)
+        return [*ws, rchunk, k], more, (xnumel * k,)
 
     def _launch(self, config: dict, args) -> None:
-        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages", "maxnreg", "CHUNK_BYTES")}
+        meta = {k: v for k, v in config.items()
+                if k not in ("num_warps", "num_stages", "maxnreg", "CHUNK_BYTES", "LAG_BYTES")}
         opts = {} if _interpreting() else {k: config[k] for k in ("num_warps", "num_stages", "maxnreg") if k in config}
         try:
             if self.spec.cooperative_parts:
