@@ -6,13 +6,20 @@ models nobody tuned kiln for.
     python benchmarks/model_sweep.py --only resnet18,gpt2 --no-train
     python benchmarks/model_sweep.py --timeout 300        # seconds per model and mode
     python3 -m nox -s sweep -- --no-train                 # the same through nox
+    python benchmarks/model_sweep.py --device cuda --no-patterns --budget 480 --timeout 120
+    bash scripts/device_tests.sh sweep --no-patterns --budget 480 --timeout 120  # the lent GPU
 
 Each model is built with random weights (``timm.create_model(name, pretrained=False)``, or a
 transformers config class with 1-2 layers and hidden sizes of 32-64), CPU float32, batch 2,
-64x64 images (or the model's minimum) and 16 tokens.
+64x64 images (or the model's minimum) and 16 tokens. With ``--device cuda`` the model and its
+inputs (the same values: built on the CPU, then moved) go to the GPU; eager CUDA is the
+reference, kiln compiles with its CUDA codegen (Triton), and TF32 is off for matmuls and
+cuDNN convolutions (``torch.backends.cuda.matmul.allow_tf32`` and
+``torch.backends.cudnn.allow_tf32`` = False) so that float32 is float32 on both sides; the
+float64 second look runs on the GPU too.
 
 - inference: ``model.eval()``, ``torch.no_grad()``; eager output = the reference; the output
-  of ``kiln.compile(model)`` (backend "kiln", C++ codegen) must match it
+  of ``kiln.compile(model)`` (backend "kiln": C++ codegen on CPU, Triton on CUDA) must match it
   (``assert_close``, rtol = atol = 1e-3: float32 models whose kernels sum in another order);
 - training (models marked ``train``): ``model.train()`` with dropout at p=0 (timm models have
   no dropout by default; transformers configs set every dropout probability to 0), one
@@ -32,7 +39,20 @@ frontend suppressed the error and ran them eagerly: counted, and reported as an 
 kiln's eager fallbacks (with reasons) and aten fallbacks (``kiln.stats()``), the time, and the
 result: ``ok`` / ``WRONG`` (max abs diff) / ``error`` (exception type and first line) /
 ``timeout``. A model that timm or transformers cannot build is ``skipped (build)``, not a kiln
-error. Writes benchmarks/results/model-sweep.json and .md.
+error. Writes benchmarks/results/model-sweep.json and .md (``--device cuda``:
+model-sweep-cuda.json and .md, the GPU's name in the header; ``--out STEM`` for another name),
+and a copy into ``$OUT`` when that is set (the lent GPU machine). The files are rewritten
+after every check, so a run that is killed still leaves a report (the check it was in:
+``not finished``; the ones after it: ``not run``).
+
+``--budget SECONDS`` bounds the whole run: a check starts only while less time than that has
+gone by, and its time limit is cut to what is left of the budget plus 30 s; the checks never
+started are ``not run (budget)``. With a budget the checks run mode by mode (every inference
+check, then training, then patterns: ``--order mode``) so that a cut loses the later modes,
+not the later models; without one, model by model (``--order model``). On CUDA the cache is
+emptied after each check, an out-of-memory error is that check's ``error`` row, and a check
+that leaves the CUDA context broken (an illegal memory access is sticky) has the process
+start again on the checks left (same budget clock, same cache).
 
 Kernels compile into ``--cache-dir`` (default: a fresh temp folder), so ``--cache-dir`` with a
 folder kept between runs makes reruns cheap.
@@ -43,6 +63,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import gc
 import json
 import os
 import signal
@@ -62,6 +83,11 @@ from _models import TokensIn  # noqa: E402
 
 RTOL = ATOL = 1e-3
 BATCH, TOKENS, VOCAB = 2, 16, 128
+#: where the checks run (``--device``): models and inputs are built on the CPU, then moved
+DEVICE = torch.device("cpu")
+#: seconds a check may run past ``--budget`` (its time limit is cut to what is left plus this)
+BUDGET_GRACE = 30.0
+MODES = ("infer", "train", "patterns")
 
 # ------------------------------------------------------------------------------- the models
 
@@ -616,7 +642,31 @@ def _scale_first_weight(model: nn.Module) -> None:
 CHECKS = {"infer": check_inference, "train": check_training, "patterns": check_patterns}
 
 
-def run_mode(m: SweepModel, mode: str, timeout: float) -> dict:
+def _on_device(model: nn.Module, make_inputs):
+    """``model`` moved to ``DEVICE``, and ``make_inputs`` giving its tensors there (token ids
+    too); unchanged on the CPU."""
+    if DEVICE.type == "cpu":
+        return model, make_inputs
+
+    def inputs(b, other_size=False):
+        return tuple(t.to(DEVICE) if isinstance(t, torch.Tensor) else t
+                     for t in make_inputs(b, other_size))
+
+    return model.to(DEVICE), inputs
+
+
+def _cuda_alive() -> bool:
+    """False when the CUDA context is broken (an illegal memory access, a device-side
+    assert: sticky, every later CUDA call fails)."""
+    try:
+        torch.cuda.synchronize()
+        return torch.ones(1, device=DEVICE).add(1).item() == 2.0
+    except Exception:
+        return False
+
+
+def run_mode(m: SweepModel, mode: str, timeout: float, capped: bool = False) -> dict:
+    """One check; ``capped``: ``timeout`` is what was left of ``--budget``, not ``--timeout``."""
     row: dict[str, Any] = {"model": m.name, "source": m.source, "mode": mode}
     torch.manual_seed(0)
     t0 = time.perf_counter()
@@ -630,12 +680,16 @@ def run_mode(m: SweepModel, mode: str, timeout: float) -> dict:
     signal.setitimer(signal.ITIMER_REAL, timeout)
     counting = Counting()
     try:
+        model, make_inputs = _on_device(model, make_inputs)
         with counting:
             result = CHECKS[mode](model, make_inputs)
     except Timeout:
-        result = f"timeout ({timeout:.0f} s)"
+        result = f"timeout ({timeout:.0f} s{', the end of --budget' if capped else ''})"
     except EagerFailed as e:
         result = f"skipped (eager fails: {e})"
+    except torch.cuda.OutOfMemoryError as e:
+        result = f"error (CUDA out of memory: {first_line(e, 160)})"
+        row["traceback"] = traceback.format_exc(limit=-6)
     except Exception as e:
         result = f"error ({first_line(e, 160)})"
         row["traceback"] = traceback.format_exc(limit=-6)
@@ -655,6 +709,8 @@ def run_mode(m: SweepModel, mode: str, timeout: float) -> dict:
 
 
 def _kind(result: str) -> str:
+    if result.startswith(("not run", "not finished")):
+        return result.split(" (", 1)[0]
     return result.split(" ", 1)[0] if not result.startswith("skipped") else "skipped"
 
 
@@ -681,60 +737,179 @@ def report(rows: list[dict]) -> str:
     return markdown_table(header, table) + f"\n\nTotals over {len(rows)} checks: {summary}\n"
 
 
+def _device_label() -> str:
+    """For the report's title: ``CPU`` or ``CUDA: <the GPU's name>``."""
+    if DEVICE.type == "cuda":
+        return f"CUDA: {torch.cuda.get_device_name(DEVICE)}, TF32 off"
+    return DEVICE.type.upper()
+
+
+def _restart(argv: list[str], state: dict, out: Path) -> None:
+    """A fresh process (a new CUDA context) for the checks left: this run's rows, the budget
+    clock and the cache go to it through ``--resume``."""
+    resume = out.parent / f"{out.name}.resume.json"
+    resume.write_text(json.dumps(state, default=str))
+    args = [sys.executable, "-u", str(Path(__file__).resolve()), *argv, "--resume", str(resume)]
+    if "--cache-dir" not in argv:
+        args += ["--cache-dir", os.environ["KILN_CACHE_DIR"]]
+    print(f"the CUDA context is broken: starting again on the checks left ({' '.join(args[2:])})",
+          flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, args)
+
+
 def main(argv=None) -> int:
+    global DEVICE
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated model names")
     p.add_argument("--no-train", action="store_true", help="inference (and patterns) only")
     p.add_argument("--no-patterns", action="store_true", help="skip the user-pattern checks")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per model and mode")
     p.add_argument("--cache-dir", default="", help="KILN_CACHE_DIR (default: a fresh temp dir)")
-    p.add_argument("--out", default="model-sweep", help="results file stem under benchmarks/results")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where models, inputs and eager's reference run (cuda: TF32 off)")
+    p.add_argument("--budget", type=float, default=0.0,
+                   help="seconds for the whole run: no check starts after that (0: no limit)")
+    p.add_argument("--order", choices=("model", "mode"), default=None,
+                   help="model: each model's modes together; mode: every inference check, then "
+                        "training, then patterns (default: mode with --budget, else model)")
+    p.add_argument("--out", default=None,
+                   help="results file stem under benchmarks/results (default: model-sweep, "
+                        "with --device cuda model-sweep-cuda); also written into $OUT when set")
     p.add_argument("--update", action="store_true",
                    help="replace the rows of the models run in the existing results file")
-    args = p.parse_args(argv)
+    p.add_argument("--resume", default="", help=argparse.SUPPRESS)  # _restart's state file
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args(raw_argv)
+    if args.resume:  # the command as the user gave it, without _restart's additions
+        k = raw_argv.index("--resume")
+        raw_argv = raw_argv[:k]
     only = [x for x in args.only.split(",") if x]
     unknown = set(only) - {m.name for m in MODELS}
     if unknown:
         p.error(f"unknown models: {', '.join(sorted(unknown))}")
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda":
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+        # float32 is float32 for eager and kiln alike: no TF32 in cuBLAS matmuls or cuDNN convs
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     os.environ["KILN_CACHE_DIR"] = args.cache_dir or tempfile.mkdtemp(prefix="kiln-sweep-")
+    order = args.order or ("mode" if args.budget else "model")
     todo = [(m, mode) for m in MODELS if not only or m.name in only
-            for mode in ("infer", "train", "patterns")
+            for mode in MODES
             if mode == "infer" or (mode == "train" and m.train and not args.no_train)
             or (mode == "patterns" and m.patterns and not args.no_patterns)]
-    rows = []
-    for i, (m, mode) in enumerate(todo, 1):
-        row = run_mode(m, mode, args.timeout)
-        rows.append(row)
-        counts = " ".join(f"{k}={row[k]}" for k in ("graphs", "graph_breaks", "eager_fallbacks",
-                                                   "aten_fallbacks") if k in row)
-        print(f"[{i}/{len(todo)}] {m.name:<22} {mode:<8} {row['seconds']:>6.1f}s "
-              f"{row['result'][:140]}  {counts}", flush=True)
-    out = RESULTS_DIR / args.out
-    command = " ".join(["python", "benchmarks/model_sweep.py", *(argv or sys.argv[1:])])
-    if args.update and out.with_suffix(".json").exists():
-        old = json.loads(out.with_suffix(".json").read_text())
-        rerun = {(r["model"], r["mode"]) for r in rows}
-        new_rows = {(r["model"], r["mode"]): r for r in rows}
-        rows = [new_rows.pop((r["model"], r["mode"]), r) if (r["model"], r["mode"]) in rerun
-                else r for r in old["rows"]] + list(new_rows.values())
-        command = f"{old['meta']['command']}; then {command}"
-    text = report(rows)
+    if order == "mode":
+        todo.sort(key=lambda t: MODES.index(t[1]))  # stable: models in order within a mode
+    out = RESULTS_DIR / (args.out or ("model-sweep-cuda" if DEVICE.type == "cuda" else "model-sweep"))
+    copies = [out] + ([Path(os.environ["OUT"]) / out.name] if os.environ.get("OUT") else [])
+    command = " ".join(["python", "benchmarks/model_sweep.py", *raw_argv])
+    old_rows = None
+    if args.resume:
+        state = json.loads(Path(args.resume).read_text())
+        Path(args.resume).unlink()
+        rows, start, old_rows, command = (state["rows"], state["start"], state["old_rows"],
+                                          state["command"])
+    else:
+        rows, start = [], time.time()
+        if args.update and out.with_suffix(".json").exists():
+            old = json.loads(out.with_suffix(".json").read_text())
+            old_rows = old["rows"]
+            command = f"{old['meta']['command']}; then {command}"
+    done = {(r["model"], r["mode"]) for r in rows}
     meta = {
         "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start)),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "tolerance": {"rtol": RTOL, "atol": ATOL},
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1,
-                                                   default=str))
-    out.with_suffix(".md").write_text(
-        f"# Model correctness sweep: kiln vs eager (CPU, float32)\n\nCommand: `{meta['command']}`"
-        f"  \nDate: {meta['date']}; torch {meta['torch']}; {meta['threads']} threads; "
-        f"rtol = atol = {RTOL}.\n\n" + text)
+    if DEVICE.type == "cuda":
+        import triton
+
+        meta.update(device=_device_label(), triton=triton.__version__,
+                    tf32={"matmul": False, "cudnn": False})
+    if args.budget:
+        meta["budget_s"] = args.budget
+    index = {(m.name, mode): i for i, (m, mode) in enumerate(
+        (m, mode) for m in MODELS for mode in MODES)}
+
+    def save(pending: list[dict], final: bool = False) -> str:
+        """Write the report: this run's rows, then ``pending`` (checks not run, or the one
+        running now), merged into the old file's rows with ``--update``."""
+        now = rows + pending
+        if order == "mode":  # the report reads model by model, as the CPU one
+            now = sorted(now, key=lambda r: index[r["model"], r["mode"]])
+        if old_rows is not None:
+            new_rows = {(r["model"], r["mode"]): r for r in now}
+            now = [new_rows.pop((r["model"], r["mode"]), r) for r in old_rows] + list(new_rows.values())
+        text = report(now)
+        meta["seconds"] = round(time.time() - start, 1)
+        meta["finished"] = final
+        header = (f"# Model correctness sweep: kiln vs eager ({_device_label()}, float32)\n\n"
+                  f"Command: `{meta['command']}`  \nDate: {meta['date']}; torch {meta['torch']}; ")
+        if DEVICE.type == "cuda":
+            header += f"triton {meta['triton']}; "
+        else:
+            header += f"{meta['threads']} threads; "
+        header += f"rtol = atol = {RTOL}.\n\n"
+        if args.budget:
+            header += f"Budget: {args.budget:.0f} s; ran {meta['seconds']:.0f} s.\n\n"
+        for stem in copies:
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": now}, indent=1,
+                                                            default=str))
+            stem.with_suffix(".md").write_text(header + text)
+        return text
+
+    def marker(m: SweepModel, mode: str, result: str) -> dict:
+        return {"model": m.name, "source": m.source, "mode": mode, "result": result}
+
+    for i, (m, mode) in enumerate(todo, 1):
+        if (m.name, mode) in done:
+            continue
+        elapsed = time.time() - start
+        if args.budget and elapsed >= args.budget:
+            left = [(m2, mode2) for m2, mode2 in todo[i - 1:] if (m2.name, mode2) not in done]
+            print(f"--budget {args.budget:.0f} s spent ({elapsed:.0f} s): {len(left)} checks not run",
+                  flush=True)
+            rows.extend(marker(m2, mode2, "not run (budget)") for m2, mode2 in left)
+            break
+        timeout, capped = args.timeout, False
+        if args.budget and args.budget - elapsed + BUDGET_GRACE < timeout:
+            timeout, capped = args.budget - elapsed + BUDGET_GRACE, True
+        save([marker(m, mode, "not finished (it was running when the report was last written)")]
+             + [marker(m2, mode2, "not run (not reached)") for m2, mode2 in todo[i:]
+                if (m2.name, mode2) not in done])
+        row = run_mode(m, mode, timeout, capped)
+        rows.append(row)
+        done.add((m.name, mode))
+        alive = True
+        if DEVICE.type == "cuda":
+            import kiln_frontend
+
+            kiln_frontend.reset()  # compiled frames hold the model: let its memory go
+            gc.collect()
+            alive = _cuda_alive()
+            if alive:
+                torch.cuda.empty_cache()
+            else:
+                row["result"] += " [this check left the CUDA context broken]"
+        counts = " ".join(f"{k}={row[k]}" for k in ("graphs", "graph_breaks", "eager_fallbacks",
+                                                   "aten_fallbacks") if k in row)
+        print(f"[{i}/{len(todo)} {time.time() - start:5.0f}s] {m.name:<22} {mode:<8} "
+              f"{row['seconds']:>6.1f}s {row['result'][:140]}  {counts}", flush=True)
+        if not alive and i < len(todo):
+            save([marker(m2, mode2, "not run (not reached)") for m2, mode2 in todo[i:]
+                  if (m2.name, mode2) not in done])
+            _restart(raw_argv, {"rows": rows, "start": start, "old_rows": old_rows,
+                                "command": command}, out)
+    text = save([], final=True)
     print("\n" + text)
-    print(f"results in {out}.json / .md")
+    print(f"results in {' and '.join(str(c) for c in copies)} (.json / .md)")
     return 0
 
 

@@ -497,7 +497,7 @@ def test_cooperative_rows_one_chunk_runs_under_the_interpreter(monkeypatch):
     kernel's publish / load / combine code end to end against eager."""
     from kiln_codegen_triton import cooperative
 
-    monkeypatch.setattr(tk.coop, "cooperative_rows_enabled", lambda interpret: True)
+    monkeypatch.setattr(tk.coop, "mode", lambda interpret: "spin")
     monkeypatch.setattr(tk, "PERSISTENT_MAX", 16)
     monkeypatch.setattr(tk.coop, "MIN_RNUMEL", 64)
     monkeypatch.setattr(cooperative, "CHUNK_BYTES", 1 << 20)

@@ -56,7 +56,7 @@ in pid order; when the last program of a row starts, the row's earlier programs 
 or done, so every program waits only on programs that are resident or already finished, as
 long as K is at most the number of programs that can be resident at once (``MAX_SPLIT`` is
 far below 132 SMs x 1). The Triton interpreter runs programs one after another, so the first
-program would wait forever: ``cooperative_rows_enabled`` is False there, and the ordinary
+program would wait forever: ``mode`` is never "spin" there, and the ordinary
 looped kernel runs instead.
 
 Replays: the counters are never reset. Tickets grow by K per launch; a program's target is
@@ -130,10 +130,6 @@ def mode(interpret: bool) -> str:
     if value == "lagged":
         return "lagged"
     return "off" if interpret else "spin"
-
-
-def cooperative_rows_enabled(interpret: bool) -> bool:
-    return mode(interpret) != "off"
 
 
 def lagged_configs(rnumel: int, elem_bytes: int = 4) -> list[dict]:
