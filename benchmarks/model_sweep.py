@@ -715,7 +715,7 @@ def _kind(result: str) -> str:
 
 
 def _notes(r: dict) -> str:
-    parts = []
+    parts = ["the CUDA context was broken after it"] if r.get("cuda_context_broken") else []
     if r.get("fallback_reasons"):
         parts.append("eager: " + ", ".join(f"{k} x{v}" for k, v in r["fallback_reasons"].items()))
     if r.get("aten_fallback_ops"):
@@ -750,7 +750,7 @@ def _restart(argv: list[str], state: dict, out: Path) -> None:
     resume = out.parent / f"{out.name}.resume.json"
     resume.write_text(json.dumps(state, default=str))
     args = [sys.executable, "-u", str(Path(__file__).resolve()), *argv, "--resume", str(resume)]
-    if "--cache-dir" not in argv:
+    if not any(a == "--cache-dir" or a.startswith("--cache-dir=") for a in argv):
         args += ["--cache-dir", os.environ["KILN_CACHE_DIR"]]
     print(f"the CUDA context is broken: starting again on the checks left ({' '.join(args[2:])})",
           flush=True)
@@ -796,6 +796,7 @@ def main(argv=None) -> int:
         # float32 is float32 for eager and kiln alike: no TF32 in cuBLAS matmuls or cuDNN convs
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+    label = _device_label()  # once: a broken CUDA context fails even get_device_name
     os.environ["KILN_CACHE_DIR"] = args.cache_dir or tempfile.mkdtemp(prefix="kiln-sweep-")
     order = args.order or ("mode" if args.budget else "model")
     todo = [(m, mode) for m in MODELS if not only or m.name in only
@@ -820,6 +821,7 @@ def main(argv=None) -> int:
             old_rows = old["rows"]
             command = f"{old['meta']['command']}; then {command}"
     done = {(r["model"], r["mode"]) for r in rows}
+    old_keys = {(r["model"], r["mode"]) for r in old_rows or ()}
     meta = {
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start)),
@@ -828,9 +830,13 @@ def main(argv=None) -> int:
         "tolerance": {"rtol": RTOL, "atol": ATOL},
     }
     if DEVICE.type == "cuda":
-        import triton
+        try:
+            import triton
 
-        meta.update(device=_device_label(), triton=triton.__version__,
+            triton_version = triton.__version__
+        except Exception as e:  # kiln's Triton codegen then fails each check: the rows say so
+            triton_version = f"not importable ({first_line(e)})"
+        meta.update(device=label, triton=triton_version,
                     tf32={"matmul": False, "cudnn": False})
     if args.budget:
         meta["budget_s"] = args.budget
@@ -843,13 +849,15 @@ def main(argv=None) -> int:
         now = rows + pending
         if order == "mode":  # the report reads model by model, as the CPU one
             now = sorted(now, key=lambda r: index[r["model"], r["mode"]])
-        if old_rows is not None:
-            new_rows = {(r["model"], r["mode"]): r for r in now}
+        if old_rows is not None:  # a check not run here keeps its old row
+            new_rows = {(r["model"], r["mode"]): r for r in now
+                        if not r["result"].startswith("not ")
+                        or (r["model"], r["mode"]) not in old_keys}
             now = [new_rows.pop((r["model"], r["mode"]), r) for r in old_rows] + list(new_rows.values())
         text = report(now)
         meta["seconds"] = round(time.time() - start, 1)
         meta["finished"] = final
-        header = (f"# Model correctness sweep: kiln vs eager ({_device_label()}, float32)\n\n"
+        header = (f"# Model correctness sweep: kiln vs eager ({label}, float32)\n\n"
                   f"Command: `{meta['command']}`  \nDate: {meta['date']}; torch {meta['torch']}; ")
         if DEVICE.type == "cuda":
             header += f"triton {meta['triton']}; "
@@ -864,6 +872,10 @@ def main(argv=None) -> int:
                                                             default=str))
             stem.with_suffix(".md").write_text(header + text)
         return text
+
+    print(f"{len(todo) - len(done)} checks on {label}, order: {order}, timeout "
+          f"{args.timeout:.0f} s per check" + (f", budget {args.budget:.0f} s" if args.budget else "")
+          + (f" ({len(done)} done before a restart)" if done else ""), flush=True)
 
     def marker(m: SweepModel, mode: str, result: str) -> dict:
         return {"model": m.name, "source": m.source, "mode": mode, "result": result}
@@ -881,7 +893,7 @@ def main(argv=None) -> int:
         timeout, capped = args.timeout, False
         if args.budget and args.budget - elapsed + BUDGET_GRACE < timeout:
             timeout, capped = args.budget - elapsed + BUDGET_GRACE, True
-        save([marker(m, mode, "not finished (it was running when the report was last written)")]
+        save([marker(m, mode, "not finished (running at the last write)")]
              + [marker(m2, mode2, "not run (not reached)") for m2, mode2 in todo[i:]
                 if (m2.name, mode2) not in done])
         row = run_mode(m, mode, timeout, capped)
@@ -897,7 +909,7 @@ def main(argv=None) -> int:
             if alive:
                 torch.cuda.empty_cache()
             else:
-                row["result"] += " [this check left the CUDA context broken]"
+                row["cuda_context_broken"] = True
         counts = " ".join(f"{k}={row[k]}" for k in ("graphs", "graph_breaks", "eager_fallbacks",
                                                    "aten_fallbacks") if k in row)
         print(f"[{i}/{len(todo)} {time.time() - start:5.0f}s] {m.name:<22} {mode:<8} "

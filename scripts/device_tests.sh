@@ -11,6 +11,8 @@
 #     bash scripts/device_tests.sh profile         # kernel-by-kernel GPU time, kiln vs torch.compile
 #     bash scripts/device_tests.sh cold_profile    # where a cold compile goes (cProfile; benchmarks/cold_profile.py)
 #     bash scripts/device_tests.sh cuda            # the tests marked cuda
+#     bash scripts/device_tests.sh sweep [benchmarks/model_sweep.py args...]   # results in $OUT
+#         (the correctness sweep on CUDA, e.g. `sweep --no-patterns --budget 480 --timeout 120`)
 # (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
 # fp16 models against torch.compile.)
 set -euo pipefail
@@ -31,8 +33,9 @@ case "$what" in
   bench_ddp) python3 -u benchmarks/ddp.py --device cuda "$@" ;;
   profile) python3 -u benchmarks/gpu_profile.py "$@" ;;
   cold_profile) python3 -u benchmarks/cold_profile.py "$@" ;;
+  sweep) python3 -u benchmarks/model_sweep.py --device cuda "$@" ;;
   # the tests marked cuda (codegen-triton's suite is left out: its conftest turns the Triton
   # interpreter on for the whole session)
   cuda) python3 -m pytest -q -p no:cacheprovider -m cuda $(ls -d packages/*/tests | grep -v codegen-triton) "$@" ;;
-  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_train|bench_ddp|profile|cold_profile)" >&2; exit 2 ;;
+  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_train|bench_ddp|profile|cold_profile|sweep)" >&2; exit 2 ;;
 esac

@@ -655,6 +655,8 @@ class GraphLowering:
                                   "kiln_loopir/lowerings/fallbacks.py")
         if fn is not None and not _supported_dtypes(n, meta):
             fn = None  # complex, float8, wide unsigned...: the aten op handles them
+        if fn is not None and self._off_device(meta, args, kwargs):
+            fn = None  # computed on another device than the kernels': the aten op runs it there
         out = None
         if fn is not None:
             try:
@@ -670,6 +672,18 @@ class GraphLowering:
         if out is None:
             out = self.fallback(target, args, kwargs, meta)
         return self._post(n, out)
+
+    def _off_device(self, meta, args, kwargs) -> bool:
+        """Does this op compute on, or read, a device other than the graph's (a CUDA graph's
+        ``torch.arange(n)`` made on the CPU, position buckets computed from it, a CPU scalar
+        tensor multiplied into a CUDA one)? Its kernel would run on the graph's device and
+        could not read that memory (Triton: "Pointer argument cannot be accessed"), so such
+        ops stay aten calls, which run where their tensors are."""
+        device = self.graph.device
+        if any(t.device != device for t in _tensors_in(meta)):
+            return True
+        return any(isinstance(a, IRNode) and a.get_device() != device
+                   for a in _ir_nodes_in([args, kwargs]))
 
     def _mutation(self, n, target, args, kwargs, meta):
         """A mutating op. Only the functional graphs' write-back ``copy_(input, new_value)`` is
@@ -1150,6 +1164,16 @@ def _cost(pw: Pointwise):
 
     idx = [index_symbol(k) for k in range(len(pw.ranges))]
     return body_deps(pw.inner_fn, idx)
+
+
+def _ir_nodes_in(v) -> list:
+    if isinstance(v, IRNode):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [x for item in v for x in _ir_nodes_in(item)]
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _ir_nodes_in(item)]
+    return []
 
 
 def _tensors_in(v) -> list:
