@@ -156,6 +156,20 @@ def test_index_put_accumulate_uses_atomics():
     assert any("tl.atomic_add(" in s for s in sources(c))
 
 
+def test_accumulating_scatter_into_one_row_of_a_constant_index():
+    """Every row adds into row 0 (an index the graph knows is all zeros: the backward of
+    an embedding of constant token ids, RoFormer's training on an H200): the atomic's
+    pointers do not depend on the row, so they are widened to the tile (Triton does not
+    broadcast them to the values)."""
+
+    def f(g):
+        rows = torch.zeros_like(g[:, 0], dtype=torch.long)
+        return torch.zeros(2, 32).index_put((rows,), g, accumulate=True)
+
+    c = run(f, torch.randn(32, 32))
+    assert any("tl.atomic_add(" in s for s in sources(c))
+
+
 def test_scatter_add():
     x, i, src = torch.zeros(5, 4), torch.randint(0, 5, (6, 4)), torch.randn(6, 4)
     run(lambda x, i, src: x.scatter_add(0, i, src), x, i, src)

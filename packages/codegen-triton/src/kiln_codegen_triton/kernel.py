@@ -896,7 +896,10 @@ class TritonKernel:
         ptr = f"{self.ptr[name]} + ({idx})"
         v = self._as(value, self._buffer_dtype(name)).name
         if mode == "atomic_add":
-            self.emit(f"tl.atomic_add({ptr}, {v}, {self.mask[cls]})")
+            # the pointers as wide as the tile: an index missing a tile dimension (a constant
+            # index, embedding rows all 0: every point of that dimension adds into one place)
+            # gives narrower pointers than the values, which tl.atomic_add does not broadcast
+            self.emit(f"tl.atomic_add({ptr} + {self.zero[cls]}, {v}, {self.mask[cls]})")
         elif mode is None:
             hint = self.row_eviction if cls == "xr" else ""
             self.emit(f"tl.store({ptr}, {v}, {self.mask[cls]}{hint})")
