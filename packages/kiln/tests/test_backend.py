@@ -363,3 +363,50 @@ def test_dynamic_softmax_layernorm_matmul(needs_cpp):
     for m, k, n in [(3, 5, 4), (7, 10, 6)]:
         x, w = torch.randn(m, k), torch.randn(k, n)
         torch.testing.assert_close(compiled(x, w), g(x, w))
+
+
+class _LaunchFailed(RuntimeError):
+    """Stands for a codegen's compile error raised at a kernel's first launch."""
+
+
+def test_a_kernel_that_fails_at_its_first_launch_runs_on_the_interpreter(monkeypatch, caplog, needs_interpreter):
+    """Triton launchers compile at a kernel's first launch, inside the graph's first call: a
+    compile error there switches the graph to loopir's interpreter with one warning (it is
+    not raised to the user); a first call that succeeds costs nothing afterwards."""
+    import kiln.backend as backend
+    import kiln_aotgrad
+    import kiln_runtime
+
+    monkeypatch.setattr(backend, "_codegen_compile_errors", lambda: (_LaunchFailed,))
+
+    def f(x):
+        return torch.softmax(x, -1) * 2
+
+    x = torch.randn(3, 5)
+    schedule = backend.lower_and_schedule(kiln_aotgrad.trace_inference(torch.fx.symbolic_trace(f), [x]))
+
+    def failing(args):
+        args.clear()  # as a generated wrapper does, before a launch fails
+        raise _LaunchFailed("kernel k did not compile")
+
+    graph = kiln_runtime.CompiledGraph(failing, "", "<test>", None)
+    wrapped = backend._interpret_if_first_launch_fails(graph, schedule)
+    with caplog.at_level(logging.WARNING, logger="kiln"):
+        (got,) = wrapped(x)
+        (again,) = wrapped(x)
+    torch.testing.assert_close(got, f(x))
+    torch.testing.assert_close(again, f(x))
+    assert sum("loopir interpreter instead" in r.getMessage() for r in caplog.records) == 1
+
+    calls = []
+
+    def working(args):
+        calls.append(len(args))
+        return [args[0] * 1]
+
+    graph = kiln_runtime.CompiledGraph(working, "", "<test>", None)
+    wrapped = backend._interpret_if_first_launch_fails(graph, schedule)
+    wrapped(x)
+    assert graph.call is working  # the check is gone after a first call that succeeds
+    wrapped(x)
+    assert calls == [1, 1]

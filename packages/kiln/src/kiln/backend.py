@@ -155,6 +155,7 @@ def compile_aten(
     trace.write_output_code(module, compiled, aten_gm)
     cache.record_compiled(aten_gm, module, compiled)  # what the graph-level cache stores
     compiled = profiled(compiled, aten_gm)  # KILN_LOGS=perf: time each kernel vs eager's ops
+    compiled = _interpret_if_first_launch_fails(compiled, schedule)  # Triton compiles lazily
     compiled = reduce_overhead.for_mode(compiled, aten_gm, config)  # CUDA graphs per mode
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
@@ -290,6 +291,32 @@ def _interpret_instead(schedule, error: BaseException) -> Callable:
     )
     counters["interpreter_fallbacks"] += 1
     return kiln_loopir.interpret(schedule)
+
+
+def _interpret_if_first_launch_fails(compiled, schedule) -> Callable:
+    """Triton launchers compile and autotune at a kernel's first launch, inside the graph's
+    first call: a kernel that does not compile then must not reach the user as an exception,
+    any more than one that fails at load. The first call runs through a check that switches
+    the graph to the interpreter (one warning) and runs it there; a first call that succeeds
+    puts the wrapper's own ``call`` back, so later calls pay nothing. Safe to run again from
+    the start: the graph's writes to its inputs come last (loopir defers them)."""
+    if not isinstance(compiled, kiln_runtime.CompiledGraph):
+        return compiled
+    wrapper_call = compiled.call
+
+    def first_call(args: list) -> list:
+        inputs = list(args)  # the wrapper empties its list as it goes
+        try:
+            out = wrapper_call(args)
+        except _codegen_compile_errors() as e:
+            interpreted = _interpret_instead(schedule, e)
+            compiled.call = lambda a: interpreted(*a)
+            return interpreted(*inputs)
+        compiled.call = wrapper_call
+        return out
+
+    compiled.call = first_call
+    return compiled
 
 
 def needs_autograd(gm, example_inputs: Sequence) -> bool:
