@@ -83,8 +83,8 @@ import os
 #: ``KILN_TRITON_COOPERATIVE``: "0" (the default: one program per row), "lagged" (lagged
 #: units), "1" (the spin designs: registers where a config fits, else re-read), "reread".
 #: Off by default: kiln's generated lagged kernel measured 44% of copy bandwidth on the H200
-#: where the hand-written one reaches 85% (75 registers against 48, more cross-warp
-#: reductions: see docs/codegen-triton.md), below the one-program-per-row kernel's 62%
+#: where the hand-written one reaches 85% (a gap not yet explained: docs/codegen-triton.md),
+#: below the one-program-per-row kernel's 62%
 ENV = "KILN_TRITON_COOPERATIVE"
 #: the value when ``ENV`` is unset
 DEFAULT = "0"
