@@ -72,10 +72,22 @@ def _sleep(ns):
 @triton.jit
 def _wait_row(tick_ptr, err_ptr, K, maxspin, POLL: tl.constexpr, BACKOFF: tl.constexpr):
     """Take this program's ticket for the row and wait until the row's K tickets of this
-    launch are out (``ticket - ticket % K + K``: counters are never reset, so replays work)."""
+    launch are out."""
     ticket = tl.atomic_add(tick_ptr, 1, sem="acq_rel")
-    target = ticket - ticket % K + K
-    seen = ticket + 1
+    _wait_ticket(tick_ptr, ticket, err_ptr, K, maxspin, POLL, BACKOFF)
+
+
+@triton.jit
+def _wait_ticket(tick_ptr, ticket, err_ptr, K, maxspin, POLL: tl.constexpr, BACKOFF: tl.constexpr):
+    """Wait until the row's K tickets of the launch ``ticket`` (taken on ``tick_ptr``) belongs
+    to are out (``ticket - ticket % K + K``: counters are never reset, so replays work)."""
+    _spin_until(tick_ptr, ticket + 1, ticket - ticket % K + K, err_ptr, maxspin, POLL, BACKOFF)
+
+
+@triton.jit
+def _spin_until(tick_ptr, seen, target, err_ptr, maxspin, POLL: tl.constexpr, BACKOFF: tl.constexpr):
+    """Poll the counter at ``tick_ptr`` (last value ``seen``) until it reaches ``target``;
+    bounded: a program that gives up counts itself in ``err_ptr``."""
     n = 0
     while (seen < target) & (n < maxspin):
         if BACKOFF > 0:
@@ -108,6 +120,44 @@ def _row_stats(ws_ptr, row, K, KB: tl.constexpr):
 
 
 @triton.jit
+def _publish(ws_ptr, row, K, c, m, s):
+    """Chunk ``c`` of ``row``'s partials: its max and its sum of exp(x - max)."""
+    tl.store(ws_ptr + (row * K + c) * 2, m)
+    tl.store(ws_ptr + (row * K + c) * 2 + 1, s)
+
+
+@triton.jit
+def _online_chunk_stats(x_ptr, base, start, N, CHUNK: tl.constexpr, RBLOCK: tl.constexpr,
+                        EVICT: tl.constexpr):
+    """(max, sum of exp(x - max)) of the chunk at ``start``, looped in RBLOCK blocks: online
+    max and sum per lane, the lanes rescaled to the chunk max at the end."""
+    lanes = tl.arange(0, RBLOCK)
+    m_acc = tl.full([RBLOCK], float("-inf"), tl.float32)
+    s_acc = tl.zeros([RBLOCK], tl.float32)
+    for r in range(start, start + CHUNK, RBLOCK):
+        offs = r + lanes
+        x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy=EVICT)
+        m_new = tl.maximum(m_acc, x)
+        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s_acc = tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_new_safe)) + tl.exp(x - m_new_safe)
+        m_acc = m_new
+    m = tl.max(m_acc, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    return m, tl.sum(tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_safe)), 0)
+
+
+@triton.jit
+def _normalize_chunk(x_ptr, y_ptr, base, start, N, big, total, CHUNK: tl.constexpr, RBLOCK: tl.constexpr):
+    """``exp(x - big) / total`` over the chunk at ``start``, read again (from L2)."""
+    lanes = tl.arange(0, RBLOCK)
+    inv = 1.0 / total
+    for r in range(start, start + CHUNK, RBLOCK):
+        offs = r + lanes
+        x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_first")
+        tl.store(y_ptr + base + offs, tl.exp(x - big) * inv, offs < N, eviction_policy="evict_first")
+
+
+@triton.jit
 def _chunk_stats(x):
     """(max, exp(x - max), sum of it) of one chunk (an all -inf chunk: max -inf, sum 0)."""
     m = tl.max(x, 0)
@@ -134,8 +184,7 @@ def _chunk_softmax(x, y_ptrs, mask, ws_ptr, tick_ptr, err_ptr, row, c, K, maxspi
     publish its (max, sum), wait for the row's K tickets, combine the partials, store the
     softmax at ``y_ptrs``."""
     m, e, s = _chunk_stats(x)
-    tl.store(ws_ptr + (row * K + c) * 2, m)
-    tl.store(ws_ptr + (row * K + c) * 2 + 1, s)
+    _publish(ws_ptr, row, K, c, m, s)
     _wait_row(tick_ptr + row, err_ptr, K, maxspin, POLL, BACKOFF)
     big, total = _row_stats(ws_ptr, row, K, KB)
     y = _finish(x, e, m, big, total, EXP1)
@@ -194,33 +243,17 @@ def softmax_reg2(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, maxspin,
     base_b = row_b.to(tl.int64) * N
     xa = tl.load(x_ptr + base_a + offs, mask, other=float("-inf"), eviction_policy="evict_first")
     ma, ea, sa = _chunk_stats(xa)
-    tl.store(ws_ptr + (row_a * K + c) * 2, ma)
-    tl.store(ws_ptr + (row_a * K + c) * 2 + 1, sa)
+    _publish(ws_ptr, row_a, K, c, ma, sa)
     ticket_a = tl.atomic_add(tick_ptr + row_a, 1, sem="acq_rel")
     xb = tl.load(x_ptr + base_b + offs, mask, other=float("-inf"), eviction_policy="evict_first")
     mb, eb, sb = _chunk_stats(xb)
-    tl.store(ws_ptr + (row_b * K + c) * 2, mb)
-    tl.store(ws_ptr + (row_b * K + c) * 2 + 1, sb)
+    _publish(ws_ptr, row_b, K, c, mb, sb)
     ticket_b = tl.atomic_add(tick_ptr + row_b, 1, sem="acq_rel")
     # row a: wait for its K tickets (taken above), combine, store
-    target = ticket_a - ticket_a % K + K
-    seen = ticket_a + 1
-    n = 0
-    while (seen < target) & (n < maxspin):
-        seen = tl.atomic_add(tick_ptr + row_a, 0, sem="acquire")
-        n += 1
-    if seen < target:
-        tl.atomic_add(err_ptr, 1)
+    _wait_ticket(tick_ptr + row_a, ticket_a, err_ptr, K, maxspin, POLL, BACKOFF)
     big, total = _row_stats(ws_ptr, row_a, K, KB)
     tl.store(y_ptr + base_a + offs, _finish(xa, ea, ma, big, total, EXP1), mask, eviction_policy="evict_first")
-    target = ticket_b - ticket_b % K + K
-    seen = ticket_b + 1
-    n = 0
-    while (seen < target) & (n < maxspin):
-        seen = tl.atomic_add(tick_ptr + row_b, 0, sem="acquire")
-        n += 1
-    if seen < target:
-        tl.atomic_add(err_ptr, 1)
+    _wait_ticket(tick_ptr + row_b, ticket_b, err_ptr, K, maxspin, POLL, BACKOFF)
     big, total = _row_stats(ws_ptr, row_b, K, KB)
     tl.store(y_ptr + base_b + offs, _finish(xb, eb, mb, big, total, EXP1), mask, eviction_policy="evict_first")
 
@@ -246,49 +279,21 @@ def softmax_lag(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, maxspin, U, LAG,
         c = unit % K
         base = row.to(tl.int64) * N
         start = c * CHUNK
-        lanes = tl.arange(0, RBLOCK)
-        rows = tl.num_programs(0) * 0 + U // K
-        if is_stats and RBLOCK == CHUNK:  # the chunk in one block: max, then one exp each
-            offs = start + lanes
-            x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_last")
-            m = tl.max(x, 0)
-            m_safe = tl.where(m == float("-inf"), 0.0, m)
-            s_sum = tl.sum(tl.exp(x - m_safe), 0)
-            tl.store(ws_ptr + (row * K + c) * 2, m)
-            tl.store(ws_ptr + (row * K + c) * 2 + 1, s_sum)
-            tl.atomic_add(tick_ptr + row, 1, sem="release")
-        elif is_stats:
-            m_acc = tl.full([RBLOCK], float("-inf"), tl.float32)
-            s_acc = tl.zeros([RBLOCK], tl.float32)
-            for r in range(start, start + CHUNK, RBLOCK):
-                offs = r + lanes
+        if is_stats:
+            if RBLOCK == CHUNK:  # the chunk in one block: max, then one exp each
+                offs = start + tl.arange(0, CHUNK)
                 x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_last")
-                m_new = tl.maximum(m_acc, x)
-                m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-                s_acc = tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_new_safe)) + tl.exp(x - m_new_safe)
-                m_acc = m_new
-            m = tl.max(m_acc, 0)
-            m_safe = tl.where(m == float("-inf"), 0.0, m)
-            s_sum = tl.sum(tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_safe)), 0)
-            tl.store(ws_ptr + (row * K + c) * 2, m)
-            tl.store(ws_ptr + (row * K + c) * 2 + 1, s_sum)
+                m, _, s_sum = _chunk_stats(x)
+            else:
+                m, s_sum = _online_chunk_stats(x_ptr, base, start, N, CHUNK, RBLOCK, "evict_last")
+            _publish(ws_ptr, row, K, c, m, s_sum)
             tl.atomic_add(tick_ptr + row, 1, sem="release")
-        else:
-            ticket = tl.atomic_add(tick_ptr + rows + row, 1, sem="relaxed")
-            target = (ticket // K + 1) * K
+        else:  # a ticket on the row's second counter says the launch; wait for its K stats
+            ticket = tl.atomic_add(tick_ptr + U // K + row, 1, sem="relaxed")
             seen = tl.atomic_add(tick_ptr + row, 0, sem="acquire")
-            n = 0
-            while (seen < target) & (n < maxspin):
-                seen = tl.atomic_add(tick_ptr + row, 0, sem="acquire")
-                n += 1
-            if seen < target:
-                tl.atomic_add(err_ptr, 1)
+            _spin_until(tick_ptr + row, seen, (ticket // K + 1) * K, err_ptr, maxspin, 0, 0)
             big, total = _row_stats(ws_ptr, row, K, KB)
-            inv = 1.0 / total
-            for r in range(start, start + CHUNK, RBLOCK):
-                offs = r + lanes
-                x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_first")
-                tl.store(y_ptr + base + offs, tl.exp(x - big) * inv, offs < N, eviction_policy="evict_first")
+            _normalize_chunk(x_ptr, y_ptr, base, start, N, big, total, CHUNK, RBLOCK)
 
 
 @triton.jit(do_not_specialize=NOSPEC)
@@ -329,28 +334,11 @@ def softmax_reread(x_ptr, y_ptr, ws_ptr, tick_ptr, err_ptr, N, K, maxspin,
     c = pid % K
     base = row.to(tl.int64) * N
     start = c * CHUNK
-    lanes = tl.arange(0, RBLOCK)
-    m_acc = tl.full([RBLOCK], float("-inf"), tl.float32)
-    s_acc = tl.zeros([RBLOCK], tl.float32)
-    for r in range(start, start + CHUNK, RBLOCK):  # online max and sum per lane
-        offs = r + lanes
-        x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"))
-        m_new = tl.maximum(m_acc, x)
-        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_acc = tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_new_safe)) + tl.exp(x - m_new_safe)
-        m_acc = m_new
-    m = tl.max(m_acc, 0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    s = tl.sum(tl.where(s_acc == 0.0, 0.0, s_acc * tl.exp(m_acc - m_safe)), 0)
-    tl.store(ws_ptr + (row * K + c) * 2, m)
-    tl.store(ws_ptr + (row * K + c) * 2 + 1, s)
+    m, s = _online_chunk_stats(x_ptr, base, start, N, CHUNK, RBLOCK, "")
+    _publish(ws_ptr, row, K, c, m, s)
     _wait_row(tick_ptr + row, err_ptr, K, maxspin, POLL, BACKOFF)
     big, total = _row_stats(ws_ptr, row, K, KB)
-    inv = 1.0 / total
-    for r in range(start, start + CHUNK, RBLOCK):  # second pass: from L2
-        offs = r + lanes
-        x = tl.load(x_ptr + base + offs, offs < N, other=float("-inf"), eviction_policy="evict_first")
-        tl.store(y_ptr + base + offs, tl.exp(x - big) * inv, offs < N, eviction_policy="evict_first")
+    _normalize_chunk(x_ptr, y_ptr, base, start, N, big, total, CHUNK, RBLOCK)  # second pass: from L2
 
 
 # ============================================================================================
