@@ -512,27 +512,32 @@ def interpret_smoke() -> dict:
     out = {}
     seen = set()
     for v in variants():
-        if v["backoff"] or (v["kind"], v["kb"], v.get("exp1", 1), v.get("prefetch")) in seen:
+        key = (v["kind"], v["kb"], v.get("exp1", 1), v.get("prefetch"), v.get("rblock"))
+        if v["backoff"] or key in seen:
             continue  # (nanosleep is inline PTX: no interpreter)
-        seen.add((v["kind"], v["kb"], v.get("exp1", 1), v.get("prefetch")))
+        seen.add(key)
         chunk = v["kb"] * 1024 // 4
-        rows, cols = 3, chunk * 2 + chunk // 2  # K = 3, the last chunk masked
+        rows, cols = 4, chunk * 2 + chunk // 2  # K = 3, the last chunk masked (reg2: rows even)
         K = -(-cols // chunk)
         x = torch.randn(rows, cols) * 3
         x[1, :chunk] = float("-inf")  # a chunk with nothing in it
         y = torch.full_like(x, float("nan"))
         ws = torch.zeros(rows * K * 2)
-        tick = torch.zeros(rows, dtype=torch.int64)
+        tick = torch.zeros(2 * rows, dtype=torch.int64)  # (lag: a second counter per row)
         err = torch.zeros(1, dtype=torch.int32)
         consts = constexprs(v, K)
         fn = KERNELS[v["kind"]]
         for _ in range(2):
             if v["kind"] == "pers":
                 fn[(2 * K,)](x, y, ws, tick, err, cols, K, rows * K, 0, num_warps=v["warps"], **consts)
+            elif v["kind"] == "lag":  # the lag at its least, K units
+                fn[(K + 2 * rows * K,)](x, y, ws, tick, err, cols, K, 0, rows * K, K, num_warps=v["warps"], **consts)
             else:
-                fn[(rows * K,)](x, y, ws, tick, err, cols, K, 0, num_warps=v["warps"], **consts)
+                grid = rows * K // (2 if v["kind"] == "reg2" else 1)
+                fn[(grid,)](x, y, ws, tick, err, cols, K, 0, num_warps=v["warps"], **consts)
+        want = x if v["kind"] == "copyreg" else torch.softmax(x, -1)  # (copyreg: no softmax)
         try:
-            torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-6, rtol=1e-4)
+            torch.testing.assert_close(y, want, atol=1e-6, rtol=1e-4)
             out[vname(v)] = {"ok": True}
         except AssertionError as e:
             out[vname(v)] = {"ok": False, "error": str(e)[:300]}
