@@ -32,11 +32,8 @@ def compile_aten(aten_gm: torch.fx.GraphModule, config: Any = None) -> Callable:
     at compile time (a weight packed or stored in another layout) are guarded: an in-place
     write to such a weight compiles again."""
     schedule = kiln_loopir.schedule(kiln_loopir.lower(aten_gm))
-    compiled = compile_schedule(schedule, config)
-    derived = derived_sources(schedule.graph)  # weights copied or packed into constants
-    if not derived:
-        return compiled
-    return WeightsGuard(compiled, lambda: compile_aten(aten_gm, config), derived, ())
+    return WeightsGuard.around(compile_schedule(schedule, config), lambda: compile_aten(aten_gm, config),
+                               derived_sources(schedule.graph))  # weights copied or packed into constants
 
 
 def compile_schedule(schedule, config: Any = None) -> Callable:

@@ -121,12 +121,11 @@ def compile_inference(
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
         folded.guard_copies(getattr(compiled, "derived_from", ()))  # e.g. channels-last weights
-        if folded.sources:  # a folded or copied parameter written in place: compile again
-            compiled = cache.WeightsGuard(
-                compiled,
-                lambda: compile_inference(gm, example_inputs, config, back_half=back_half),
-                [t for t, _ in folded.sources], folded.eval_modules,
-                version_sum=sum(v for _, v in folded.sources))  # the versions folded from
+        compiled = cache.WeightsGuard.around(  # a folded or copied parameter written in place: compile again
+            compiled,
+            lambda: compile_inference(gm, example_inputs, config, back_half=back_half),
+            [t for t, _ in folded.sources], folded.eval_modules,
+            version_sum=sum(v for _, v in folded.sources))  # the versions folded from
     except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
         return run_eagerly(gm, str(e))
     except kiln_loopir.LoweringError as e:  # mutates a non-input, symbolic floats, ...

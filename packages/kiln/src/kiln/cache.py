@@ -824,9 +824,7 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
                 fn = WeightsGuard(fn, compile_fn, itertools.chain(gm.parameters(), gm.buffers()),
                                    gm.modules())
             else:  # constants computed from some weights: guard those
-                tensors, owners = _derived_from(artifact["constants"], gm, names)
-                if tensors:
-                    fn = WeightsGuard(fn, compile_fn, tensors, owners)
+                fn = WeightsGuard.around(fn, compile_fn, *_derived_from(artifact["constants"], gm, names))
     except Exception as e:
         log.warning("kiln: stale graph cache entry %s ignored (%s: %s); it is rebuilt",
                     entry, type(e).__name__, e)

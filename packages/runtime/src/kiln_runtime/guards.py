@@ -43,6 +43,14 @@ class WeightsGuard:
         self.version_sum = sum(map(_VERSION, self.tensors)) if version_sum is None else version_sum
         self.training = list(map(_TRAINING, self.modules))
 
+    @classmethod
+    def around(cls, fn: Callable, compile_fn: Callable[[], Callable], tensors, modules=(), *,
+               version_sum: int | None = None) -> Callable:
+        """``fn`` behind a guard over ``tensors`` (and ``modules``' flags), or ``fn`` itself
+        when no constant was computed from a tensor."""
+        tensors = list(tensors)
+        return cls(fn, compile_fn, tensors, modules, version_sum=version_sum) if tensors else fn
+
     @property
     def compiled(self) -> Callable:
         """What it runs now (wrappers are followed down to the graph by ``.compiled``)."""
