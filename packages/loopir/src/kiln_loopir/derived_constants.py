@@ -77,9 +77,8 @@ def derived_constant(lowering, source: ConstantBuffer, name: str, *args) -> Cons
         layout = Layout(value.device, value.dtype, list(value.shape), list(value.stride()), 0)
         root = source.derived_from if source.derived_from is not None else source.value
         made[key] = lowering.graph.add_constant(ConstantBuffer(
-            f"const{lowering._const_count}", layout, value, source.target,
+            lowering.new_constant_name(), layout, value, source.target,
             derived_from=root, recipe=(name, source.name, args)))
-        lowering._const_count += 1
     return made[key]
 
 

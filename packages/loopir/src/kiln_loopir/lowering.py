@@ -46,6 +46,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .counters import counters
@@ -603,13 +604,17 @@ class GraphLowering:
         self.graph.lint()
 
     # ---- node kinds ----------------------------------------------------------------------
+    def new_constant_name(self) -> str:
+        """``constN``: the next graph constant's name (``get_attr`` tensors, derived ones)."""
+        self._const_count += 1
+        return f"const{self._const_count - 1}"
+
     def _get_attr(self, n):
         obj = self.gm
         for part in n.target.split("."):
             obj = getattr(obj, part)
         if isinstance(obj, torch.Tensor):
-            name = f"const{self._const_count}"
-            self._const_count += 1
+            name = self.new_constant_name()
             t = obj.detach()
             buf = ConstantBuffer(name, Layout(t.device, t.dtype, list(t.shape), list(t.stride()),
                                               t.storage_offset()), t, n.target)
@@ -683,7 +688,7 @@ class GraphLowering:
         if any(t.device != device for t in _tensors_in(meta)):
             return True
         return any(isinstance(a, IRNode) and a.get_device() != device
-                   for a in _ir_nodes_in([args, kwargs]))
+                   for a in pytree.tree_leaves((args, kwargs)))
 
     def _mutation(self, n, target, args, kwargs, meta):
         """A mutating op. Only the functional graphs' write-back ``copy_(input, new_value)`` is
@@ -782,8 +787,6 @@ class GraphLowering:
 
     def _output(self, n):
         """Outputs, flattened (pytree order) into ``graph.outputs``."""
-        import torch.utils._pytree as pytree
-
         outs = pytree.tree_leaves(n.args[0])
         res = []
         for o in outs:
@@ -1164,16 +1167,6 @@ def _cost(pw: Pointwise):
 
     idx = [index_symbol(k) for k in range(len(pw.ranges))]
     return body_deps(pw.inner_fn, idx)
-
-
-def _ir_nodes_in(v) -> list:
-    if isinstance(v, IRNode):
-        return [v]
-    if isinstance(v, (list, tuple)):
-        return [x for item in v for x in _ir_nodes_in(item)]
-    if isinstance(v, dict):
-        return [x for item in v.values() for x in _ir_nodes_in(item)]
-    return []
 
 
 def _tensors_in(v) -> list:
