@@ -341,7 +341,7 @@ class TritonKernel:
         self.row_lines = None
         self.row_pre = self.lines
         self._header()
-        self.coop_branches = len(self.lines)  # lagged units: where the stats branch starts
+        self.stats_start = len(self.lines)  # lagged units: where the stats branch starts
         for run in self.runs:
             if not (self.tiling.split and self._is_epilogue(run)):  # (split: in the final kernel)
                 self._nodes(run)
@@ -740,7 +740,7 @@ class TritonKernel:
         are counted (they started earlier: done or running, see cooperative.py)."""
         self.emit("tl.static_assert(XBLOCK == 1)")
         self.emit("tl.atomic_add(coop_tickets + xoffset, 1, sem='release')")
-        self.coop_branches = (self.coop_branches, len(self.target))
+        self.normalize_start = len(self.target)
         self.cache, self.rcache = {}, {}  # values of the stats branch do not exist in the other
         self.row_eviction = ", eviction_policy='evict_first'"
         self.emit("ticket = tl.atomic_add(coop_tickets + nunits // nsplit + xoffset, 1, sem='relaxed')")
@@ -752,7 +752,7 @@ class TritonKernel:
     def _lagged_branches(self) -> None:
         """Put the lines of the stats unit (up to the publish) under ``if is_stats:`` and the
         rest (wait, combine, re-read, per-element work) under ``else:``."""
-        start, split = self.coop_branches
+        start, split = self.stats_start, self.normalize_start
         stats, normalize = self.lines[start:split], self.lines[split:]
         self.lines[start:] = (["if is_stats:"] + ["    " + ln for ln in stats]
                               + ["else:"] + ["    " + ln for ln in normalize])
