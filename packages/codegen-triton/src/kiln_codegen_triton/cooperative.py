@@ -161,6 +161,22 @@ def lag_units(lag_bytes: int, rchunk: int, k: int, units: int, elem_bytes: int =
     return max(1, min(units, max(k, lag_bytes // (rchunk * elem_bytes))))
 
 
+#: elements per thread of the row's tile in a cooperative kernel (Triton lays the row's
+#: [1, RBLOCK] float32 loads out as 16-byte vectors: 4 per thread)
+ROW_TILE_PER_THREAD = 4
+
+
+def partials_block(k: int, num_warps: int) -> int:
+    """SPLITB, the width of the [1, SPLITB] block the K partials of a row are loaded in: a
+    power of two of at least K, and at least the row's tile (``ROW_TILE_PER_THREAD`` x 32 x
+    num_warps). A smaller block shares the row's layout and is replicated across the tile:
+    at K = 32 and 8 warps, every partial was loaded by 32 lanes, the K units of a row read
+    the same few L2 lines thousands of times, and the lagged kernel measured 44-56% of copy
+    bandwidth on an H200 with its normalize units waiting (benchmarks/softmax_lag_bisect.py);
+    with the block as wide as the tile, 84-86%, as the hand-written kernel."""
+    return max(1 << max(0, (k - 1).bit_length()), ROW_TILE_PER_THREAD * 32 * num_warps)
+
+
 def registers_enabled() -> bool:
     """The registers design unless ``REGISTERS`` is off or ``KILN_TRITON_COOPERATIVE=reread``
     asks for the re-read one (benchmarks/softmax_long_sweep.py measures both)."""

@@ -110,12 +110,18 @@ def literal(value, dtype: torch.dtype) -> str:
 HELPERS = '''
 @triton.jit
 def _kiln_max(a, b):
-    return tl.where(a != a, a, tl.where(a > b, a, b))
+    if a.dtype.is_floating():
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return tl.maximum(a, b)
 
 
 @triton.jit
 def _kiln_min(a, b):
-    return tl.where(a != a, a, tl.where(a < b, a, b))
+    if a.dtype.is_floating():
+        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return tl.minimum(a, b)
 
 
 @triton.jit
@@ -765,10 +771,19 @@ class TritonKernel:
         tlt = tl_dtype(acc_t)
         a = self._as(replay(m.a, self, {}), acc_t)
         w_loc = self._as(replay(m.shift, self, {m.m_name: self.registers[m.m_name]}), acc_t)
-        term = self.exp(self.sub(a, w_loc))
         res_s = self.new_tmp()
-        self.emit(f"{res_s}_raw = tl.sum(tl.where(rxmask & ({a} != float('-inf')), {term}, 0.0), 1)[:, None]")
-        self.emit(f"{res_s}_anyninf = tl.max((rxmask & ({a} == float('-inf'))).to(tl.int32), 1)[:, None].to({tlt})")
+        if m.shift_is_max:  # w(m) = m (softmax, log_softmax): the -inf entries without a reduction
+            # (relative to the chunk max, an all -inf chunk's max taken as 0: its sum is 0). The
+            # -inf entries matter only to a row whose max is -inf, where every chunk's is too
+            w_safe = self.value(f"tl.where({w_loc} == float('-inf'), 0.0, {w_loc})", acc_t, "x")
+            term = self.exp(self.sub(a, w_safe))
+            self.emit(f"{res_s}_raw = tl.sum(tl.where(rxmask, {term}, 0.0), 1)[:, None]")
+            self.emit(f"{res_s}_anyninf = ({w_loc} == float('-inf')).to({tlt})")
+        else:
+            term = self.exp(self.sub(a, w_loc))
+            self.emit(f"{res_s}_raw = tl.sum(tl.where(rxmask & ({a} != float('-inf')), {term}, 0.0), 1)[:, None]")
+            self.emit(f"{res_s}_anyninf = tl.max((rxmask & ({a} == float('-inf'))).to(tl.int32), 1)[:, None]"
+                      f".to({tlt})")
         self.emit(f"{res_s} = ({res_s}_raw + tl.where({res_s}_anyninf > 0, "
                   f"tl.exp(float('-inf') - {w_loc}), 0.0)).to({tlt})")
         self.online_parts[self.node_k] = (f"{res_s}_raw", f"{res_s}_anyninf")

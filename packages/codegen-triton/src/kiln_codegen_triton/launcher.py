@@ -222,7 +222,7 @@ class TritonLauncher:
         chunk length and K; the grid (rows x K programs, a row's K consecutive)."""
         import torch
 
-        from .cooperative import lag_units, split_row
+        from .cooperative import lag_units, partials_block, split_row
 
         lagged = "LAG_BYTES" in config
         xnumel, rnumel = self._numel("xnumel", args), self._numel("rnumel", args)
@@ -234,7 +234,7 @@ class TritonLauncher:
             ws = self._coop_ws[key] = (
                 torch.empty(xnumel * k * self.spec.cooperative_parts, dtype=torch.float32, device=device),
                 torch.zeros(xnumel * (2 if lagged else 1), dtype=torch.int64, device=device))
-        more = {"SPLITB": 1 << max(0, (k - 1).bit_length())}
+        more = {"SPLITB": partials_block(k, config.get("num_warps", 4))}
         if lagged:  # stats and normalize units: two programs per chunk
             units = xnumel * k
             return [*ws, rchunk, k, units, lag_units(config["LAG_BYTES"], rchunk, k, units)], more, (2 * units,)

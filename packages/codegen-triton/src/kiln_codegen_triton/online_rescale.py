@@ -108,6 +108,12 @@ class OnlineSum:
     reduction: Expr
     store: Expr
 
+    @property
+    def shift_is_max(self) -> bool:
+        """``w(M) = M``: the shift is the max itself (softmax and log_softmax; logsumexp's
+        is not), so ``w(M)`` is -inf exactly when every entry of the row is."""
+        return self.shift.op == "load"
+
 
 def match_online_sum(sum_calls, max_calls, max_node: int, m_name: str) -> OnlineSum | None:
     """The rule's check (see the module docstring); None when the bodies do not match."""
