@@ -80,14 +80,13 @@ from __future__ import annotations
 import functools
 import os
 
-#: ``KILN_TRITON_COOPERATIVE``: "0" (the default: one program per row), "lagged" (lagged
-#: units), "1" (the spin designs: registers where a config fits, else re-read), "reread".
-#: Off by default: kiln's generated lagged kernel measured 44% of copy bandwidth on the H200
-#: where the hand-written one reaches 85% (a gap not yet explained: docs/codegen-triton.md),
-#: below the one-program-per-row kernel's 62%
+#: ``KILN_TRITON_COOPERATIVE``: "lagged" (the default: lagged units), "0" (one program per
+#: row), "1" (the spin designs: registers where a config fits, else re-read), "reread".
+#: Lagged units measured 85.1/82.9/86.2% of copy bandwidth on an H200 (1024x262144,
+#: 256x1048576, 4096x65536 float32 softmax), one program per row 57-64%
 ENV = "KILN_TRITON_COOPERATIVE"
 #: the value when ``ENV`` is unset
-DEFAULT = "0"
+DEFAULT = "lagged"
 #: rows shorter than this stay one program per row
 MIN_RNUMEL = 65536
 #: bytes of one program's chunk of a row (float32 elements: CHUNK_BYTES // 4); a launch

@@ -218,7 +218,7 @@ class TritonLauncher:
 
     def _coop_args(self, config: dict, args) -> tuple[list, dict, tuple]:
         """Cooperative rows' extra arguments: the partials workspace and the per-row ticket
-        counters (kept per (device, rows, K, parts): never reset, see cooperative.py), the
+        counters (kept per (device, stream, rows, K, parts): never reset, see cooperative.py), the
         chunk length and K; the grid (rows x K programs, a row's K consecutive)."""
         import torch
 
@@ -228,7 +228,9 @@ class TritonLauncher:
         xnumel, rnumel = self._numel("xnumel", args), self._numel("rnumel", args)
         rchunk, k = split_row(rnumel, config["RBLOCK"], config.get("CHUNK_BYTES"), lagged=lagged)
         device = next(a.device for a in args if hasattr(a, "device"))
-        key = (str(device), xnumel, k, self.spec.cooperative_parts, lagged)
+        # per stream too: two launches in flight at once must not share counters
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        key = (str(device), stream, xnumel, k, self.spec.cooperative_parts, lagged)
         ws = self._coop_ws.get(key)
         if ws is None:  # (lagged: a second counter per row, the normalize units' tickets)
             ws = self._coop_ws[key] = (
