@@ -195,6 +195,52 @@ def test_compile_jobs_are_picklable_and_run_in_process(tmp_path):
     assert "FileNotFoundError" in W.compile_job(bad)
 
 
+#: a worker's captured-arguments job in a fresh process (no TRITON_INTERPRET: see
+#: test_cooperative_compile.py), its arguments as Triton 3.x's JIT builds them
+CAPTURED_JOB = """
+import json, sys
+from triton.backends import backends
+if "nvidia" not in backends:
+    print(json.dumps({"skip": "this triton has no nvidia backend"}))
+    sys.exit(0)
+from triton.backends.compiler import GPUTarget
+import importlib.util
+spec = importlib.util.spec_from_file_location("worker", sys.argv[2])  # as a worker runs it: no kiln
+W = sys.modules["worker"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(W)
+path = sys.argv[1]
+captured = ({"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(3,): 128},
+            {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}, GPUTarget("cuda", 90, 32),
+            {"num_warps": 4})
+job = W.job_for(path, ["float32", "float32", "int"], [300], {"XBLOCK": 128}, captured=(captured,))
+job = W.CompileJob(*W._receive_bytes(W._job_bytes(job)))  # through the pipe's encoding
+print(json.dumps({"error": W.compile_job(job), "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def test_a_captured_job_compiles_without_torch(tmp_path):
+    """A job with the JIT's captured compile arguments compiles with ``triton.compile``
+    alone (here for sm_90, no GPU), and the worker never imports torch (its start then takes
+    well under a second)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "kernel.py"
+    path.write_text(KERNEL)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    out = subprocess.run([sys.executable, "-c", CAPTURED_JOB, str(path), W.__file__], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    assert result == {"error": None, "torch_imported": False}
+    assert any(p.suffix == ".cubin" for p in (tmp_path / "triton-cache").rglob("*"))
+
+
 COMPILED_STANDIN = """
 class Compiled:
     loads = 0

@@ -23,10 +23,11 @@ def build(options=None) -> TritonCodegen:
 
 
 #: a graph of at least this many FX nodes starts the compile workers before it is traced.
-#: Starting them costs CPU while the graph is traced (H200, 16 cores: 12 workers were up
-#: 6 s after the start, and resnet50's cold compile took 11.1 s with them against 9.6 s
-#: without), so only graphs whose compiles outlast that start them early.
-PREPARE_MIN_NODES = 400
+#: Workers import triton only (compile_workers.captured_compile): 8 were up 0.34 s after the
+#: start on the H200's host, where importing torch in each had taken 4 s and slowed the
+#: tracing (so this was 400 nodes, which resnet50 is below). resnet50's first cold compile:
+#: 8.4 s with torch-importing workers started at its kernel compiles, 6.0 s now.
+PREPARE_MIN_NODES = 100
 
 
 def prepare(graph_nodes: int) -> None:

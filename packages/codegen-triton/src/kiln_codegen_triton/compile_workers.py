@@ -14,6 +14,13 @@ on-disk cache; the parent's own warm-up of that pair then only loads it from the
   compile in-process). Jobs are offered one at a time, so a graph whose compile starts before
   the workers are up moves its remaining jobs to them as they come up.
 - ``compile_job(job)`` is what a worker runs; it runs in-process too (tests, no pool).
+- ``captured_compile(fn, launch)``: what Triton's JIT would compile for a launch (the
+  ``ASTSource`` arguments, target and options), taken in the parent without compiling. A job
+  that carries them compiles with ``triton.compile`` alone: its worker needs no torch and no
+  CUDA context, so it is up in well under a second (importing torch took 3.7-4.3 s on the
+  H200's host) and the first model's compiles find the workers ready. The parent's own
+  warm-up then finds the binary under the same cache key. A job without them (another
+  Triton, whose JIT this cannot follow) compiles as before, on placeholder tensors.
 
 A failure here only costs time: the parent then compiles the pair itself, and a real
 compile error is reported by its launch as before. ``KILN_TRITON_COMPILE_WORKERS=N`` sets
@@ -52,17 +59,79 @@ class CompileJob:
     device: str = "cuda"
     #: the module's kernels to compile (a split reduction has a final kernel too)
     kernels: tuple[str, ...] = ("kiln_kernel",)
+    #: per kernel, ``captured_compile``'s (signature, constexprs, attrs, target, options), or
+    #: None: then the kernels compile through ``warmup`` on placeholder tensors
+    captured: tuple | None = None
 
     def __str__(self) -> str:
         return f"CompileJob({os.path.basename(os.path.dirname(self.path))} {dict(self.config)})"
 
 
 def job_for(path: str, arg_types: list, hints: list[int], config: dict, device: str = "cuda",
-            kernels: tuple[str, ...] = ("kiln_kernel",)) -> CompileJob:
+            kernels: tuple[str, ...] = ("kiln_kernel",), captured: tuple | None = None) -> CompileJob:
     """A picklable job from a launcher's argument dtypes (``"int"`` or ``torch.dtype``)."""
     types = tuple("int" if t == "int" else str(t).removeprefix("torch.") for t in arg_types)
     return CompileJob(path, types, tuple(int(h) for h in hints), tuple(sorted(config.items())), device,
-                      tuple(kernels))
+                      tuple(kernels), captured)
+
+
+class _Captured(Exception):
+    """Raised in place of Triton's compile once its arguments are taken."""
+
+
+_CAPTURE_LOCK = threading.Lock()
+
+
+def captured_compile(fn, launch) -> tuple | None:
+    """(signature, constexprs, attrs, target, options): the arguments Triton's JIT gives its
+    ``ASTSource`` and ``compile`` when ``launch()`` (a ``fn.warmup(...)``) needs ``fn``
+    compiled, taken without compiling; None when nothing needs compiling (already in this
+    process) or this Triton's JIT does not build them as expected (``create_binder`` sets
+    ``fn.compile`` and ``fn.ASTSource``, Triton 3.x). Other threads using ``fn`` meanwhile
+    compile as usual."""
+    with _CAPTURE_LOCK:
+        caches = getattr(fn, "device_caches", None)
+        if caches is None:
+            return None
+        try:
+            import torch
+
+            caches[torch.cuda.current_device()]  # builds the binder: sets fn.compile, fn.ASTSource
+        except Exception:  # noqa: BLE001
+            return None
+        if "compile" not in vars(fn) or "ASTSource" not in vars(fn):
+            return None
+        real_compile, real_source = fn.compile, fn.ASTSource
+        owner, seen = threading.get_ident(), {}
+
+        def ast_source(f, signature, constexprs=None, attrs=None):
+            if threading.get_ident() == owner:
+                seen["source"] = (signature, constexprs, attrs)
+            return real_source(f, signature, constexprs, attrs)
+
+        def compile_args(src, target=None, options=None, **kw):
+            if threading.get_ident() != owner:
+                return real_compile(src, target=target, options=options, **kw)
+            seen["compile"] = (target, options)
+            raise _Captured
+
+        fn.compile, fn.ASTSource = compile_args, ast_source
+        try:
+            launch()
+        except _Captured:
+            pass
+        except Exception:  # noqa: BLE001  (the real launch reports it)
+            return None
+        finally:
+            fn.compile, fn.ASTSource = real_compile, real_source
+        if "source" not in seen or "compile" not in seen:
+            return None
+        captured = (*seen["source"], *seen["compile"])
+        try:
+            pickle.dumps(captured)
+        except Exception:  # noqa: BLE001
+            return None
+        return captured
 
 
 #: a graph with fewer kernel x config pairs than this compiles in-process only
@@ -74,8 +143,6 @@ _MODULES: dict[str, object] = {}  # source path -> its imported module
 def compile_job(job: CompileJob) -> str | None:
     """Compile one job with Triton's ``warmup`` (fills Triton's cache); returns None, or the
     error's text (the parent compiles that pair itself and reports a real error)."""
-    import torch
-
     try:
         module = _MODULES.get(job.path)
         if module is None:
@@ -83,6 +150,17 @@ def compile_job(job: CompileJob) -> str | None:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             _MODULES[job.path] = module
+        if job.captured is not None:  # triton.compile alone: no torch, no CUDA context
+            from triton.compiler import ASTSource, compile
+
+            for name, captured in zip(job.kernels, job.captured, strict=True):
+                if captured is not None:
+                    signature, constexprs, attrs, target, options = captured
+                    compile(ASTSource(getattr(module, name), signature, constexprs, attrs), target=target,
+                            options=options)
+            return None
+        import torch
+
         ints = iter(job.ints)
         args = [next(ints) if t == "int" else torch.empty(16, dtype=getattr(torch, t), device=job.device)
                 for t in job.arg_types]
@@ -106,18 +184,30 @@ def load_handles(kernel) -> None:
 
 
 def _worker_ready() -> int:
-    """Run once per worker at start: import what a compile needs, initialize CUDA."""
-    import torch
-    import triton  # noqa: F401
+    """Run once per worker at start: import what a compile needs (torch, for a job without
+    captured arguments, is imported by that job)."""
+    import triton.compiler  # noqa: F401
 
-    if torch.cuda.is_available():
-        torch.empty(1, device="cuda")
     return os.getpid()
 
 
 # ------------------------------------------------------------------------------ the pool
 # Worker processes are this file run as a script (``python compile_workers.py``), not
 # multiprocessing's children: a spawned multiprocessing child re-runs the user's main script.
+
+
+def _job_bytes(job: CompileJob) -> bytes:
+    """A job as its worker reads it: plain data (the worker imports no kiln), the fields
+    taken as they are (``dataclasses.astuple`` would turn a captured GPUTarget into a tuple)."""
+    data = pickle.dumps(tuple(getattr(job, f.name) for f in dataclasses.fields(job)))
+    return struct.pack("<Q", len(data)) + data
+
+
+def _receive_bytes(data: bytes):
+    """What ``_receive`` reads from a stream holding ``data``."""
+    import io
+
+    return _receive(io.BytesIO(data))
 
 
 def _send(stream, obj) -> None:
@@ -166,7 +256,8 @@ class _Pool:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                _send(proc.stdin, dataclasses.astuple(job))  # plain data: the worker imports no kiln
+                proc.stdin.write(_job_bytes(job))
+                proc.stdin.flush()
                 future.set_result(_receive(proc.stdout))
             except Exception as e:  # noqa: BLE001  (a dead worker)
                 future.set_exception(e)

@@ -145,10 +145,15 @@ def precompile(launchers: list[TritonLauncher]) -> None:
             extra, more, _, _ = ln._split_args(c, args)
             types += [*ln.spec.split_dtypes, "int", "int"]
             full, config, kernels = full + list(extra), {**c, **more}, ("kiln_kernel", "kiln_kernel_final")
+        captured = None
+        if compile_workers.ready():  # what the JIT would compile: the worker then needs no torch
+            captured = tuple(compile_workers.captured_compile(fn, warmup) for fn, warmup in ln._warmups(c, args))
+            captured = captured if any(x is not None for x in captured) else None
         future = compile_workers.submit(compile_workers.job_for(
-            ln.path, types, [a for a in full if isinstance(a, int)], config, kernels=kernels))
+            ln.path, types, [a for a in full if isinstance(a, int)], config, kernels=kernels, captured=captured))
         if future is not None:
             kiln_runtime.counters["triton_worker_compiles"] += 1
+            kiln_runtime.counters["triton_worker_compiles_without_torch"] += captured is not None
             compile_workers.wait(future)
         ln._warmup(c, args)
 
@@ -412,19 +417,27 @@ class TritonLauncher:
         kiln_runtime.counters["triton_autotune_runs"] += 1
         return min(times, key=lambda tc: tc[0])[1]
 
-    def _warmup(self, config: dict, args) -> None:
+    def _warmups(self, config: dict, args) -> list[tuple]:
+        """(jit function, its ``warmup`` call) for each kernel one config compiles: one, a
+        split reduction's two (with the extra arguments these sizes get), none for a
+        cooperative kernel (it compiles at its first launch: its extra arguments depend on
+        sizes)."""
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         opts = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
+        if self.spec.cooperative_parts:
+            return []
+        if self.spec.split_dtypes:
+            extra, more, grid, xtiles = self._split_args(config, args)
+            main, final = self.fn, self.fn.final
+            return [(main, lambda: main.warmup(*args, *extra, grid=grid, **meta, **more, **opts)),
+                    (final, lambda: final.warmup(*args, *extra, grid=(xtiles,), **meta, **more, **opts))]
+        fn, grid = self.fn, self.grid(config, args)
+        return [(fn, lambda: fn.warmup(*args, grid=grid, **meta, **opts))]
+
+    def _warmup(self, config: dict, args) -> None:
         try:
-            if self.spec.cooperative_parts:
-                return  # compiles at its first launch (its extra arguments depend on sizes)
-            if self.spec.split_dtypes:  # both kernels, with the extra arguments these sizes get
-                extra, more, grid, xtiles = self._split_args(config, args)
-                compile_workers.load_handles(self.fn.warmup(*args, *extra, grid=grid, **meta, **more, **opts))
-                compile_workers.load_handles(
-                    self.fn.final.warmup(*args, *extra, grid=(xtiles,), **meta, **more, **opts))
-                return
-            compile_workers.load_handles(self.fn.warmup(*args, grid=self.grid(config, args), **meta, **opts))
+            for _, warmup in self._warmups(config, args):
+                compile_workers.load_handles(warmup())
         except Exception:
             pass  # reported by the timed launch
 
