@@ -214,7 +214,11 @@ captured = ({"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(3
             {"num_warps": 4})
 job = W.job_for(path, ["float32", "float32", "int"], [300], {"XBLOCK": 128}, captured=(captured,))
 job = W.CompileJob(*W._receive_bytes(W._job_bytes(job)))  # through the pipe's encoding
-print(json.dumps({"error": W.compile_job(job), "torch_imported": "torch" in sys.modules}))
+import inspect
+from triton.backends.nvidia.driver import CudaLauncher
+per_signature = "driver.active" not in inspect.getsource(CudaLauncher.__init__)
+print(json.dumps({"error": W.compile_job(job), "torch_imported": "torch" in sys.modules,
+                  "launcher_per_signature": per_signature}))
 """
 
 
@@ -237,8 +241,11 @@ def test_a_captured_job_compiles_without_torch(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if "skip" in result:
         pytest.skip(result["skip"])
-    assert result == {"error": None, "torch_imported": False}
-    assert any(p.suffix == ".cubin" for p in (tmp_path / "triton-cache").rglob("*"))
+    assert result["error"] is None and result["torch_imported"] is False
+    built = [p.name for p in (tmp_path / "triton-cache").rglob("*")]
+    assert any(name.endswith(".cubin") for name in built)
+    if result["launcher_per_signature"]:  # (Triton 3.6: a C launcher per signature, built by gcc)
+        assert any(name.startswith("__triton_launcher") for name in built), built
 
 
 COMPILED_STANDIN = """
