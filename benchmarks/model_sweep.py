@@ -765,6 +765,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="comma-separated model names")
     p.add_argument("--no-train", action="store_true", help="inference (and patterns) only")
     p.add_argument("--no-patterns", action="store_true", help="skip the user-pattern checks")
+    p.add_argument("--no-infer", action="store_true", help="skip the inference checks (training only, say)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per model and mode")
     p.add_argument("--cache-dir", default="", help="KILN_CACHE_DIR (default: a fresh temp dir)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -801,7 +802,7 @@ def main(argv=None) -> int:
     order = args.order or ("mode" if args.budget else "model")
     todo = [(m, mode) for m in MODELS if not only or m.name in only
             for mode in MODES
-            if mode == "infer" or (mode == "train" and m.train and not args.no_train)
+            if (mode == "infer" and not args.no_infer) or (mode == "train" and m.train and not args.no_train)
             or (mode == "patterns" and m.patterns and not args.no_patterns)]
     if order == "mode":
         todo.sort(key=lambda t: MODES.index(t[1]))  # stable: models in order within a mode

@@ -256,8 +256,8 @@ class _Pool:
 
     def _serve(self, i: int) -> None:
         try:
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *_warm_up_target()],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             self.procs.append(proc)
             self.ready[i].set_result(_receive(proc.stdout))
         except Exception as e:  # noqa: BLE001
@@ -384,11 +384,61 @@ def shutdown() -> None:
             _POOL.pop().shutdown()
 
 
+def _warm_up_target() -> list[str]:
+    """``[backend, arch, warp size]`` of the current CUDA device for a worker's warm-up
+    compile (``_warm_up``), or nothing."""
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.version.hip is None:
+            major, minor = torch.cuda.get_device_capability()
+            return ["cuda", str(major * 10 + minor), "32"]
+    except Exception:  # noqa: BLE001
+        pass
+    return []
+
+
+_WARM_UP_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kiln_warm_up(x, n, XBLOCK: tl.constexpr):
+    o = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    tl.store(x + o, tl.exp(tl.load(x + o, o < n)), o < n)
+"""
+
+
+def _warm_up(target: list[str]) -> None:
+    """Compile a tiny kernel for ``target``: a process's first Triton compile also loads the
+    backend and its tools, which would otherwise add to the first real job, while the
+    parent is still tracing. Best effort."""
+    try:
+        import tempfile
+
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource, compile
+
+        path = os.path.join(tempfile.mkdtemp(prefix="kiln-warm-up-"), "kiln_warm_up.py")
+        with open(path, "w") as f:
+            f.write(_WARM_UP_KERNEL)
+        spec = importlib.util.spec_from_file_location("kiln_warm_up", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        compile(ASTSource(module.kiln_warm_up, {"x": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(2,): 128}),
+                target=GPUTarget(target[0], int(target[1]), int(target[2])))
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _main() -> None:
-    """A worker: say it is ready, then compile jobs from stdin until it closes."""
+    """A worker: say it is ready, warm up, then compile jobs from stdin until it closes."""
     out, inp = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr  # prints of imported code must not mix into the replies
     _send(out, _worker_ready())
+    if len(sys.argv) == 4:
+        _warm_up(sys.argv[1:])
     while True:
         try:
             job = CompileJob(*_receive(inp))
