@@ -652,20 +652,17 @@ class TritonKernel:
                     return False
         self.tiling.numels["rnumel"] = first[0].rnumel
         rnumel = sympy.sympify(first[0].rnumel)
-        if mode == "lagged" and rnumel.is_Integer and coop.lagged_configs(int(rnumel)):
+        if mode == "lagged":
+            if not (rnumel.is_Integer and coop.lagged_configs(int(rnumel))):
+                return False  # (no config fits: one program per row)
             # stats units reduce their chunk (one block) and publish; normalize units, later
             # in the launch, combine the row's partials and re-read their chunk from L2
-            t.coop_registers = t.coop_lagged = True
+            t.coop_lagged = True
             self.row_eviction = ", eviction_policy='evict_last'"
-            self.coop_leading = list(self.runs[0])
-            self.online_max = {}
-            self.runs = [[k] for k in range(len(p.nodes))]
-            return True
-        if mode == "lagged":  # (no config fits: one program per row)
-            return False
-        if coop.registers_enabled() and rnumel.is_Integer and coop.register_configs(int(rnumel)):
-            # the chunk in registers: persistent-style nodes (one per run), the first run's
-            # reductions done on the block, then the exchange (``_coop_exchange``)
+        if t.coop_lagged or (coop.registers_enabled() and rnumel.is_Integer and coop.register_configs(int(rnumel))):
+            # the chunk one block (registers: kept across the exchange): persistent-style nodes
+            # (one per run), the first run's reductions done on the block, then the exchange
+            # (``_coop_exchange``)
             t.coop_registers = True
             self.coop_leading = list(self.runs[0])
             self.online_max = {}
@@ -736,8 +733,7 @@ class TritonKernel:
         self.emit("ticket = tl.atomic_add(coop_tickets + xoffset, 1, sem='acq_rel')")
         self.emit("target = ticket - ticket % nsplit + nsplit")
         self.emit("seen = ticket + 1")
-        self.emit("while seen < target:")
-        self.emit("    seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
+        self._spin_until_target()
 
     def _lagged_wait(self) -> None:
         """Lagged units: the stats unit counts itself on its row (release) and ends here (its
@@ -752,6 +748,10 @@ class TritonKernel:
         self.emit("ticket = tl.atomic_add(coop_tickets + nunits // nsplit + xoffset, 1, sem='relaxed')")
         self.emit("target = (ticket // nsplit + 1) * nsplit")
         self.emit("seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
+        self._spin_until_target()
+
+    def _spin_until_target(self) -> None:
+        """Poll the row's counter (acquire) until it reaches ``target``."""
         self.emit("while seen < target:")
         self.emit("    seen = tl.atomic_add(coop_tickets + xoffset, 0, sem='acquire')")
 
