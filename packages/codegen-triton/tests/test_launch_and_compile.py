@@ -198,7 +198,7 @@ def test_compile_jobs_are_picklable_and_run_in_process(tmp_path):
 #: a worker's captured-arguments job in a fresh process (no TRITON_INTERPRET: see
 #: test_cooperative_compile.py), its arguments as Triton 3.x's JIT builds them
 CAPTURED_JOB = """
-import json, sys
+import json, pickle, sys
 from triton.backends import backends
 if "nvidia" not in backends:
     print(json.dumps({"skip": "this triton has no nvidia backend"}))
@@ -214,7 +214,7 @@ captured = ({"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(3
             {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}, GPUTarget("cuda", 90, 32),
             {"num_warps": 4})
 job = W.job_for(path, ["float32", "float32", "int"], [300], {"XBLOCK": 128}, captured=(captured,))
-job = W.CompileJob(*W._receive_bytes(W._job_bytes(job)))  # through the pipe's encoding
+job = W.CompileJob(*pickle.loads(pickle.dumps(W._job_fields(job))))  # as it crosses the pipe
 import inspect
 from triton.backends.nvidia.driver import CudaLauncher
 per_signature = "driver.active" not in inspect.getsource(CudaLauncher.__init__)

@@ -31,6 +31,7 @@ of GPU memory). Never under the interpreter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import logging
 import os
@@ -140,16 +141,22 @@ MIN_JOBS = 16
 _MODULES: dict[str, object] = {}  # source path -> its imported module
 
 
+def _module(path: str):
+    """The kernel source file at ``path``, imported once per process."""
+    module = _MODULES.get(path)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(f"kiln_triton_worker_{len(_MODULES)}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _MODULES[path] = module
+    return module
+
+
 def compile_job(job: CompileJob) -> str | None:
     """Compile one job with Triton's ``warmup`` (fills Triton's cache); returns None, or the
     error's text (the parent compiles that pair itself and reports a real error)."""
     try:
-        module = _MODULES.get(job.path)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(f"kiln_triton_worker_{len(_MODULES)}", job.path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            _MODULES[job.path] = module
+        module = _module(job.path)
         if job.captured is not None:  # triton.compile alone: no torch, no CUDA context
             from triton.compiler import ASTSource, compile
 
@@ -179,15 +186,25 @@ def _build_launcher(kernel) -> None:
     per signature with gcc (0.3-1.4 s, cached on disk), which the parent's first load of the
     kernel did in turn otherwise (2.8 s of resnet50's cold compile). Best effort: a Triton
     whose launcher needs its driver (and so torch) or has none per signature is left alone."""
+    launcher = _torch_free_launcher()
+    if launcher is not None:
+        try:
+            launcher(kernel.src, kernel.metadata)
+        except Exception:  # noqa: BLE001  (the parent builds it at its first load)
+            pass
+
+
+@functools.cache
+def _torch_free_launcher():
+    """Triton's CUDA launcher class when building one needs no driver (read once), else None."""
     try:
         import inspect
 
         from triton.backends.nvidia.driver import CudaLauncher
 
-        if "driver.active" not in inspect.getsource(CudaLauncher.__init__):
-            CudaLauncher(kernel.src, kernel.metadata)
-    except Exception:  # noqa: BLE001  (the parent builds it at its first load)
-        pass
+        return None if "driver.active" in inspect.getsource(CudaLauncher.__init__) else CudaLauncher
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def load_handles(kernel) -> None:
@@ -212,18 +229,11 @@ def _worker_ready() -> int:
 # multiprocessing's children: a spawned multiprocessing child re-runs the user's main script.
 
 
-def _job_bytes(job: CompileJob) -> bytes:
-    """A job as its worker reads it: plain data (the worker imports no kiln), the fields
-    taken as they are (``dataclasses.astuple`` would turn a captured GPUTarget into a tuple)."""
-    data = pickle.dumps(tuple(getattr(job, f.name) for f in dataclasses.fields(job)))
-    return struct.pack("<Q", len(data)) + data
-
-
-def _receive_bytes(data: bytes):
-    """What ``_receive`` reads from a stream holding ``data``."""
-    import io
-
-    return _receive(io.BytesIO(data))
+def _job_fields(job: CompileJob) -> tuple:
+    """A job as its worker reads it (``CompileJob(*fields)``): plain data, the worker imports
+    no kiln; the fields taken as they are (``dataclasses.astuple`` would turn a captured
+    GPUTarget into a tuple)."""
+    return tuple(getattr(job, f.name) for f in dataclasses.fields(job))
 
 
 def _send(stream, obj) -> None:
@@ -251,12 +261,13 @@ class _Pool:
         self.broken = False
         self.owner = os.getpid()  # a forked child has the object but not the serving threads
         self.procs: list = []
+        self.warm_up = _warm_up_target()  # (the workers' argv)
         for i in range(n):
             threading.Thread(target=self._serve, args=(i,), daemon=True, name=f"kiln-compile-{i}").start()
 
     def _serve(self, i: int) -> None:
         try:
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *_warm_up_target()],
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *self.warm_up],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             self.procs.append(proc)
             self.ready[i].set_result(_receive(proc.stdout))
@@ -272,8 +283,7 @@ class _Pool:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                proc.stdin.write(_job_bytes(job))
-                proc.stdin.flush()
+                _send(proc.stdin, _job_fields(job))
                 future.set_result(_receive(proc.stdout))
             except Exception as e:  # noqa: BLE001  (a dead worker)
                 future.set_exception(e)
@@ -423,10 +433,7 @@ def _warm_up(target: list[str]) -> None:
         path = os.path.join(tempfile.mkdtemp(prefix="kiln-warm-up-"), "kiln_warm_up.py")
         with open(path, "w") as f:
             f.write(_WARM_UP_KERNEL)
-        spec = importlib.util.spec_from_file_location("kiln_warm_up", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        compile(ASTSource(module.kiln_warm_up, {"x": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(2,): 128}),
+        compile(ASTSource(_module(path).kiln_warm_up, {"x": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(2,): 128}),
                 target=GPUTarget(target[0], int(target[1]), int(target[2])))
     except Exception:  # noqa: BLE001
         pass

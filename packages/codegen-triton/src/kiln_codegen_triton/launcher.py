@@ -145,9 +145,13 @@ def precompile(launchers: list[TritonLauncher]) -> None:
             extra, more, _, _ = ln._split_args(c, args)
             types += [*ln.spec.split_dtypes, "int", "int"]
             full, config, kernels = full + list(extra), {**c, **more}, ("kiln_kernel", "kiln_kernel_final")
+        try:
+            warmups = ln._warmups(c, args)
+        except Exception:  # noqa: BLE001  (reported by the timed launch)
+            return
         captured = None
         if compile_workers.ready():  # what the JIT would compile: the worker then needs no torch
-            captured = tuple(compile_workers.captured_compile(fn, warmup) for fn, warmup in ln._warmups(c, args))
+            captured = tuple(compile_workers.captured_compile(fn, warmup) for fn, warmup in warmups)
             captured = captured if any(x is not None for x in captured) else None
         future = compile_workers.submit(compile_workers.job_for(
             ln.path, types, [a for a in full if isinstance(a, int)], config, kernels=kernels, captured=captured))
@@ -155,7 +159,7 @@ def precompile(launchers: list[TritonLauncher]) -> None:
             kiln_runtime.counters["triton_worker_compiles"] += 1
             kiln_runtime.counters["triton_worker_compiles_without_torch"] += captured is not None
             compile_workers.wait(future)
-        ln._warmup(c, args)
+        ln._warmup(c, args, warmups)
 
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
         list(pool.map(one, range(len(jobs))))
@@ -434,9 +438,11 @@ class TritonLauncher:
         fn, grid = self.fn, self.grid(config, args)
         return [(fn, lambda: fn.warmup(*args, grid=grid, **meta, **opts))]
 
-    def _warmup(self, config: dict, args) -> None:
+    def _warmup(self, config: dict, args, warmups: list | None = None) -> None:
+        """Compile (or find in Triton's cache) and load each kernel of one config; ``warmups``:
+        ``_warmups``' list when the caller has it already."""
         try:
-            for _, warmup in self._warmups(config, args):
+            for _, warmup in self._warmups(config, args) if warmups is None else warmups:
                 compile_workers.load_handles(warmup())
         except Exception:
             pass  # reported by the timed launch
