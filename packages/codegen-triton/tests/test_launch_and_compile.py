@@ -11,7 +11,7 @@ import kiln_codegen_triton.launcher as L
 import pytest
 import torch
 from kiln_codegen_triton import TritonCodegen, compile_fx
-from kiln_codegen_triton.codegen import MANY_ROWS, MIN_PROGRAMS, candidate_configs
+from kiln_codegen_triton.codegen import MANY_ROWS, MIN_PROGRAMS, POINTWISE_TILE, candidate_configs
 from kiln_codegen_triton.kernel import Tiling
 
 
@@ -25,9 +25,9 @@ def _reduction(rblock=None, split=False):
 def test_pointwise_kernels_get_one_config_from_the_size_hints():
     assert len(candidate_configs(Tiling("pointwise1d"), 1 << 20, 1, False)) == 1
     (c,) = candidate_configs(Tiling("pointwise2d"), 49, 65536, False)
-    assert (c["XBLOCK"], c["YBLOCK"]) == (64, 64)
+    assert (c["XBLOCK"], c["YBLOCK"], c["num_warps"]) == (64, 16, 4)  # 8 elements per thread
     (c,) = candidate_configs(Tiling("pointwise2d"), 8, 10_000, False)  # short rows: taller tiles
-    assert c["XBLOCK"] == 8 and c["XBLOCK"] * c["YBLOCK"] <= 4096
+    assert c["XBLOCK"] == 8 and 8 < c["YBLOCK"] <= POINTWISE_TILE // 8
     (c,) = candidate_configs(Tiling("pointwise2d"), 3, 5, False)
     assert (c["XBLOCK"], c["YBLOCK"], c["num_warps"]) == (4, 8, 1)
 
@@ -210,9 +210,11 @@ W = sys.modules["worker"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(W)
 path = sys.argv[1]
 W._warm_up(["cuda", "90", "32"])  # what a worker compiles first, while the parent traces
+from triton.compiler.compiler import make_backend
+target = GPUTarget("cuda", 90, 32)
 captured = ({"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(3,): 128},
-            {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}, GPUTarget("cuda", 90, 32),
-            {"num_warps": 4})
+            {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}, target,
+            {"num_warps": 4}, make_backend(target).hash())
 job = W.job_for(path, ["float32", "float32", "int"], [300], {"XBLOCK": 128}, captured=(captured,))
 job = W.CompileJob(*pickle.loads(pickle.dumps(W._job_fields(job))))  # as it crosses the pipe
 import inspect
@@ -247,6 +249,57 @@ def test_a_captured_job_compiles_without_torch(tmp_path):
     assert {"kiln_warm_up.cubin", "kiln_kernel.cubin"} <= set(built), built
     if result["launcher_per_signature"]:  # (Triton 3.6: a C launcher per signature, built by gcc)
         assert any(name.startswith("__triton_launcher") for name in built), built
+
+
+KEYED_AS_PARENT = """
+import json, sys
+from triton.backends import backends
+if "nvidia" not in backends:
+    print(json.dumps({"skip": "this triton has no nvidia backend"}))
+    sys.exit(0)
+import importlib.util
+spec = importlib.util.spec_from_file_location("worker", sys.argv[2])
+W = sys.modules["worker"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(W)
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from triton.compiler.compiler import make_backend
+target = GPUTarget("cuda", 90, 32)
+fn = W._module(sys.argv[1]).kiln_kernel
+def source():
+    return ASTSource(fn, {"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(3,): 128})
+own = compile(source(), target=target, options={"num_warps": 4}).hash
+as_own = W._compile_keyed_as_parent(source(), target, {"num_warps": 4}, make_backend(target).hash()).hash
+as_other = W._compile_keyed_as_parent(source(), target, {"num_warps": 4}, "another ptxas-90").hash
+print(json.dumps({"own": own, "as_own": as_own, "as_other": as_other,
+                  "restored": make_backend(target).hash() != "another ptxas-90"}))
+"""
+
+
+def test_a_worker_keys_its_binary_by_the_parents_backend_hash(tmp_path):
+    """The cache key of a worker's compile takes the backend's hash the parent sent (Triton
+    caches ptxas's version per process, so a worker started after torch.compile changed
+    ``TRITON_PTXAS_PATH`` would key by another one and the parent would compile again):
+    with the process's own hash it is the key ``triton.compile`` gives, with another hash
+    another key, and the backend is left as it was."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "kernel.py"
+    path.write_text(KERNEL)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    out = subprocess.run([sys.executable, "-c", KEYED_AS_PARENT, str(path), W.__file__], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    assert result["as_own"] == result["own"]
+    assert result["as_other"] != result["own"]
+    assert result["restored"]
 
 
 COMPILED_STANDIN = """
@@ -369,3 +422,21 @@ def test_a_models_repeated_layers_print_one_kernel_source():
     assert "in_ptr0" in sources[0] and "out_ptr0" in sources[0]
     got = compile_fx(gm, args)(*args)
     torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got, two_layers(*args))
+
+
+def test_the_parents_triton_warm_up_starts_once(monkeypatch):
+    """``warm_up_parent`` fills Triton's per-process state in one background thread, however
+    often graphs ask for it; its ``_triton_key`` is the function Triton's cache keys call."""
+    import threading
+
+    calls = []
+    monkeypatch.setattr(W, "_PARENT_WARM", [])
+    monkeypatch.setattr(W, "_warm_parent_state", lambda: calls.append(threading.current_thread().name))
+    W.warm_up_parent()
+    W.warm_up_parent()
+    (thread,) = W._PARENT_WARM
+    thread.join(timeout=10)
+    assert calls == ["kiln-triton-warm-up"]
+    from triton.compiler import compiler
+
+    assert W._triton_key() is getattr(compiler, "triton_key", None) or W._triton_key().__module__ == "triton.runtime.cache"

@@ -32,7 +32,7 @@ PREPARE_MIN_NODES = 100
 
 def prepare(graph_nodes: int) -> None:
     """Start the compile-worker processes (``compile_workers``) for a model-sized CUDA graph,
-    so that their start (importing torch and triton, a CUDA context: seconds) overlaps the
+    and warm this process's own Triton state (``warm_up_parent``), so that both overlap the
     graph's tracing and lowering instead of its kernel compiles."""
     from . import compile_workers
     from .launcher import _interpreting
@@ -42,6 +42,7 @@ def prepare(graph_nodes: int) -> None:
 
         if torch.cuda.is_available():
             compile_workers.start()
+            compile_workers.warm_up_parent()
 
 
 #: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry). CPU is listed for

@@ -60,7 +60,8 @@ class CompileJob:
     device: str = "cuda"
     #: the module's kernels to compile (a split reduction has a final kernel too)
     kernels: tuple[str, ...] = ("kiln_kernel",)
-    #: per kernel, ``captured_compile``'s (signature, constexprs, attrs, target, options), or
+    #: per kernel, ``captured_compile``'s (signature, constexprs, attrs, target, options,
+    #: backend hash), or
     #: None: then the kernels compile through ``warmup`` on placeholder tensors
     captured: tuple | None = None
 
@@ -84,9 +85,10 @@ _CAPTURE_LOCK = threading.Lock()
 
 
 def captured_compile(fn, launch) -> tuple | None:
-    """(signature, constexprs, attrs, target, options): the arguments Triton's JIT gives its
-    ``ASTSource`` and ``compile`` when ``launch()`` (a ``fn.warmup(...)``) needs ``fn``
-    compiled, taken without compiling; None when nothing needs compiling (already in this
+    """(signature, constexprs, attrs, target, options, backend hash): the arguments Triton's
+    JIT gives its ``ASTSource`` and ``compile`` when ``launch()`` (a ``fn.warmup(...)``) needs
+    ``fn`` compiled, taken without compiling, and this process's hash of the backend (see
+    ``_compile_keyed_as_parent``); None when nothing needs compiling (already in this
     process) or this Triton's JIT does not build them as expected (``create_binder`` sets
     ``fn.compile`` and ``fn.ASTSource``, Triton 3.x). Other threads using ``fn`` meanwhile
     compile as usual."""
@@ -127,8 +129,10 @@ def captured_compile(fn, launch) -> tuple | None:
             fn.compile, fn.ASTSource = real_compile, real_source
         if "source" not in seen or "compile" not in seen:
             return None
-        captured = (*seen["source"], *seen["compile"])
         try:
+            from triton.compiler.compiler import make_backend
+
+            captured = (*seen["source"], *seen["compile"], make_backend(seen["compile"][0]).hash())
             pickle.dumps(captured)
         except Exception:  # noqa: BLE001
             return None
@@ -158,13 +162,13 @@ def compile_job(job: CompileJob) -> str | None:
     try:
         module = _module(job.path)
         if job.captured is not None:  # triton.compile alone: no torch, no CUDA context
-            from triton.compiler import ASTSource, compile
+            from triton.compiler import ASTSource
 
             for name, captured in zip(job.kernels, job.captured, strict=True):
                 if captured is not None:
-                    signature, constexprs, attrs, target, options = captured
-                    _build_launcher(compile(ASTSource(getattr(module, name), signature, constexprs, attrs),
-                                            target=target, options=options))
+                    signature, constexprs, attrs, target, options, backend_hash = captured
+                    _build_launcher(_compile_keyed_as_parent(
+                        ASTSource(getattr(module, name), signature, constexprs, attrs), target, options, backend_hash))
             return None
         import torch
 
@@ -179,6 +183,31 @@ def compile_job(job: CompileJob) -> str | None:
         return None
     except Exception as e:  # noqa: BLE001  (reported by the parent's own compile)
         return f"{type(e).__name__}: {e}"
+
+
+def _compile_keyed_as_parent(source, target, options, backend_hash: str):
+    """``triton.compile``, with the backend's part of the cache key taken from the parent.
+    Triton reads its ptxas's version once per process (``get_ptxas_version`` is cached) but
+    the ptxas path (``TRITON_PTXAS_PATH``) at each compile, and torch.compile sets that path
+    to torch's own ptxas: a parent that compiled a kernel before torch.compile ran keys its
+    cache by Triton's ptxas, a worker started after by torch's. On the H200 the parent then
+    found none of the workers' binaries and compiled all 17 of resnet50's kernels again
+    (1.1-1.9 s each, in its threads). Keyed as the parent keys it, the binary is the one the
+    parent would build (its compile, too, runs the ptxas the path names)."""
+    from triton.compiler import compiler
+
+    make_backend = compiler.make_backend
+
+    def parents_backend(target):
+        backend = make_backend(target)
+        backend.hash = lambda: backend_hash
+        return backend
+
+    compiler.make_backend = parents_backend  # (a worker compiles one job at a time)
+    try:
+        return compiler.compile(source, target=target, options=options)
+    finally:
+        compiler.make_backend = make_backend
 
 
 def _build_launcher(kernel) -> None:
@@ -392,6 +421,45 @@ def shutdown() -> None:
     with _LOCK:
         while _POOL:
             _POOL.pop().shutdown()
+
+
+_PARENT_WARM = []  # [thread] once warm_up_parent started
+
+
+def warm_up_parent() -> None:
+    """Fill, in a background thread, the once-per-process Triton state this process's first
+    kernel load waits for, while the graph is still being traced: the driver (a fresh Triton
+    cache builds its C utilities with gcc), the hash of Triton's own sources and ``libtriton``
+    (part of every cache key: the parent's loads of the workers' binaries computed it at once,
+    in every thread, 0.45 s each on the H200's host), and the backend's (``ptxas --version``).
+    Idempotent; best effort: anything missing here is computed at the first load as before."""
+    with _LOCK:
+        if _PARENT_WARM:
+            return
+        thread = threading.Thread(target=_warm_parent_state, daemon=True, name="kiln-triton-warm-up")
+        _PARENT_WARM.append(thread)
+    thread.start()
+
+
+def _warm_parent_state() -> None:
+    try:
+        from triton.compiler.compiler import make_backend
+        from triton.runtime import driver
+
+        backend = make_backend(driver.active.get_current_target())
+        _triton_key()()
+        backend.hash()
+    except Exception as e:  # noqa: BLE001
+        log.debug("kiln: Triton warm-up skipped: %s: %s", type(e).__name__, e)
+
+
+def _triton_key():
+    """Triton's cached hash of its installation (``triton_key``; moved between versions)."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        from triton.compiler.compiler import triton_key
+    return triton_key
 
 
 def _warm_up_target() -> list[str]:
