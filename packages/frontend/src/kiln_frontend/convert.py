@@ -25,6 +25,7 @@ import torch.fx
 
 from . import config
 from .bytecode import assemble
+from .collector import user_heap_frozen
 from .exc import InternalError, KilnError, Unsupported
 from .guards import Guard, GuardKind, build_check_fn
 from .logging_utils import INTERNAL_ERRORS, emit
@@ -87,8 +88,9 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
     start = time.perf_counter()
     try:
         try:
-            compiled = _convert_frame(frame_info, compiler_fn, nopython, frame_state,
-                                      dynamic, reasons)
+            with user_heap_frozen():  # (collector.py: gen-2 collections scan the compile's objects)
+                compiled = _convert_frame(frame_info, compiler_fn, nopython, frame_state,
+                                          dynamic, reasons)
         except KilnError:
             raise
         except Exception as e:  # a bug of ours outside the steps that name their phase

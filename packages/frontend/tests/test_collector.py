@@ -1,0 +1,46 @@
+"""While a frame compiles, the objects that existed before are frozen out of gen-2
+collections (collector.py), and handed back after; a program's own freeze is left alone."""
+
+from __future__ import annotations
+
+import gc
+
+import kiln_frontend
+import torch
+
+
+def _compiled_with_freeze_probe():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.get_freeze_count())
+        return gm.forward
+
+    def f(x):
+        return torch.sin(x) + 1
+
+    return kiln_frontend.compile(f, backend=backend), seen
+
+
+def test_the_heap_is_frozen_while_a_frame_compiles_and_given_back_after():
+    kiln_frontend.reset()
+    before = gc.get_objects()  # (keeps them alive: they must be frozen during the compile)
+    assert gc.get_freeze_count() == 0
+    f, seen = _compiled_with_freeze_probe()
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), torch.sin(x) + 1)
+    assert len(seen) == 1 and seen[0] >= len(before) // 2
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_programs_own_freeze_is_left_alone():
+    kiln_frontend.reset()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        f, seen = _compiled_with_freeze_probe()
+        x = torch.randn(4)
+        torch.testing.assert_close(f(x), torch.sin(x) + 1)
+        assert seen == [frozen] and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
