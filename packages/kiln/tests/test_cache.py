@@ -176,6 +176,44 @@ def test_an_entry_with_folded_constants_holds_recipes_not_weights(graph_cache_on
     assert not artifact["stored_tensors"]
 
 
+def _program_scale(x):
+    """A tensor the program builds from its own data (traced as a constant, like the empty
+    tensors transformers' GPT-2 makes per layer)."""
+    return torch.tensor([2.0, 3.0], dtype=x.dtype)
+
+
+torch.fx.wrap("_program_scale")
+
+
+class ScaledLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x) * _program_scale(x)
+
+
+def test_a_constant_the_trace_made_is_stored_without_keying_the_entry_by_weights(graph_cache_on):
+    # the trace saw fake weights, so a constant it made cannot hold weight values: a module
+    # with other weights hits the entry (no hash of every weight on store, no guard on them)
+    x = torch.randn(3, 4)
+    torch.manual_seed(0)
+    a, b = ScaledLinear().eval(), ScaledLinear().eval()
+    _compile(a, x)
+    (path,) = graph_cache_on.glob(f"{kiln.cache.KIND}/*/*/{kiln.cache.ARTIFACT}")
+    artifact = kiln.cache._read(path.parent)
+    assert artifact["kind"] == "compiled"
+    assert [src[0] for src in artifact["constants"].values()].count("stored") == 1
+    before = kiln.stats()
+    compiled_b = _compile(b, x)
+    assert _delta(before, kiln.stats(), "graph_cache_hits", "graph_cache_misses") == {
+        "graph_cache_hits": 1, "graph_cache_misses": 0}
+    with torch.no_grad():
+        torch.testing.assert_close(compiled_b(x), b(x))
+        assert not torch.allclose(compiled_b(x), a(x))
+
+
 def test_key_normalizes_names_and_sees_inputs_and_options():
     m = _net(0)
 

@@ -62,6 +62,9 @@ class InferenceInfo:
     - ``mutated_attrs``: qualified names of parameters/buffers written back with ``copy_``.
     - ``num_inputs``: number of placeholders (= len(example_inputs)).
     - ``symbolic``: True when some placeholder has symbolic sizes.
+    - ``trace_constants``: the get_attr targets the trace itself created (``torch.tensor(...)``
+      or ``torch.empty(0)`` in the program). Their values come from the program's own data:
+      module tensors are fake during the trace, so no weight value can reach them.
     """
 
     out_spec: Any
@@ -70,6 +73,7 @@ class InferenceInfo:
     mutated_attrs: list[str]
     num_inputs: int
     symbolic: bool
+    trace_constants: tuple[str, ...] = ()
 
 
 def restore_outputs(aten_gm: torch.fx.GraphModule, flat_outputs: Sequence) -> Any:
@@ -159,6 +163,7 @@ def trace_inference(
     aten_gm = _finish(
         traced, gm, fake_mode, lifted_names, lifted_real, fake_lifted, fake_inputs, example_inputs
     )
+    lifted = set(lifted_names)
     info = InferenceInfo(
         out_spec=out_box["spec"],
         out_template=out_box["template"],
@@ -166,6 +171,8 @@ def trace_inference(
         mutated_attrs=[],
         num_inputs=len(example_inputs),
         symbolic=symbolic,
+        trace_constants=tuple(n.target for n in aten_gm.graph.nodes
+                              if n.op == "get_attr" and n.target not in lifted),
     )
     _record_mutations(aten_gm, info, example_inputs)
     aten_gm.meta["kiln"] = info

@@ -598,8 +598,8 @@ def structure_restorer(out_structure) -> Callable[[Sequence], Any]:
     return functools.partial(restore_structure, out_structure)
 
 
-def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
-                      ) -> tuple[dict, list]:
+def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None,
+                      trace_constants: frozenset[str] = frozenset()) -> tuple[dict, list, bool]:
     """Where each graph constant comes from on a hit:
 
     - ``("attr", name)``: the live module tensor (normalized name);
@@ -617,7 +617,11 @@ def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
       again on a hit from the source's value there.
 
     A constant computed from a parameter in any other way would bake the storing process's
-    weights into the entry: such graphs are not cached."""
+    weights into the entry: such graphs are not cached.
+
+    Also returns whether a stored tensor may hold weight values (then the entry is valid only
+    for these weights). Only the trace's own constants (``trace_constants``) are known not to:
+    the trace saw fake weights."""
     folded = folded or {}
     sched = module.meta.get("schedule") if hasattr(module, "meta") else None
     targets, recipes = {}, {}
@@ -626,7 +630,7 @@ def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
             targets[b.name] = b.target
             if getattr(b, "recipe", None) is not None:
                 recipes[b.name] = b.recipe
-    sources, stored = {}, []
+    sources, stored, weight_valued = {}, [], False
     for name, value in module.constants.items():
         if name in recipes:
             derivation, source, args = recipes[name]
@@ -650,6 +654,7 @@ def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
                 live = None
         if not isinstance(live, torch.Tensor) or not isinstance(value, torch.Tensor):
             sources[name] = ("stored", len(stored))
+            weight_valued = weight_valued or target not in trace_constants
             if isinstance(value, torch.Tensor):  # a view would save its whole storage
                 value = value.detach()
                 if value.untyped_storage().nbytes() > value.nbytes:
@@ -663,7 +668,7 @@ def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None
             sources[name] = ("layout", norm, tuple(value.stride()))
         else:
             raise NotCacheable(f"constant {name} is computed from parameter {target}")
-    return sources, stored
+    return sources, stored, weight_valued
 
 
 def _folded_source(name: str, value: torch.Tensor, recipe: tuple, gm, names: GraphNames) -> tuple:
@@ -754,14 +759,17 @@ def _store(key: str, rec: _Recording, gm, names: GraphNames) -> None:
     """Write the entry. An artifact holding tensors the compile computed (folded weights, a
     weight in another layout of a value we cannot tie to a parameter) is valid only for these
     weights: it goes under a key that adds their hash, and ``key`` holds a pointer to that.
+    Tensors the trace itself made (``torch.empty(0)`` in the program) need no such key.
     What the entry holds is decided now; pickling and writing happen in the background."""
     if rec.eager_reason is not None:
         artifact = {"format": _FORMAT, "kind": "eager", "reason": rec.eager_reason}
         disk_cache.put(KIND, key, {ARTIFACT: _serialize(artifact)})
         return
     aten_gm, module, _ = rec.compiled[0]
+    info = getattr(aten_gm, "meta", {}).get("kiln")
+    trace_constants = frozenset(getattr(info, "trace_constants", ()))
     with _one_thread():  # it refolds each folded constant to check its recipe
-        sources, stored = _constant_sources(module, gm, names, rec.folded)
+        sources, stored, weight_valued = _constant_sources(module, gm, names, rec.folded, trace_constants)
     artifact = {
         "format": _FORMAT,
         "kind": "compiled",
@@ -774,7 +782,7 @@ def _store(key: str, rec: _Recording, gm, names: GraphNames) -> None:
         "out_structure": out_structure(aten_gm),
         "facts": graph_facts(aten_gm),
     }
-    weights_key = disk_cache.hash_key(key, _weights_hash(gm)) if stored else None
+    weights_key = disk_cache.hash_key(key, _weights_hash(gm)) if weight_valued else None
 
     def write() -> None:
         try:
