@@ -495,7 +495,7 @@ def plot(results: dict, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except Exception as e:
         return f"no plot: {e}"
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
     labels, kiln, ind = [], [], []
     bw = []
     cs = results.get("cos_sin", {}).get("result")
@@ -527,6 +527,17 @@ def plot(results: dict, path: Path) -> str | None:
     axes[1].set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
     axes[1].set_ylabel("fp16 inference speedup over eager")
     axes[1].legend()
+    # cold compile (build + first call) of the default modes, with kiln's share written on top
+    for i, lab in enumerate(("torch.compile", "kiln")):
+        vals = [((models[n].get(lab) or {}).get("cold_s") or 0) for n in names]
+        axes[2].bar([x - 0.2 + 0.4 * i for x in xs], vals, 0.4, label=lab)
+    for x, n in zip(xs, names):
+        tc, kn = ((models[n].get(lab) or {}).get("cold_s") for lab in ("torch.compile", "kiln"))
+        if tc and kn:
+            axes[2].annotate(f"{kn / tc:.2f}", (x + 0.2, kn), ha="center", va="bottom", fontsize=8)
+    axes[2].set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
+    axes[2].set_ylabel("cold compile s (kiln / torch.compile on top)")
+    axes[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return None
