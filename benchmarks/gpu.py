@@ -531,7 +531,7 @@ def plot(results: dict, path: Path) -> str | None:
     for i, lab in enumerate(("torch.compile", "kiln")):
         vals = [((models[n].get(lab) or {}).get("cold_s") or 0) for n in names]
         axes[2].bar([x - 0.2 + 0.4 * i for x in xs], vals, 0.4, label=lab)
-    for x, n in zip(xs, names):
+    for x, n in zip(xs, names, strict=True):
         tc, kn = ((models[n].get(lab) or {}).get("cold_s") for lab in ("torch.compile", "kiln"))
         if tc and kn:
             axes[2].annotate(f"{kn / tc:.2f}", (x + 0.2, kn), ha="center", va="bottom", fontsize=8)

@@ -412,11 +412,19 @@ def _split_atom(t: sympy.Expr):
 
 
 def simplify_index(expr, var_ranges: dict | None = None) -> sympy.Expr:
-    """Simplify an index expression, using ``var_ranges`` ({symbol: size}) when given."""
+    """Simplify an index expression, using ``var_ranges`` ({symbol: size}) when given.
+
+    Memoized: a model's repeated blocks (GPT-2's 12 layers) ask the same questions, and
+    expanding and visiting an index with SymPy costs far more than a lookup."""
     expr = sympify(expr)
     if expr.is_Integer or expr.is_Symbol:
         return expr
-    var_ranges = var_ranges or {}
+    return _simplify_index(expr, frozenset((var_ranges or {}).items()))
+
+
+@functools.lru_cache(maxsize=16384)
+def _simplify_index(expr: sympy.Expr, var_ranges_items: frozenset) -> sympy.Expr:
+    var_ranges = dict(var_ranges_items)
     expr = sympy.expand(expr)
 
     def visit(e):
