@@ -1,7 +1,10 @@
 """LSTM, GRU and RNN layers through kiln.compile on CPU (benchmarks/model_sweep.py found timm's
 sequencer2d failing: ``nn.LSTM`` decomposes to ``aten.mkldnn_rnn_layer``, which had neither a
 lowering nor a declared aten fallback, so the whole frame ran eagerly; it is a declared
-fallback now)."""
+fallback now). On CUDA the C++ composite took cuDNN's path, whose weight flattening no graph can
+hold (sequencer2d ran eagerly on an H200): ``torch._VF.lstm``/``gru``/``rnn_*`` now trace as
+torch's own decompositions on every device (``kiln_aotgrad.decompositions._recurrent_rule``),
+so GRU and RNN compile on CPU too)."""
 
 from __future__ import annotations
 
@@ -25,20 +28,45 @@ class Recurrent(nn.Module):
         return self.head(torch.relu(self.rnn(x)[0]))
 
 
-# GRU and RNN: torch's decompositions of them write an intermediate in place (``add_``) after
-# functionalization, so loopir declines the graph and the kiln backend runs it eagerly (one
-# logged eager fallback): right, not compiled. Only the answer is checked for them.
-@pytest.mark.parametrize("cell, compiles", [(nn.LSTM, True), (nn.GRU, False), (nn.RNN, False)])
-def test_recurrent_layer_compiles_and_matches_eager(cell, compiles, needs_cpp):
+def _run_twice(cell, device: str):
+    """kiln.compile against eager, inference then training (loss, input and parameter grads)."""
     kiln_frontend.reset()
     torch.manual_seed(0)
-    model = Recurrent(cell).eval()
-    x = torch.randn(2, 5, 8)
+    model = Recurrent(cell).to(device).eval()
+    x = torch.randn(2, 5, 8, device=device)
     before = kiln.stats()
-    with torch.no_grad(), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("error", KilnWarning)  # no "compile failed; it runs eagerly"
-        torch.testing.assert_close(kiln.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
-    after = kiln.stats()
-    if compiles:
+        with torch.no_grad():
+            torch.testing.assert_close(kiln.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
+        after = kiln.stats()
         assert after.graphs_compiled > before.graphs_compiled
         assert after.eager_fallbacks == before.eager_fallbacks
+
+        kiln_frontend.reset()
+        model.train()
+        xs = [x.clone().requires_grad_(True) for _ in range(2)]
+        losses, grads = [], []
+        for fn, xg in ((kiln.compile(model), xs[0]), (model, xs[1])):
+            model.zero_grad()
+            loss = fn(xg).square().mean()
+            loss.backward()
+            losses.append(loss.detach())
+            grads.append([xg.grad] + [p.grad.clone() for p in model.parameters()])
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)
+        assert kiln.stats().training_graphs > after.training_graphs
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU, nn.RNN])
+def test_recurrent_layer_compiles_and_matches_eager(cell, needs_cpp):
+    _run_twice(cell, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU, nn.RNN])
+def test_recurrent_layer_compiles_on_cuda(cell, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # float32 on both sides
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    _run_twice(cell, "cuda")

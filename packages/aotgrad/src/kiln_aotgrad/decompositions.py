@@ -373,6 +373,35 @@ def _sdpa_on_cuda(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     return out[0]
 
 
+def _recurrent_rule(name: str, packed_at: int) -> Callable:
+    """``torch._VF.<name>`` (``nn.LSTM``/``GRU``/``RNN``'s kernel call) as torch's own Python
+    decomposition of ``aten.<name>.input`` (or ``.data``, packed sequences: a tensor of batch
+    sizes at position ``packed_at``): per-layer, per-step matmuls and pointwise ops.
+
+    The C++ composite on CUDA takes cuDNN's path, which flattens the weights into one buffer
+    and points them into it (``set_`` with a storage, which no graph can hold): timm's
+    sequencer2d failed to trace on an H200 and ran eagerly. On CPU the decomposition takes
+    the same ``mkldnn_rnn_layer`` for LSTM as the C++ path, and gives GRU and RNN as pure
+    ops (their C++ path wrote an intermediate in place, which loopir declines)."""
+    from torch._decomp import decomposition_table
+
+    packet = getattr(aten, name)
+    by_input, by_data = decomposition_table[packet.input], decomposition_table[packet.data]
+
+    def rule(*args, **kwargs):
+        if kwargs or len(args) <= packed_at:
+            return NotImplemented
+        return (by_data if isinstance(args[packed_at], torch.Tensor) else by_input)(*args)
+
+    return rule
+
+
+# lstm(input, hx: [h, c], ...) / lstm(data, batch_sizes, hx, ...); the others take hx as one
+# tensor: gru(input, hx, params, ...) / gru(data, batch_sizes, hx, ...)
+for _name, _packed_at in (("lstm", 1), ("gru", 2), ("rnn_tanh", 2), ("rnn_relu", 2)):
+    FUNCTION_RULES[getattr(torch._C._VariableFunctions, _name)] = _recurrent_rule(_name, _packed_at)
+
+
 class _FunctionRules(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
