@@ -616,8 +616,12 @@ class GraphLowering:
         if isinstance(obj, torch.Tensor):
             name = self.new_constant_name()
             t = obj.detach()
-            buf = ConstantBuffer(name, Layout(t.device, t.dtype, list(t.shape), list(t.stride()),
-                                              t.storage_offset()), t, n.target)
+            # positions count from the constant's first element, as everything that binds it
+            # does (its data_ptr in kernels, reinterpret_tensor from its own storage offset):
+            # a parameter that is a view into a shared buffer (cuDNN's flattened RNN weights)
+            # has a storage offset of its own, which must not count twice
+            buf = ConstantBuffer(name, Layout(t.device, t.dtype, list(t.shape), list(t.stride()), 0),
+                                 t, n.target)
             return self.graph.add_constant(buf)
         return obj
 
