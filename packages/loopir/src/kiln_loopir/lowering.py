@@ -776,15 +776,15 @@ class GraphLowering:
         return None
 
     def _needs_eager_strides(self, sv, meta) -> bool:
-        """A storage-backed output whose strides differ from eager's dense ones (dims of size 1
-        aside)."""
+        """A storage-backed output whose strides differ from eager's (dense, or with gaps:
+        ``is_storable``), dims of size 1 aside."""
         if not isinstance(meta, torch.Tensor) or len(meta.shape) != len(sv.layout.size):
             return False
         try:
             want = [self.expr(st) for st in meta.stride()]
         except Exception:
             return False
-        if not is_dense(sv.layout.size, want):
+        if not is_storable(sv.layout.size, want):
             return False
         return any(not statically_known_equal(sz, 1) and not statically_known_equal(a, b)
                    for sz, a, b in zip(sv.layout.size, sv.layout.stride, want, strict=True))
@@ -802,10 +802,12 @@ class GraphLowering:
                     # e.g. a channels-last conv's result: the graph returns eager's layout
                     v, sv = Pointwise(v.get_device(), v.get_dtype(), v.get_size(), sv.make_loader()), None
                 if sv is None:
+                    # eager's strides, also where they leave gaps: a training graph's backward
+                    # was traced with them for the tensors its forward saves
                     stride = None
                     if isinstance(meta, torch.Tensor):
                         st = [self.expr(s) for s in meta.stride()]
-                        if is_dense(v.get_size(), st):
+                        if is_storable(v.get_size(), st):
                             stride = st
                     r = realize(v, stride)
                     sv = as_storage_view(r)
@@ -1107,6 +1109,23 @@ def _bind_data_dependent_sizes(g: GraphLowering, buf: Buffer) -> None:
     for d, sz in enumerate(buf.layout.size):
         if isinstance(sz, sympy.Symbol) and sz not in g.sizevars.sources:
             g.sizevars.sources[sz] = SizeVarSource(buffer=buf.name, dim=d)
+
+
+def is_storable(size, stride) -> bool:
+    """size/stride can be written by a kernel and allocated by ``empty_strided``: dense, or
+    static, positive and non-overlapping with gaps (eager's layout for a slice of a wider
+    tensor, e.g. one gate's chunk of a GRU's [N, 3H] projection: stride 3H, not H)."""
+    if is_dense(size, stride):
+        return True
+    dims = [(sympify(st), sympify(sz)) for sz, st in zip(size, stride, strict=True) if sympify(sz) != 1]
+    if not all(st.is_Integer and sz.is_Integer for st, sz in dims):
+        return False
+    reach = 1  # every position a dim of smaller stride reaches is below the next stride
+    for st, sz in sorted((int(st), int(sz)) for st, sz in dims):
+        if st < reach:
+            return False
+        reach = st * sz
+    return True
 
 
 def is_dense(size, stride) -> bool:
