@@ -195,20 +195,47 @@ def test_compile_jobs_are_picklable_and_run_in_process(tmp_path):
     assert "FileNotFoundError" in W.compile_job(bad)
 
 
-#: a worker's captured-arguments job in a fresh process (no TRITON_INTERPRET: see
-#: test_cooperative_compile.py), its arguments as Triton 3.x's JIT builds them
-CAPTURED_JOB = """
-import json, pickle, sys
+#: the start of a script ``_run_fresh`` runs: the worker module loaded as a worker loads it
+#: (from its file: no kiln), the kernel file's path in ``path``; no nvidia backend: a skip
+WORKER_SCRIPT_PRELUDE = """
+import importlib.util, json, pickle, sys
 from triton.backends import backends
 if "nvidia" not in backends:
     print(json.dumps({"skip": "this triton has no nvidia backend"}))
     sys.exit(0)
 from triton.backends.compiler import GPUTarget
-import importlib.util
-spec = importlib.util.spec_from_file_location("worker", sys.argv[2])  # as a worker runs it: no kiln
+spec = importlib.util.spec_from_file_location("worker", sys.argv[2])
 W = sys.modules["worker"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(W)
 path = sys.argv[1]
+"""
+
+
+def _run_fresh(tmp_path, script: str) -> dict:
+    """``WORKER_SCRIPT_PRELUDE + script`` in a fresh Python on ``KERNEL`` (no TRITON_INTERPRET,
+    Triton's cache in ``tmp_path/triton-cache``): the JSON of its last line (skips when the
+    installed Triton has no nvidia backend)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "kernel.py"
+    path.write_text(KERNEL)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    out = subprocess.run([sys.executable, "-c", WORKER_SCRIPT_PRELUDE + script, str(path), W.__file__],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    return result
+
+
+#: a worker's captured-arguments job in a fresh process (no TRITON_INTERPRET: see
+#: test_cooperative_compile.py), its arguments as Triton 3.x's JIT builds them
+CAPTURED_JOB = """
 W._warm_up(["cuda", "90", "32"])  # what a worker compiles first, while the parent traces
 from triton.compiler.compiler import make_backend
 target = GPUTarget("cuda", 90, 32)
@@ -229,21 +256,7 @@ def test_a_captured_job_compiles_without_torch(tmp_path):
     """A worker's warm-up compile and a job with the JIT's captured compile arguments
     compile with ``triton.compile`` alone (here for sm_90, no GPU), and the worker never
     imports torch (its start then takes well under a second)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    path = tmp_path / "kernel.py"
-    path.write_text(KERNEL)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    out = subprocess.run([sys.executable, "-c", CAPTURED_JOB, str(path), W.__file__], capture_output=True,
-                         text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if "skip" in result:
-        pytest.skip(result["skip"])
+    result = _run_fresh(tmp_path, CAPTURED_JOB)
     assert result["error"] is None and result["torch_imported"] is False
     built = [p.name for p in (tmp_path / "triton-cache").rglob("*")]
     assert {"kiln_warm_up.cubin", "kiln_kernel.cubin"} <= set(built), built
@@ -252,20 +265,10 @@ def test_a_captured_job_compiles_without_torch(tmp_path):
 
 
 KEYED_AS_PARENT = """
-import json, sys
-from triton.backends import backends
-if "nvidia" not in backends:
-    print(json.dumps({"skip": "this triton has no nvidia backend"}))
-    sys.exit(0)
-import importlib.util
-spec = importlib.util.spec_from_file_location("worker", sys.argv[2])
-W = sys.modules["worker"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(W)
-from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from triton.compiler.compiler import make_backend
 target = GPUTarget("cuda", 90, 32)
-fn = W._module(sys.argv[1]).kiln_kernel
+fn = W._module(path).kiln_kernel
 def source():
     return ASTSource(fn, {"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"}, {(3,): 128})
 own = compile(source(), target=target, options={"num_warps": 4}).hash
@@ -282,21 +285,7 @@ def test_a_worker_keys_its_binary_by_the_parents_backend_hash(tmp_path):
     ``TRITON_PTXAS_PATH`` would key by another one and the parent would compile again):
     with the process's own hash it is the key ``triton.compile`` gives, with another hash
     another key, and the backend is left as it was."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    path = tmp_path / "kernel.py"
-    path.write_text(KERNEL)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    out = subprocess.run([sys.executable, "-c", KEYED_AS_PARENT, str(path), W.__file__], capture_output=True,
-                         text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if "skip" in result:
-        pytest.skip(result["skip"])
+    result = _run_fresh(tmp_path, KEYED_AS_PARENT)
     assert result["as_own"] == result["own"]
     assert result["as_other"] != result["own"]
     assert result["restored"]
