@@ -399,7 +399,7 @@ def _recurrent_rule(name: str, packed_at: int) -> Callable:
 # lstm(input, hx: [h, c], ...) / lstm(data, batch_sizes, hx, ...); the others take hx as one
 # tensor: gru(input, hx, params, ...) / gru(data, batch_sizes, hx, ...)
 for _name, _packed_at in (("lstm", 1), ("gru", 2), ("rnn_tanh", 2), ("rnn_relu", 2)):
-    FUNCTION_RULES[getattr(torch._C._VariableFunctions, _name)] = _recurrent_rule(_name, _packed_at)
+    _function_rule(getattr(torch._C._VariableFunctions, _name))(_recurrent_rule(_name, _packed_at))
 
 
 class _FunctionRules(torch.overrides.TorchFunctionMode):
