@@ -6,8 +6,8 @@ spawned children inherit."""
 from __future__ import annotations
 
 import copy
+import gc
 import os
-import socket
 import traceback
 
 import torch
@@ -28,36 +28,41 @@ class Net(nn.Module):
         return self.fc3(torch.tanh(self.fc2(F.relu(self.fc1(x)))))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 #: (DDP bucket_cap_mb, pieces kiln must compile): 25 MB (DDP's default) holds the whole model,
 #: 4 KB buckets end after fc1, fc2 and fc3 so kiln splits the graph in 3
 CONFIGS = [(25.0, 1), (0.004, 3)]
 
 
-def _worker(rank: int, port: int, cache_dir: str, results) -> None:
+def _worker(rank: int, store_file: str, cache_dir: str, results) -> None:
+    """One rank. The ranks meet through a file (``FileStore``), not a TCP store: no port to
+    race other tests for, and no store server in rank 0 that can go away while rank 1 still
+    tears down. Both ranks leave together (a barrier, then the group destroyed, with the DDP
+    objects collected first) and the results are on the queue's pipe before the process ends."""
+    os.environ["KILN_CACHE_DIR"] = cache_dir
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), KILN_CACHE_DIR=cache_dir)
-        torch.set_num_threads(1)
         import kiln
         import kiln_frontend
-        import torch.distributed as dist
 
-        dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+        dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=WORLD)
         for bucket_cap_mb, _ in CONFIGS:
             kiln_frontend.reset()
             kiln.reset_stats()
             results.put(
                 {"rank": rank, "bucket_cap_mb": bucket_cap_mb, **_train(rank, bucket_cap_mb)}
             )
-        dist.destroy_process_group()
+        gc.collect()
+        dist.barrier()
     except BaseException:
         results.put({"rank": rank, "error": traceback.format_exc()})
         raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        results.close()
+        results.join_thread()
 
 
 def _train(rank: int, bucket_cap_mb: float) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch.multiprocessing as mp
-from _ddp_worker import CONFIGS, WORLD, _free_port, _worker
+from _ddp_worker import CONFIGS, WORLD, _worker
 
 
 @pytest.mark.timeout(120)
@@ -25,13 +25,19 @@ def test_ddp_compiled_model_matches_uncompiled_ddp(tmp_path):
         pytest.skip("torch.distributed with gloo is not available")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    mp.start_processes(
-        _worker,
-        args=(_free_port(), str(tmp_path / "kiln-cache"), results),
-        nprocs=WORLD,
-        join=True,
-        start_method="spawn",
-    )
+    try:
+        mp.start_processes(
+            _worker,
+            args=(str(tmp_path / "store"), str(tmp_path / "kiln-cache"), results),
+            nprocs=WORLD,
+            join=True,
+            start_method="spawn",
+        )
+    except mp.ProcessExitedException as e:  # a crash: say how far each rank had got
+        reported = []
+        while not results.empty():
+            reported.append(results.get(timeout=5))
+        raise AssertionError(f"{e}; what the ranks reported before: {reported}") from e
     got = [results.get(timeout=30) for _ in range(WORLD * len(CONFIGS))]
     for r in got:
         assert "error" not in r, r.get("error")
