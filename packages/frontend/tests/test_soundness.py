@@ -615,6 +615,30 @@ def _():
                 restore=_set_attr(math, "sqrt", original))
 
 
+@case("torch_function_monkeypatched", "module attribute")
+def _():
+    # torch's own functions are guarded like any module attribute (TorchDynamo's
+    # BUILTIN_MATCH): a user who patches one must not get the old op
+    def fn(x):
+        return torch.sigmoid(x) + 1
+
+    original = torch.sigmoid
+    return Case(fn, (_x(),), [_set_attr(torch, "sigmoid", torch.tanh)],
+                restore=_set_attr(torch, "sigmoid", original))
+
+
+@case("torch_functional_monkeypatched", "module attribute")
+def _():
+    import torch.nn.functional as F
+
+    def fn(x):
+        return F.gelu(x) * 2
+
+    original = F.gelu
+    return Case(fn, (_x(),), [_set_attr(F, "gelu", lambda t, **kw: t * 3)],
+                restore=_set_attr(F, "gelu", original))
+
+
 # =======================================================================================
 # Attributes of objects and classes
 # =======================================================================================

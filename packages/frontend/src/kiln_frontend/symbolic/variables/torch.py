@@ -161,9 +161,6 @@ class PythonModuleVariable(VariableTracker):
             raise Unsupported(f"module {self.module.__name__!r} has no attribute {name!r}") \
                 from None
         src = AttrSource(self.source, name) if self.source is not None else None
-        if self.module.__name__.split(".")[0] == "torch":
-            # attributes of torch modules are stable: no guard beyond the module itself
-            return tx.wrap_value(value, src, guard=False)
         return tx.wrap_value(value, src)
 
     def describe(self) -> str:
