@@ -3,6 +3,7 @@ activations. Type promotion follows eager (torch._prims_common.elementwise_dtype
 
 from __future__ import annotations
 
+import functools
 import math
 
 import sympy
@@ -245,25 +246,29 @@ def _fmin(a, b):
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(a, b):
-    comp, _ = promote([a, b], K.BOOL_TO_LONG)
+    comp, res = promote([a, b], K.BOOL_TO_LONG)
     cd = compute_dtype(comp)
     if isinstance(a, IRNode) and not isinstance(b, IRNode) and not isinstance(b, sympy.Basic):
+        # small exponents as products and reciprocals; the dtypes are those of a ** b (an
+        # integer tensor to a float power is a float tensor: ``x ** 2.0``)
+        unary = functools.partial(make_pointwise, override_compute_dtype=comp,
+                                  override_result_dtype=res)
         e = b
         if e == 1:
-            return make_pointwise(lambda x: x, K.BOOL_TO_LONG)(a)
+            return unary(lambda x: x)(a)
         if e == 2:
-            return make_pointwise(lambda x: ops.mul(x, x), K.BOOL_TO_LONG)(a)
+            return unary(lambda x: ops.mul(x, x))(a)
         if e == 3:
-            return make_pointwise(lambda x: ops.mul(ops.mul(x, x), x), K.BOOL_TO_LONG)(a)
+            return unary(lambda x: ops.mul(ops.mul(x, x), x))(a)
         if cd.is_floating_point:
             if e == 0.5:
-                return make_pointwise(ops.sqrt, K.BOOL_TO_LONG)(a)
+                return unary(ops.sqrt)(a)
             if e == -0.5:
-                return make_pointwise(ops.rsqrt, K.BOOL_TO_LONG)(a)
+                return unary(ops.rsqrt)(a)
             if e == -1:
-                return make_pointwise(ops.reciprocal, K.BOOL_TO_LONG)(a)
+                return unary(ops.reciprocal)(a)
             if e == -2:
-                return make_pointwise(lambda x: ops.reciprocal(ops.mul(x, x)), K.BOOL_TO_LONG)(a)
+                return unary(lambda x: ops.reciprocal(ops.mul(x, x)))(a)
     return make_pointwise(ops.pow, K.BOOL_TO_LONG)(a, b)
 
 

@@ -323,6 +323,32 @@ def narrow(x, dim, start, length):
     return slice_(x, dim, start, sympify(start) + length, 1)
 
 
+@lowering(*aten_ops("unfold.default", "unfold_copy.default"))
+def unfold(x, dim, size, step):
+    """Windows of ``size`` every ``step`` along ``dim``, as a new last dim: out[..., i, ..., j]
+    is x[..., i * step + j, ...] (a strided view, as eager's)."""
+    shape = [sympify(s) for s in x.get_size()]
+    n = len(shape)
+    dim = _norm_dim(dim, n) if n else 0
+    if n == 0:  # a 0-d tensor: one window of its one element
+        return _view(x, [sympify(size)], lambda sz, st, off: ([S1], off), lambda idx: [])
+    msize = _meta_size()
+    windows = msize[dim] if msize is not None else FloorDiv(shape[dim] - size, step) + 1
+    new = shape[:dim] + [windows] + shape[dim + 1:] + [sympify(size)]
+
+    def stride_fn(sz, st, off):
+        st2 = list(st)
+        st2[dim] = st[dim] * step
+        return st2 + [st[dim]], off
+
+    def reindex(index):
+        idx = list(index[:-1])
+        idx[dim] = idx[dim] * step + index[-1]
+        return idx
+
+    return _view(x, new, stride_fn, reindex)
+
+
 @lowering(*aten_ops("select.int", "select_copy.int"))
 def select(x, dim, index):
     size = [sympify(s) for s in x.get_size()]
