@@ -357,3 +357,26 @@ def test_graph_without_differentiable_outputs_compiles_no_backward():
     compiled = compile_joint(torch.fx.symbolic_trace(model), [x])
     torch.testing.assert_close(compiled(x), model(x))
     assert compiled.compiled.backward is None
+
+
+def test_traces_do_not_reach_the_callers_saved_tensors_hooks():
+    """trace_joint / trace_inference called inside the user's saved-tensor hooks (a backend
+    compiling under ``torch.utils.checkpoint`` or ``save_on_cpu``): the hooks never see the
+    trace's fake tensors, and still see what the program itself saves afterwards."""
+    from kiln_aotgrad import trace_inference
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    gm = torch.fx.symbolic_trace(model)
+    x = torch.randn(3, 4, requires_grad=True)
+    packed = []
+
+    def pack(t):
+        packed.append(type(t).__name__)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        trace_joint(gm, [x])
+        trace_inference(gm, [x])
+        assert packed == []
+        model(x).sum().backward()
+    assert packed and "FakeTensor" not in packed

@@ -414,6 +414,30 @@ def test_run_without_hook():
     assert "outer" in repr(wrapped)
 
 
+def tree_root(x, compiled_add):
+    return inner(x) + compiled_add(x, 1)
+
+
+def test_skip_code_tree_runs_callees_as_is():
+    """A SKIP_TREE code (what torch keeps from TorchDynamo): neither it nor what it calls is
+    seen, except a with_callback call inside (a kiln-compiled function); the mark is a rule
+    kept across reset(), and skip_code() does not weaken it."""
+    cb = Recorder(only={"inner", "add"})
+    compiled_add = C.with_callback(cb, add)
+    C.skip_code_tree(tree_root.__code__)
+    try:
+        for rounds in (1, 2):
+            assert hooked(cb, tree_root, 1, compiled_add) == 4
+            assert cb.names() == ["add"] * rounds  # (compiled again after each reset)
+            C.reset()
+            C.skip_code(tree_root.__code__)
+            assert C.is_skipped(tree_root.__code__)
+        assert hooked(cb, inner, 1) == 2  # outside the tree, inner is seen as usual
+        assert cb.names()[-1] == "inner"
+    finally:
+        C.unskip_code(tree_root.__code__)
+
+
 # --------------------------------------------------------------------------------------
 # nesting, recursion, exceptions
 # --------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -104,6 +105,24 @@ class _GraphOutput:
 _GRAPH_OUTPUT = _GraphOutput()
 
 
+def user_saved_tensors_hooks_off(trace):
+    """Run ``trace`` with the caller's saved-tensor hooks set aside: a trace inside
+    ``torch.utils.checkpoint`` (non-reentrant) or ``save_on_cpu()`` would hand the fake
+    tensors it saves to the user's pack hook (checkpoint counts them, and its unpack hook
+    re-runs the user's eager code on real tensors inside the trace)."""
+
+    @functools.wraps(trace)
+    def traced(*args, **kwargs):
+        prior = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
+        try:
+            return trace(*args, **kwargs)
+        finally:
+            torch._C._autograd._saved_tensors_hooks_set_tracing(prior)
+
+    return traced
+
+
+@user_saved_tensors_hooks_off
 def trace_inference(
     gm: torch.fx.GraphModule | torch.nn.Module,
     example_inputs: Sequence,

@@ -51,6 +51,7 @@ from .inference import (
     _symbolic_example_values,
     _to_fake,
     _val_of,
+    user_saved_tensors_hooks_off,
 )
 
 __all__ = ["trace_joint", "JointGraph", "MutatedGradInputError"]
@@ -109,6 +110,7 @@ class JointGraph:
         )
 
 
+@user_saved_tensors_hooks_off
 def trace_joint(
     gm: torch.fx.GraphModule | torch.nn.Module,
     example_inputs: Sequence,

@@ -128,8 +128,16 @@ static Py_ssize_t extra_index = -1;
 typedef struct CodeExtra {
     struct CodeExtra *prev, *next; /* global list, for reset() */
     PyObject *entries;             /* list of (check_fn, fn) tuples, or NULL */
-    int skip;
+    int skip;                      /* SKIP_FRAME, SKIP_TREE or 0 */
 } CodeExtra;
+
+/* skip values: the frame runs as is (a mark learned from the callback, cleared by reset());
+ * or the frame and everything it calls run as is, with this thread's callback None for the
+ * frame's duration (a standing rule, kept across reset(): what torch tells TorchDynamo not to
+ * trace into, torch.utils.checkpoint's forward and recomputation). A decorated call inside
+ * (with_callback) still swaps its own callback in, as under kiln.disable(). */
+#define SKIP_FRAME 1
+#define SKIP_TREE 2
 
 static CodeExtra extras_head = {&extras_head, &extras_head, NULL, 0};
 
@@ -184,6 +192,7 @@ get_or_create_extra(PyObject *code)
     return extra;
 }
 
+/* Mark code SKIP_FRAME or SKIP_TREE; a SKIP_TREE mark stays (only unskip_code lifts it). */
 static int
 mark_skip(PyObject *code, int skip)
 {
@@ -191,7 +200,9 @@ mark_skip(PyObject *code, int skip)
     if (extra == NULL) {
         return -1;
     }
-    extra->skip = skip;
+    if (extra->skip != SKIP_TREE) {
+        extra->skip = skip;
+    }
     return 0;
 }
 
@@ -408,6 +419,20 @@ rebind_closure(PyObject **fn, PyObject *frame_func)
     return 0;
 }
 
+static PyObject *swap_callback(PyObject *callback);
+
+/* A SKIP_TREE frame: evaluated with this thread's callback None, then the callback put back. */
+static PyObject *
+eval_with_callback_none(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    PyObject *previous = swap_callback(Py_None);
+    PyObject *result = previous_eval(tstate, frame, throwflag);
+    PyObject *none = swap_callback(previous);
+    Py_DECREF(previous);
+    Py_DECREF(none);
+    return result;
+}
+
 static PyObject *
 kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
@@ -422,6 +447,9 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         return previous_eval(tstate, frame, throwflag);
     }
     CodeExtra *extra = get_extra((PyObject *)code);
+    if (extra != NULL && extra->skip == SKIP_TREE) {
+        return eval_with_callback_none(tstate, frame, throwflag);
+    }
     if (extra != NULL && extra->skip) {
         return previous_eval(tstate, frame, throwflag);
     }
@@ -480,7 +508,7 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     }
     if (ret == Py_None) {
         Py_DECREF(ret);
-        if (mark_skip((PyObject *)code, 1) < 0) {
+        if (mark_skip((PyObject *)code, SKIP_FRAME) < 0) {
             goto error;
         }
         Py_DECREF(callback);
@@ -503,7 +531,7 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
             Py_DECREF(ret);
             goto error;
         }
-        if (mark_skip(fn_code, 1) < 0) {
+        if (mark_skip(fn_code, SKIP_FRAME) < 0) {
             Py_DECREF(ret);
             goto error;
         }
@@ -623,7 +651,16 @@ check_code(PyObject *code)
 static PyObject *
 skip_code(PyObject *module, PyObject *code)
 {
-    if (check_code(code) < 0 || mark_skip(code, 1) < 0) {
+    if (check_code(code) < 0 || mark_skip(code, SKIP_FRAME) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+skip_code_tree(PyObject *module, PyObject *code)
+{
+    if (check_code(code) < 0 || mark_skip(code, SKIP_TREE) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -688,7 +725,9 @@ reset(PyObject *module, PyObject *unused)
         return NULL;
     }
     for (CodeExtra *e = extras_head.next; e != &extras_head; e = e->next) {
-        e->skip = 0;
+        if (e->skip != SKIP_TREE) {
+            e->skip = 0;
+        }
         if (e->entries != NULL) {
             if (PyList_Append(dropped, e->entries) < 0) {
                 Py_DECREF(dropped);
@@ -1477,6 +1516,9 @@ static PyMethodDef module_methods[] = {
     {"skip_code", skip_code, METH_O, "Mark a code object: its frames always run as is."},
     {"unskip_code", unskip_code, METH_O, "Remove a code object's skip mark."},
     {"is_skipped", is_skipped, METH_O, "Whether a code object is marked skip."},
+    {"skip_code_tree", skip_code_tree, METH_O,
+     "Mark a code object: its frames, and every frame they call, run as is (kept across "
+     "reset())."},
     {"cache_entries", cache_entries, METH_O,
      "cache_entries(code) -> list of (check_fn, fn, owner_callback), in lookup order."},
     {"clear_cache", clear_cache, METH_O, "Drop a code object's cache entries."},

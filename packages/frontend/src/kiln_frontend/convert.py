@@ -12,6 +12,7 @@ the frame runs eagerly (raised instead when ``config.suppress_errors`` is off).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -88,7 +89,8 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
     start = time.perf_counter()
     try:
         try:
-            with user_heap_frozen():  # (collector.py: gen-2 collections scan the compile's objects)
+            # (collector.py: gen-2 collections scan the compile's objects)
+            with user_heap_frozen(), _user_saved_tensors_hooks_set_aside():
                 compiled = _convert_frame(frame_info, compiler_fn, nopython, frame_state,
                                           dynamic, reasons)
         except KilnError:
@@ -110,6 +112,17 @@ def convert_frame(frame_info: Any, *, compiler_fn: Callable, nopython: bool,
         _notify(frame_info, compiled, reasons[-1] if reasons else None,
                 time.perf_counter() - start)
     return compiled
+
+
+@contextlib.contextmanager
+def _user_saved_tensors_hooks_set_aside():
+    """The user's saved-tensor hooks (``torch.utils.checkpoint``, ``save_on_cpu()``) do not
+    see what capturing and compiling save: those are fake tensors, not the program's."""
+    prior = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
+    try:
+        yield
+    finally:
+        torch._C._autograd._saved_tensors_hooks_set_tracing(prior)
 
 
 def _frame_name(code: types.CodeType, tracer: InstructionTranslator | None = None) -> str:

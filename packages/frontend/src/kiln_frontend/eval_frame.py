@@ -39,6 +39,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import sys
 import sysconfig
 import traceback
 import weakref
@@ -64,6 +65,7 @@ get_eval_frame = _C.get_eval_frame
 skip_code = _C.skip_code
 unskip_code = _C.unskip_code
 is_skipped = _C.is_skipped
+skip_code_tree = _C.skip_code_tree
 cache_entries = _C.cache_entries
 clear_cache = _C.clear_cache
 TensorGuard = _C.TensorGuard
@@ -87,6 +89,27 @@ def run_without_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``__compiled_fn_<n>`` globals are wrapped with it.  ``.__wrapped__`` is ``fn``.
     """
     return _C.run_without_hook(fn)
+
+
+_TORCH_RULES_APPLIED = []
+
+
+def _skip_what_torch_keeps_from_dynamo() -> None:
+    """What torch tells TorchDynamo not to trace into (``torch._disable_dynamo``) runs as
+    plain Python under kiln too, with everything it calls: the forward and the recomputation
+    of ``torch.utils.checkpoint`` (a region compiled in the forward but recomputed eagerly in
+    the backward saves other tensors, and checkpoint refuses the mismatch), a dispatch mode's
+    ``__torch_dispatch__``, optimizer internals. Every such function is one closure of a
+    single wrapper code object; marking it is a standing rule (kept across ``reset()``), and
+    a kiln-compiled call inside still compiles, as inside ``kiln.disable``. Applied at the
+    first frame the callback sees once torch is imported (kiln_frontend itself needs no
+    torch), which is before any frame the user's compiled code calls."""
+    if _TORCH_RULES_APPLIED:
+        return
+    _TORCH_RULES_APPLIED.append(True)
+    import torch
+
+    skip_code_tree(torch._disable_dynamo(lambda: None).__code__)
 
 
 @contextlib.contextmanager
@@ -371,6 +394,8 @@ class CompileCallback:
     def __call__(self, frame: Any) -> tuple[Any, Any] | None:
         code = frame.code
         counters["frames"] += 1
+        if not _TORCH_RULES_APPLIED and "torch" in sys.modules:
+            _skip_what_torch_keeps_from_dynamo()
         skipped = _skip_reason(code)
         if skipped is not None:
             _report_skip(code, skipped[1])
