@@ -46,7 +46,7 @@ def kiln_cache_dir(tmp_path_factory):
 def _recording_backend(joints: list, options=None):
     def backend(gm, example_inputs):
         fn = kiln_backend(gm, example_inputs, options=options)
-        if hasattr(fn, "compiled"):
+        if isinstance(getattr(fn, "compiled", None), kiln_aotgrad.CompiledJoint):
             joints.append(fn.compiled)
         return fn
 
@@ -208,6 +208,22 @@ def test_transformers_bert_trains_like_eager(fresh_kiln):
     train_against_eager(
         model, lambda: (torch.randint(0, 100, (2, 16)),), lambda out: mse(out.last_hidden_state)
     )
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_transformers_gpt2_with_gradient_checkpointing_trains_like_eager(fresh_kiln, use_reentrant):
+    """``model.gradient_checkpointing_enable()``: each block runs under torch.utils.checkpoint
+    (left to Python, docs/training.md), the embeddings, final norm and head compile around
+    them. Non-reentrant checkpoint raised CheckpointError under kiln before."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    model.train()
+    ids = torch.randint(0, 100, (2, 16))
+    train_against_eager(model, lambda: (ids,), lambda out: mse(out.logits))
 
 
 def test_training_loop_100_steps_compiles_forward_and_backward_once(fresh_kiln):
