@@ -19,7 +19,7 @@ _DECLARED = {
         "unique_consecutive.default", "repeat_interleave.Tensor", "item.default",
     ],
     "sorting and selection: a library kernel (no sort in the loop IR)": [
-        "sort.default", "topk.default", "randperm.default",
+        "sort.default", "sort.stable", "topk.default", "randperm.default",
     ],
     # rand, randn, randint, bernoulli, native_dropout, uniform, normal and exponential are
     # lowered (lowerings/random.py) where the codegen has philox random ops; elsewhere their
@@ -30,6 +30,7 @@ _DECLARED = {
     "FFT: a library kernel": ["_fft_r2c.default", "_fft_c2r.default"],
     "pairwise distances and embedding bags: reductions over gathered rows, not lowered yet": [
         "_cdist_forward.default", "_pdist_forward.default", "_embedding_bag.default",
+        "_embedding_bag_forward_only.default",
     ],
     "3-d pooling, bilinear sampling and upsampling of vec overloads: not lowered yet": [
         "avg_pool3d.default", "max_pool3d_with_indices.default", "grid_sampler_2d.default",
@@ -40,6 +41,11 @@ _DECLARED = {
         "lu_unpack.default", "linalg_lu_factor_ex.default", "linalg_lu_solve.default",
         "linalg_matrix_exp.default", "linalg_pinv.atol_rtol_tensor", "linalg_qr.default",
         "ormqr.default", "triangular_solve.default", "_linalg_svd.default",
+        "_linalg_det.default", "_linalg_slogdet.default", "linalg_inv_ex.default",
+        "_linalg_eigh.default", "_linalg_solve_ex.default", "linalg_eig.default",
+        "_linalg_eigvals.default", "linalg_householder_product.default",
+        "linalg_cholesky_ex.default", "linalg_ldl_factor_ex.default", "linalg_lstsq.default",
+        "_linalg_check_errors.default",
     ],
     "random distributions without a loop-IR random op: eager's generator": [
         "cauchy.default", "geometric.default", "log_normal.default", "normal_functional.default",
