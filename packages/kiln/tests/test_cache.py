@@ -233,6 +233,8 @@ def test_key_normalizes_names_and_sees_inputs_and_options():
     assert key(gm, torch.randn(3, 3, 6, 6)) != base
     assert key(gm, X, {"num_threads": 1}) != base
     assert key(gm, X, grad=True) != base
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's casts are in the trace
+        assert key(gm, X) != base
     m.conv.stride = (2, 2)  # a module attribute changes what the graph computes
     assert key(torch.fx.symbolic_trace(m), X) != base
 
@@ -329,3 +331,21 @@ def test_perf_log_prints_where_compile_time_goes(monkeypatch, capsys):
         torch.testing.assert_close(compiled(X), m(X))
     _compile(m, X)
     assert "graph cache hit" in capsys.readouterr().err
+
+
+def test_a_graph_compiled_outside_autocast_is_not_reused_inside(graph_cache_on):
+    """The same function called without, then inside ``torch.autocast`` (the frontend's
+    global-state guard recompiles it): the second compile must trace autocast's casts, not
+    hit the first one's entry (it returned float32 values where eager computes bfloat16)."""
+    w = torch.randn(8, 8)
+
+    def f(a):
+        return (a @ w).softmax(-1)
+
+    compiled = kiln.compile(f)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(compiled(x), f(x))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = compiled(x), f(x)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)

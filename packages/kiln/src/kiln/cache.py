@@ -9,7 +9,8 @@ parameters.
 **Key** (``graph_key``): the normalized FX graph (placeholders, modules and attributes renamed
 by order of appearance; each called module described by its type, plain attributes and the
 metadata of its tensors), the inputs' metadata (dtype, shape with symbols, stride, storage
-offset, device, requires_grad, which inputs share memory), grad mode and default dtype, the
+offset, device, requires_grad, which inputs share memory), the global state the trace bakes in
+(grad mode, default dtype, autocast, determinism, matmul precision: ``_tracing_state_text``), the
 backend's ``Options``, and the versions of kiln (a hash of its packages' sources: an edited
 checkout never hits an old entry), Python, torch, triton (when installed), the C++ compiler
 (with the CPU's ISA flags) and the CUDA devices.
@@ -415,11 +416,23 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence, config: Option
         text,
         _inputs_text(example_inputs),
         _shape_env_state(_shape_env(gm)),
-        f"grad={torch.is_grad_enabled()} default_dtype={torch.get_default_dtype()}",
+        _tracing_state_text(),
         _config_text(config),
         _versions(devices),
     )
     return key, names
+
+
+def _tracing_state_text() -> str:
+    """torch's global state that the ATen trace bakes in: grad mode (a training graph or
+    not), the default dtype, autocast (it inserts casts: a graph compiled outside
+    ``torch.autocast`` must not be reused inside one), and the determinism and float32
+    matmul-precision flags (kernels and decompositions chosen by them)."""
+    autocast = [(device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+                for device in ("cpu", "cuda")]
+    return (f"grad={torch.is_grad_enabled()} default_dtype={torch.get_default_dtype()} "
+            f"autocast={autocast} deterministic={torch.are_deterministic_algorithms_enabled()} "
+            f"matmul_precision={torch.get_float32_matmul_precision()}")
 
 
 # ============================================================================ recording
