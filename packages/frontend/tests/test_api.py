@@ -545,3 +545,27 @@ def test_each_backend_gets_its_own_compiled_code():
     assert seen == {"a": 1, "b": 1}
     kiln_frontend.compile(f, backend=backend_b, fullgraph=True)(x)  # fullgraph compiles its own
     assert seen == {"a": 1, "b": 2}
+
+
+def test_calls_under_a_torch_func_transform_run_as_python_and_compile_later():
+    """vmap/grad over a compiled function: those calls run as plain Python (kiln does not
+    capture BatchedTensors), with eager's results and no "compile failed" warning; the code is
+    not marked skip, so the next plain call still compiles."""
+    torch = pytest.importorskip("torch")
+    from _counting_backend import CountingBackend
+
+    backend = CountingBackend()
+    kiln_frontend.reset()
+
+    def f(a):
+        return (a.sin() * 2).sum()
+
+    compiled = kiln_frontend.compile(f, backend=backend)
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)
+        torch.testing.assert_close(torch.vmap(compiled)(x), torch.vmap(f)(x))
+        torch.testing.assert_close(torch.func.grad(compiled)(x[0]), torch.func.grad(f)(x[0]))
+    assert backend.graphs == []
+    torch.testing.assert_close(compiled(x), f(x))
+    assert len(backend.graphs) == 1

@@ -262,6 +262,21 @@ def test_callback_returning_none_marks_skip():
     assert C.cache_entries(add.__code__) == []
 
 
+def test_callback_returning_false_runs_the_frame_and_asks_again():
+    """False is "not now": the frame runs as is, no skip mark, the next call asks again."""
+    answers = [False, False]
+    seen = []
+
+    def cb(info):
+        seen.append(info.code.co_name)
+        return answers.pop(0) if answers else None
+
+    for _ in range(3):
+        assert hooked(cb, add, 1, 2) == 3
+    assert seen == ["add", "add", "add"]
+    assert C.is_skipped(add.__code__)  # the third answer was None
+
+
 def test_skip_and_unskip_code():
     cb = Recorder(only={"add"})
     C.skip_code(add.__code__)

@@ -10,7 +10,8 @@
  *     (check_fn, fn) entries kept on the code object (co_extra) is searched in order with
  *     check_fn(*args); on the first truthy guard, fn(*args) is called and its result is the
  *     frame's result. On a miss in compile mode the callback gets a FrameInfo and returns
- *     None (mark the code "skip", run the frame as is) or a new (check_fn, fn) entry.
+ *     None (mark the code "skip", run the frame as is), False (run this frame as is, no
+ *     mark: asked again at the next call) or a new (check_fn, fn) entry.
  *
  * Design choices that CPython's internals force on us (read these before editing):
  *
@@ -514,9 +515,14 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         Py_DECREF(callback);
         return previous_eval(tstate, frame, throwflag);
     }
+    if (ret == Py_False) { /* "not now": run this frame as is, ask again next time */
+        Py_DECREF(ret);
+        Py_DECREF(callback);
+        return previous_eval(tstate, frame, throwflag);
+    }
     if (!PyTuple_CheckExact(ret) || PyTuple_GET_SIZE(ret) != 2) {
         PyErr_Format(PyExc_TypeError,
-                     "eval-frame callback must return None or a (check_fn, fn) tuple, not %R",
+                     "eval-frame callback must return None, False or a (check_fn, fn) tuple, not %R",
                      ret);
         Py_DECREF(ret);
         goto error;

@@ -9,12 +9,14 @@ a frame whose code has no matching cache entry.  The callback
    -- except the *capture roots* (``add_capture_root``: the code of what the user compiled,
    e.g. torch's ``Sequential.forward``); each skip is counted, logged on ``kiln.skips``
    (printed under ``config.debug``) with its reason and told to ``skip_observers``;
-2. returns None, after one warning naming the function, once the code already has
+2. returns False (run this frame as is, no skip mark) for a call under a torch.func
+   transform (vmap, grad, ...): a later plain call of the same code still compiles;
+3. returns None, after one warning naming the function, once the code already has
    ``config.cache_size_limit`` entries (the frame runs eagerly from then on, until ``reset``);
-3. on a guard miss with existing entries, logs why (logger ``kiln.recompiles``; printed with
+4. on a guard miss with existing entries, logs why (logger ``kiln.recompiles``; printed with
    ``config.log_recompiles`` / ``KILN_LOGS=recompiles``) from the old entries'
    ``check_fn.failure_reason(*args)``;
-4. calls ``convert_frame(frame_info, compiler_fn=..., nopython=..., frame_state=...,
+5. calls ``convert_frame(frame_info, compiler_fn=..., nopython=..., frame_state=...,
    dynamic=...)`` and returns ``(compiled.check_fn, compiled.fn)`` or None.
 
 Errors: ``Unsupported`` under nopython propagates to the user's call.  Anything else
@@ -260,6 +262,14 @@ def skip_detail(code: CodeType) -> str | None:
 skip_observers: list[Callable[[CodeType, str], None]] = []
 
 
+def _under_functorch_transform() -> bool:
+    """Is a torch.func transform (vmap, grad, jvp, functionalize) running? Its inputs are
+    wrapped tensors (BatchedTensor, GradTrackingTensor) that capture and tracing do not
+    handle; kiln leaves such calls to Python."""
+    functorch = sys.modules.get("torch._C._functorch")
+    return functorch is not None and functorch.peek_interpreter_stack() is not None
+
+
 def _report_skip(code: CodeType, detail: str) -> None:
     counters["skipped"] += 1
     emit(SKIPS, f"not capturing {_where(code)}: {detail}", show=config.debug)
@@ -400,6 +410,10 @@ class CompileCallback:
         if skipped is not None:
             _report_skip(code, skipped[1])
             return None
+        if _under_functorch_transform():
+            _report_skip(code, "called under a torch.func transform (vmap, grad, jacrev, ...); "
+                               "it runs as plain Python there and compiles when called outside")
+            return False  # not now: no skip mark, so a later plain call still compiles
         entries = cache_entries(code)
         if entries:
             limit = config.cache_size_limit
