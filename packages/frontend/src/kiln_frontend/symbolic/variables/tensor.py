@@ -64,34 +64,45 @@ SCALAR_METHODS = {
 }
 
 
-class NonStridedTensorVariable(VariableTracker):
-    """A sparse (COO, CSR, ...) or other non-strided tensor from the frame.  It has no
-    strides, so it is never a graph input: loading it works (a frame resumed after a break
-    reloads it from its source), any use is a graph break at that instruction, as
-    torch.compile breaks on sparse tensors.  Guarded on its type and layout."""
+def plain_tensor_class(cls: type) -> bool:
+    """``Tensor`` itself, or a subclass that opts out of both overrides (``Parameter``): what
+    the graph computes on it is what eager computes. A subclass with its own
+    ``__torch_function__`` or ``__torch_dispatch__`` (or Tensor's default
+    ``__torch_function__``, which returns the subclass) is not."""
+    return cls is torch.Tensor or (
+        getattr(cls, "__torch_function__", None) is torch._C._disabled_torch_function_impl
+        and getattr(cls, "__torch_dispatch__", None) is torch._C._disabled_torch_dispatch_impl)
 
-    def __init__(self, value: torch.Tensor, *, source=None):
+
+class UncapturedTensorVariable(VariableTracker):
+    """A tensor from the frame that is never a graph input: a sparse (COO, CSR, ...) or other
+    non-strided tensor (it has no strides), or an instance of a tensor subclass that
+    overrides torch's functions (its ``__torch_function__`` may change any result; kiln
+    captures plain tensors only). Loading it works (a frame resumed after a break reloads it
+    from its source); any use is a graph break at that instruction, as torch.compile breaks
+    on sparse tensors. Guarded on its type and layout."""
+
+    def __init__(self, value: torch.Tensor, why: str, *, source=None):
         super().__init__(source=source)
         self.value = value
+        self.why = why
 
     @classmethod
-    def wrap(cls, builder, value):
+    def wrap(cls, builder, value, why: str):
         from ...guards import GuardKind
         from ...sources import AttrSource
 
         builder.install_guard(GuardKind.TYPE_MATCH, type(value))
         builder.child(AttrSource(builder.source, "layout")).install_guard(
-            GuardKind.ID_MATCH, id(value.layout), what="layout of a non-strided tensor")
-        return cls(value, source=builder.source)
+            GuardKind.ID_MATCH, id(value.layout), what="layout of an uncaptured tensor")
+        return cls(value, why, source=builder.source)
 
     def python_type(self) -> type:
         return type(self.value)
 
     def _refuse(self) -> Unsupported:
-        layout = str(self.value.layout).replace("torch.", "")
         where = f" {self.source.name()}" if self.source is not None else ""
-        return Unsupported(f"input{where} is a {layout} tensor: only strided tensors are "
-                           "captured (sparse tensors run eagerly)")
+        return Unsupported(f"input{where} is {self.why}")
 
     def as_proxy(self) -> Any:
         raise self._refuse()
@@ -107,7 +118,7 @@ class NonStridedTensorVariable(VariableTracker):
 
     def describe(self) -> str:
         where = f" {self.source.name()}" if self.source is not None else ""
-        return f"NonStridedTensorVariable({self.value.layout}{where})"
+        return f"UncapturedTensorVariable({type(self.value).__name__}, {self.value.layout}{where})"
 
 
 @tracker_for(torch.Tensor)
@@ -128,7 +139,15 @@ class TensorVariable(VariableTracker):
     @classmethod
     def wrap(cls, builder, value):
         if value.layout is not torch.strided:  # sparse: loadable, any use graph-breaks
-            return NonStridedTensorVariable.wrap(builder, value)
+            layout = str(value.layout).replace("torch.", "")
+            return UncapturedTensorVariable.wrap(
+                builder, value, f"a {layout} tensor: only strided tensors are captured "
+                                "(sparse tensors run eagerly)")
+        if not plain_tensor_class(type(value)):
+            return UncapturedTensorVariable.wrap(
+                builder, value, f"a {type(value).__qualname__}, a tensor subclass that "
+                                "overrides torch's functions: kiln captures plain tensors only "
+                                "(its uses run eagerly)")
         return builder.tx.output.add_graph_input(builder.source, value)
 
     @property

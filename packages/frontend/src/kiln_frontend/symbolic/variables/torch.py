@@ -233,17 +233,11 @@ def _fold_state_query(fn: Any, *, allowed: Any = None):
     return handler
 
 
-def _plain_tensor_type(cls: type) -> bool:
-    """``Tensor`` itself, or a class whose ``__torch_function__`` is disabled (Parameter)."""
-    return cls is torch.Tensor or \
-        getattr(cls, "__torch_function__", None) is torch._C._disabled_torch_function_impl
-
-
 def _has_torch_function(tx, args, kwargs):
     """``torch.overrides.has_torch_function*(...)``: False when every tensor among the
     arguments is a plain ``Tensor``/``Parameter`` (their classes are guarded by
     TENSOR_MATCH) and no torch-function mode is active (checked while tracing)."""
-    from .tensor import TensorVariable
+    from .tensor import TensorVariable, plain_tensor_class
 
     if kwargs:
         raise Unsupported("has_torch_function with keyword arguments")
@@ -256,7 +250,7 @@ def _has_torch_function(tx, args, kwargs):
     for item in items:
         item = tx.realize(item)
         if isinstance(item, TensorVariable):
-            if not _plain_tensor_type(item.python_type()):
+            if not plain_tensor_class(item.python_type()):
                 raise Unsupported("has_torch_function on a tensor subclass")
         elif not item.is_python_constant():
             raise Unsupported(f"has_torch_function on {item.describe()}")
