@@ -173,3 +173,42 @@ def test_dict_with_class_keys_is_guarded_per_item():
     finally:
         VALIDATORS[list] = 2.0
     assert len(backend.graphs) == 2
+
+
+class _Optional(nn.Module):
+    """``if self.down:`` on an optional submodule and ``if self.extra:`` on a container, as
+    MobileViT and many timm blocks write them (each was a graph break)."""
+
+    def __init__(self, down, extra):
+        super().__init__()
+        self.down, self.extra, self.fc = down, extra, nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.down:
+            x = self.down(x)
+        if self.extra:
+            for m in self.extra:
+                x = m(x)
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("down, extra", [
+    (nn.Linear(4, 4), nn.ModuleList()),
+    (nn.Linear(4, 4), nn.ModuleList([nn.ReLU()])),
+    (nn.Sequential(), nn.ModuleList([nn.Tanh()])),
+])
+def test_truth_value_of_a_module_is_one_graph(down, extra):
+    reset()
+    m, x = _Optional(down, extra), torch.randn(2, 4)
+    backend = CountingBackend()
+    torch.testing.assert_close(kiln_compile(m, backend=backend, fullgraph=True)(x), m(x))
+    assert len(backend.graphs) == 1
+
+
+def test_truth_value_of_a_container_follows_its_length():
+    reset()
+    m, x = _Optional(nn.Linear(4, 4), nn.ModuleList()), torch.randn(2, 4)
+    compiled = kiln_compile(m, backend=CountingBackend(), fullgraph=True)
+    compiled(x)
+    m.extra.append(nn.Tanh())  # the container's structure is guarded: this recompiles
+    torch.testing.assert_close(compiled(x), m(x))

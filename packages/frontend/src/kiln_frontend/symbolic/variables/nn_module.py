@@ -47,10 +47,15 @@ _DICT_METHODS = ("keys", "values", "items")
 
 def is_leaf_module(module: nn.Module) -> bool:
     """Modules whose ``forward`` torch itself defines (Linear, ReLU, Dropout, ... and user
-    subclasses that keep that forward), other than containers, are called as one node."""
+    subclasses that keep that forward), other than containers, are called as one node. A
+    module with no forward at all (a helper holding state and methods, as transformers'
+    FunnelAttentionStructure) is never called, so it is no leaf: its methods are inlined and
+    its attributes may be set."""
     if isinstance(module, _CONTAINERS):
         return False
     forward = getattr(type(module), "forward", None)
+    if forward is nn.Module.forward:  # torch's _forward_unimplemented
+        return False
     mod = getattr(forward, "__module__", None) or ""
     return mod.startswith("torch.nn.")
 
@@ -337,6 +342,18 @@ class NNModuleVariable(VariableTracker):
 
     def as_python_constant(self) -> Any:
         raise NotConstant("module")
+
+    def truth_value(self, tx) -> bool:
+        """``bool(module)`` (``if self.downsample:``): a container's is its length (its
+        structure guarded), any other module's is True unless its class defines
+        ``__bool__``/``__len__`` (the class is fixed by the module's identity guard)."""
+        if isinstance(self.module, _CONTAINERS):
+            return len(self.members(tx)) != 0
+        cls = type(self.module)
+        if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
+            return True
+        raise Unsupported(f"truth value of {self.describe()} (its class defines __bool__ or "
+                          "__len__)")
 
 
 def _is_none(v: VariableTracker) -> bool:
