@@ -27,6 +27,7 @@ import functools
 from collections.abc import Callable
 
 import torch
+import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
@@ -382,7 +383,12 @@ def _recurrent_rule(name: str, packed_at: int) -> Callable:
     and points them into it (``set_`` with a storage, which no graph can hold): timm's
     sequencer2d failed to trace on an H200 and ran eagerly. On CPU the decomposition takes
     the same ``mkldnn_rnn_layer`` for LSTM as the C++ path, and gives GRU and RNN as pure
-    ops (their C++ path wrote an intermediate in place, which loopir declines)."""
+    ops (their C++ path wrote an intermediate in place, which loopir declines).
+
+    When a gradient is wanted, the decomposition runs with oneDNN off: its LSTM layer picks
+    ``mkldnn_rnn_layer`` whenever the layer's *input* does not require grad, and calls it with
+    ``train=False``, so no workspace exists for the backward that the weights' gradients
+    need (a bidirectional 2-layer LSTM's training graph crashed on the missing workspace)."""
     from torch._decomp import decomposition_table
 
     packet = getattr(aten, name)
@@ -391,7 +397,13 @@ def _recurrent_rule(name: str, packed_at: int) -> Callable:
     def rule(*args, **kwargs):
         if kwargs or len(args) <= packed_at:
             return NotImplemented
-        return (by_data if isinstance(args[packed_at], torch.Tensor) else by_input)(*args)
+        decomposition = by_data if isinstance(args[packed_at], torch.Tensor) else by_input
+        wants_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor))
+        if wants_grad:
+            with torch.backends.mkldnn.flags(enabled=False):
+                return decomposition(*args)
+        return decomposition(*args)
 
     return rule
 
