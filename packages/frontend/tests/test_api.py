@@ -569,3 +569,27 @@ def test_calls_under_a_torch_func_transform_run_as_python_and_compile_later():
     assert backend.graphs == []
     torch.testing.assert_close(compiled(x), f(x))
     assert len(backend.graphs) == 1
+
+
+def test_torch_compiler_disable_is_honoured():
+    """A function the user marked ``@torch.compiler.disable`` (for torch.compile) runs as
+    plain Python under kiln too, with what it calls; the code around it still compiles."""
+    torch = pytest.importorskip("torch")
+    from _counting_backend import CountingBackend
+
+    def helper(x):
+        return x.cos() + 1
+
+    @torch.compiler.disable
+    def disabled(x):
+        return helper(x) * 3
+
+    def f(x):
+        return disabled(x.sin()) - 1
+
+    kiln_frontend.reset()
+    backend = CountingBackend()
+    x = torch.randn(4)
+    torch.testing.assert_close(kiln_frontend.compile(f, backend=backend)(x), f(x))
+    traced = [str(n.target) for gm in backend.graphs for n in gm.graph.nodes if n.op.startswith("call")]
+    assert "sin" in traced and "cos" not in traced, traced
