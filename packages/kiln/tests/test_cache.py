@@ -349,3 +349,35 @@ def test_a_graph_compiled_outside_autocast_is_not_reused_inside(graph_cache_on):
         got, expected = compiled(x), f(x)
     assert got.dtype == expected.dtype == torch.bfloat16
     torch.testing.assert_close(got, expected)
+
+
+def test_a_hit_packs_gemm_weights_with_the_graphs_threads(monkeypatch):
+    """MKL packs a GEMM weight for the threads that will use it: a hit must pack with the
+    graph's intra-op thread count, not under the one thread its refolds and layout copies
+    take (packed on one thread, a hit's BERT-sized linears ran 1.5-2x slower at 2 threads)."""
+    from kiln_loopir.derived_constants import DERIVATIONS
+
+    if not (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")):
+        pytest.skip("no MKL packed GEMM in this torch")
+    pack = DERIVATIONS["mkl_packed_linear"]
+    threads_seen = []
+
+    def recording_pack(*args):
+        threads_seen.append(torch.get_num_threads())
+        return pack(*args)
+
+    monkeypatch.setitem(DERIVATIONS, "mkl_packed_linear", recording_pack)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        m = _net(0)
+        _compile(m, X)  # a miss: stores the entry
+        threads_seen.clear()
+        hits = kiln.stats().graph_cache_hits
+        compiled = _compile(m, X)
+        assert kiln.stats().graph_cache_hits == hits + 1
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(X), m(X))
+    finally:
+        torch.set_num_threads(before)
+    assert threads_seen and set(threads_seen) == {2}, threads_seen

@@ -20,19 +20,26 @@ import torch
 
 from .ir import ConstantBuffer, Layout
 
-__all__ = ["DERIVATIONS", "derivation", "derive", "derived_constant", "derived_sources"]
+__all__ = ["DERIVATIONS", "THREAD_TUNED", "derivation", "derive", "derived_constant",
+           "derived_sources"]
 
 #: name -> fn(source tensor, *args) -> tensor
 DERIVATIONS: dict[str, Callable[..., torch.Tensor]] = {}
+#: derivations whose result is tuned to the intra-op thread count they run under (MKL packs
+#: a GEMM weight for the threads that will use it): whoever runs them again must run them
+#: with the graph's own thread count, never narrowed
+THREAD_TUNED: set[str] = set()
 
 
-def derivation(name: str):
+def derivation(name: str, *, thread_tuned: bool = False):
     """Register ``fn(source, *args)`` as the derivation ``name``."""
 
     def register(fn):
         if name in DERIVATIONS:
             raise ValueError(f"derivation {name!r} is already registered")
         DERIVATIONS[name] = fn
+        if thread_tuned:
+            THREAD_TUNED.add(name)
         return fn
 
     return register
@@ -54,7 +61,7 @@ def channels_last(w: torch.Tensor) -> torch.Tensor:
     return w.contiguous(memory_format=torch.channels_last)
 
 
-@derivation("mkl_packed_linear")
+@derivation("mkl_packed_linear", thread_tuned=True)
 def mkl_packed_linear(w: torch.Tensor, rows: int, in_out: bool = False) -> torch.Tensor:
     """``w`` packed by MKL for ``torch.ops.mkl._mkl_linear``: an opaque tensor, about the
     weight's size. ``w`` is ``[out, in]`` row-major in its storage (a linear weight, a 1x1
