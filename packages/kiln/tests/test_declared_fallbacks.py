@@ -1,5 +1,5 @@
 """Ops kiln does not lower but declares as aten calls (kiln_loopir/lowerings/fallbacks.py)
-compile inside the graph: linear algebra, stable sort, embedding bags. Each graph must
+compile inside the graph: linear algebra, stable sort, embedding bags, triangle indices. Each graph must
 compile with no "ran eagerly" warning and match eager; linalg's error check still raises on
 a singular matrix, and training through inv/det/solve gets eager's gradients."""
 
@@ -27,6 +27,7 @@ CASES = {
     "lstsq": lambda m: torch.linalg.lstsq(m, B).solution,
     "sort_stable": lambda m: torch.sort(m, dim=1, stable=True),
     "embedding_bag": lambda m: F.embedding_bag(torch.tensor([1, 2, 3, 0]), m, torch.tensor([0, 2])),
+    "triangle_indices": lambda m: (m[tuple(torch.tril_indices(4, 4, -1))], torch.triu_indices(3, 5, 1)),
 }
 
 

@@ -28,6 +28,9 @@ _DECLARED = {
         "multinomial.default", "poisson.default",
     ],
     "FFT: a library kernel": ["_fft_r2c.default", "_fft_c2r.default"],
+    "index tables of a triangle (DLRM's feature interactions): the aten factory": [
+        "tril_indices.default", "triu_indices.default",
+    ],
     "pairwise distances and embedding bags: reductions over gathered rows, not lowered yet": [
         "_cdist_forward.default", "_pdist_forward.default", "_embedding_bag.default",
         "_embedding_bag_forward_only.default",
