@@ -453,6 +453,25 @@ def test_skip_code_tree_runs_callees_as_is():
         C.unskip_code(tree_root.__code__)
 
 
+def test_a_callback_marking_the_code_tree_runs_that_first_frame_as_a_tree():
+    """A callback that marks the code it was asked about SKIP_TREE and answers None: that
+    very frame already runs with its callees unseen (kiln marks torch.compiler.disable's
+    wrapper when it first meets it)."""
+    seen = []
+
+    def cb(info):
+        seen.append(info.code.co_name)
+        if info.code is outer.__code__:
+            C.skip_code_tree(outer.__code__)
+        return None
+
+    try:
+        assert hooked(cb, outer, 1) == 4
+        assert seen == ["outer"]  # inner, called by the first frame of outer, was not seen
+    finally:
+        C.unskip_code(outer.__code__)
+
+
 # --------------------------------------------------------------------------------------
 # nesting, recursion, exceptions
 # --------------------------------------------------------------------------------------

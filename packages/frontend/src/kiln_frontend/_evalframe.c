@@ -135,7 +135,9 @@ typedef struct CodeExtra {
 /* skip values: the frame runs as is (a mark learned from the callback, cleared by reset());
  * or the frame and everything it calls run as is, with this thread's callback None for the
  * frame's duration (a standing rule, kept across reset(): what torch tells TorchDynamo not to
- * trace into, torch.utils.checkpoint's forward and recomputation). A decorated call inside
+ * trace into, torch.utils.checkpoint's forward and recomputation, a function marked
+ * torch.compiler.disable; a callback that marks the code it was asked about before answering
+ * None has that frame run so already). A decorated call inside
  * (with_callback) still swaps its own callback in, as under kiln.disable(). */
 #define SKIP_FRAME 1
 #define SKIP_TREE 2
@@ -513,6 +515,11 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
             goto error;
         }
         Py_DECREF(callback);
+        /* the callback may have marked the code SKIP_TREE (skip_code_tree): this frame,
+         * the first one of it, already runs that way */
+        if (get_extra((PyObject *)code)->skip == SKIP_TREE) {
+            return eval_with_callback_none(tstate, frame, throwflag);
+        }
         return previous_eval(tstate, frame, throwflag);
     }
     if (ret == Py_False) { /* "not now": run this frame as is, ask again next time */

@@ -93,40 +93,31 @@ def run_without_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _C.run_without_hook(fn)
 
 
-#: the standing SKIP_TREE rules applied so far (each once per process), by name
-_TREE_RULES_APPLIED: set[str] = set()
-_TREE_RULES = ("torch._disable_dynamo", "torch.compiler.disable")
+_TORCH_RULE_APPLIED: list[bool] = []
 
 
 def _skip_what_torch_keeps_from_dynamo() -> None:
-    """What torch tells TorchDynamo not to trace into runs as plain Python under kiln too,
-    with everything it calls (a SKIP_TREE mark, kept across ``reset()``; a kiln-compiled call
-    inside still compiles, as inside ``kiln.disable``):
+    """What torch tells TorchDynamo not to trace into (``torch._disable_dynamo``) runs as
+    plain Python under kiln too, with everything it calls: the forward and the recomputation
+    of ``torch.utils.checkpoint`` (a region compiled in the forward but recomputed eagerly in
+    the backward saves other tensors, and checkpoint refuses the mismatch), a dispatch mode's
+    ``__torch_dispatch__``, optimizer internals. Every such function is a closure of one
+    wrapper code object; marking it is a standing rule (kept across ``reset()``), and a
+    kiln-compiled call inside still compiles, as inside ``kiln.disable``. Applied at the first
+    frame the callback sees once torch is imported (kiln_frontend itself needs no torch),
+    which is before any frame the user's compiled code calls."""
+    _TORCH_RULE_APPLIED.append(True)
+    import torch
 
-    - ``torch._disable_dynamo``: the forward and the recomputation of
-      ``torch.utils.checkpoint`` (a region compiled in the forward but recomputed eagerly in
-      the backward saves other tensors, and checkpoint refuses the mismatch), a dispatch
-      mode's ``__torch_dispatch__``, optimizer internals. Every such function is a closure
-      of one wrapper code object.
-    - ``torch.compiler.disable(fn)``: what a torch.compile user marked not to compile. Its
-      wrapper's code exists once torch's compiler module is loaded (by that decorator); it is
-      read from ``sys.modules``, never imported by kiln.
+    skip_code_tree(torch._disable_dynamo(lambda: None).__code__)
 
-    Applied from the callback (kiln_frontend itself needs no torch), before any frame the
-    user's compiled code calls."""
-    if "torch._disable_dynamo" not in _TREE_RULES_APPLIED and "torch" in sys.modules:
-        _TREE_RULES_APPLIED.add("torch._disable_dynamo")
-        import torch
 
-        skip_code_tree(torch._disable_dynamo(lambda: None).__code__)
-    compiler_frames = sys.modules.get("torch._dynamo.eval_frame")
-    if "torch.compiler.disable" not in _TREE_RULES_APPLIED and compiler_frames is not None:
-        _TREE_RULES_APPLIED.add("torch.compiler.disable")
-        context = getattr(compiler_frames, "DisableContext", None)
-        call = vars(context).get("__call__") if isinstance(context, type) else None
-        for const in getattr(getattr(call, "__code__", None), "co_consts", ()):
-            if isinstance(const, CodeType) and const.co_name == "_fn":  # the wrapper
-                skip_code_tree(const)
+def _disables_compilation_below(func: Any) -> bool:
+    """Is ``func`` the wrapper ``@torch.compiler.disable`` made (recursive, the default)? The
+    decorator marks the function object it returns; its frame and what it calls then run as
+    plain Python under kiln too, as the user asked of torch.compile."""
+    return getattr(func, "_torchdynamo_disable", False) is True and \
+        getattr(func, "_torchdynamo_disable_recursive", False) is True
 
 
 @contextlib.contextmanager
@@ -419,10 +410,12 @@ class CompileCallback:
     def __call__(self, frame: Any) -> tuple[Any, Any] | None:
         code = frame.code
         counters["frames"] += 1
-        if len(_TREE_RULES_APPLIED) < len(_TREE_RULES):
+        if not _TORCH_RULE_APPLIED and "torch" in sys.modules:
             _skip_what_torch_keeps_from_dynamo()
         skipped = _skip_reason(code)
         if skipped is not None:
+            if _disables_compilation_below(frame.func):
+                skip_code_tree(code)  # (this frame already runs so: the C hook re-reads it)
             _report_skip(code, skipped[1])
             return None
         if _under_functorch_transform():
