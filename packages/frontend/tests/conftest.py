@@ -1,9 +1,22 @@
 """Puts this folder on ``sys.path`` so test modules can ``from _counting_backend import
-CountingBackend`` (pytest runs with ``--import-mode=importlib``, which does not)."""
+CountingBackend`` (pytest runs with ``--import-mode=importlib``, which does not), and gives
+them ``fresh_frontend`` (``pytestmark = pytest.mark.usefixtures("fresh_frontend")``)."""
 
 import os
 import sys
 
+import pytest
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+
+@pytest.fixture
+def fresh_frontend():
+    """Every cache entry, skip mark and counter forgotten before and after the test."""
+    from kiln_frontend import reset
+
+    reset()
+    yield
+    reset()

@@ -9,17 +9,12 @@ import operator
 import pytest
 import torch
 from _counting_backend import one_graph
-from kiln_frontend import explain, reset
+from kiln_frontend import explain
 from kiln_frontend.symbolic.variables.builtins import BUILTIN_CALLS, BuiltinVariable
 from kiln_frontend.symbolic.variables.handler_table import HandlerTable
 from kiln_frontend.symbolic.variables.operators import ON_ANY_OPERANDS, ON_PYTHON_VALUES
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def test_tables_refuse_a_second_handler():

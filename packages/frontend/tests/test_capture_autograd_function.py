@@ -8,7 +8,6 @@ import pytest
 import torch
 from _counting_backend import CountingBackend
 from kiln_frontend import compile as kiln_compile
-from kiln_frontend import reset
 
 
 class ScaledGate(torch.autograd.Function):
@@ -46,11 +45,7 @@ def f(x):
     return ScaledGate.apply(x.sin()) + Times.apply(x, 3.0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def test_apply_without_grad_is_inlined_into_one_graph():

@@ -12,12 +12,7 @@ from kiln_frontend import compile as kiln_compile
 from kiln_frontend import reset, trace_rules
 from torch import nn
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def check(fn, *args, graphs=1, fullgraph=True):

@@ -15,12 +15,7 @@ from kiln_frontend import compile as kiln_compile
 from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 class Config:

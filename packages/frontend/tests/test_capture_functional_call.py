@@ -8,16 +8,10 @@ import pytest
 import torch
 from _counting_backend import CountingBackend, one_graph
 from kiln_frontend import compile as kiln_compile
-from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
 from torch import nn
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 class Net(nn.Module):

@@ -9,18 +9,13 @@ import pytest
 import torch
 from _counting_backend import CountingBackend
 from kiln_frontend import compile as kiln_compile
-from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
 
 np = pytest.importorskip("numpy")
 
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def _close(actual, expected):

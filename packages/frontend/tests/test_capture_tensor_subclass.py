@@ -10,7 +10,6 @@ import pytest
 import torch
 from _counting_backend import CountingBackend
 from kiln_frontend import compile as kiln_compile
-from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
 
 
@@ -28,11 +27,7 @@ class Tagged(torch.Tensor):
     """No override: Tensor's default __torch_function__ returns Tagged results."""
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def f(t, y):

@@ -15,12 +15,7 @@ from kiln_frontend import reset
 from kiln_frontend.symbolic.variables import stdlib
 from torch import nn
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    reset()
-    yield
-    reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def one_graph(fn, *args):
