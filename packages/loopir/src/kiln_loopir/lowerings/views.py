@@ -328,10 +328,9 @@ def unfold(x, dim, size, step):
     """Windows of ``size`` every ``step`` along ``dim``, as a new last dim: out[..., i, ..., j]
     is x[..., i * step + j, ...] (a strided view, as eager's)."""
     shape = [sympify(s) for s in x.get_size()]
-    n = len(shape)
-    dim = _norm_dim(dim, n) if n else 0
-    if n == 0:  # a 0-d tensor: one window of its one element
+    if not shape:  # a 0-d tensor: one window of its one element
         return _view(x, [sympify(size)], lambda sz, st, off: ([S1], off), lambda idx: [])
+    dim = _norm_dim(dim, len(shape))
     msize = _meta_size()
     windows = msize[dim] if msize is not None else FloorDiv(shape[dim] - size, step) + 1
     new = shape[:dim] + [windows] + shape[dim + 1:] + [sympify(size)]

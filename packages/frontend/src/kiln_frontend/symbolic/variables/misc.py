@@ -144,13 +144,12 @@ class UserDefinedClassVariable(VariableTracker):
         # a class reached without a source (``type(x)``, ``x.__class__``) is pinned
         base = self.source if self.source is not None else tx.output.pinned_source(self.cls)
         src = AttrSource(base, name)
-        if name == "apply" and issubclass(self.cls, torch.autograd.Function) and \
-                self.cls.__module__.split(".")[0] != "torch":
+        if self.cls.__module__.split(".")[0] == "torch":
+            return tx.wrap_value(getattr(self.cls, name), src, guard=False)
+        if name == "apply" and issubclass(self.cls, torch.autograd.Function):
             from .autograd_function import AutogradFunctionApplyVariable
 
             return AutogradFunctionApplyVariable(self.cls, self, source=src)
-        if self.cls.__module__.split(".")[0] == "torch":
-            return tx.wrap_value(getattr(self.cls, name), src, guard=False)
         return tx.wrap_value(getattr(self.cls, name), src)
 
     def call_function(self, tx, args, kwargs):

@@ -348,7 +348,8 @@ class NNModuleVariable(VariableTracker):
         structure guarded), any other module's is True unless its class defines
         ``__bool__``/``__len__`` (the class is fixed by the module's identity guard)."""
         if isinstance(self.module, _CONTAINERS):
-            return len(self.members(tx)) != 0
+            self.guard_structure(tx)
+            return len(self.module) != 0
         cls = type(self.module)
         if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
             return True
