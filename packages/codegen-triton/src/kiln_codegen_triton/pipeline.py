@@ -10,7 +10,7 @@ import kiln_aotgrad
 import kiln_loopir
 import kiln_runtime
 import torch
-from kiln_loopir.derived_constants import derived_sources
+from kiln_loopir.derived_constants import constant_reads
 from kiln_runtime.guards import WeightsGuard
 
 from .codegen import TritonCodegen
@@ -30,8 +30,10 @@ def compile_aten(aten_gm: torch.fx.GraphModule, config: Any = None) -> Callable:
     at compile time (a weight packed or stored in another layout) are guarded: an in-place
     write to such a weight compiles again."""
     schedule = kiln_loopir.schedule(kiln_loopir.lower(aten_gm))
-    return WeightsGuard.around(compile_schedule(schedule, config), lambda: compile_aten(aten_gm, config),
-                               derived_sources(schedule.graph))  # weights copied or packed into constants
+    computed_from, reads = constant_reads(schedule.graph, aten_gm)  # weights copied or packed
+    return WeightsGuard.around(compile_schedule(schedule, config),  # into constants, or read as
+                               lambda: compile_aten(aten_gm, config), computed_from,  # ones
+                               views=reads)
 
 
 def compile_schedule(schedule, config: Any = None) -> Callable:

@@ -36,7 +36,7 @@ import kiln_runtime
 import torch
 from kiln_loopir import codegen_registry
 from kiln_loopir.codegen_registry import CodegenUnavailable
-from kiln_loopir.derived_constants import derived_sources
+from kiln_loopir.derived_constants import constant_reads
 from kiln_loopir.lowerings.random import random_numbers
 from kiln_runtime.profile import profiled
 
@@ -72,9 +72,13 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=Non
 
     def build() -> Callable:
         prepare_codegen(gm, example_inputs, config)  # e.g. compile workers start while tracing
-        return compile_inference(gm, example_inputs, config, back_half=compile_aten)
+        return compile_inference(gm, example_inputs, config, back_half=compile_aten,
+                                 recompile=compile_again)
 
-    return cache.compile_cached(gm, example_inputs, config, build)  # a hit skips the pipeline
+    def compile_again() -> Callable:  # a guarded weight changed: a hit rebinds the live weights
+        return cache.compile_cached(gm, example_inputs, config, build)
+
+    return compile_again()  # a hit skips the pipeline
 
 
 def loopir_interpret_backend(
@@ -102,10 +106,19 @@ def non_strided_tensors(gm: torch.fx.GraphModule, example_inputs: Sequence) -> s
 
 
 def compile_inference(
-    gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options, *, back_half: Callable
+    gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options, *, back_half: Callable,
+    recompile: Callable[[], Callable] | None = None,
 ) -> Callable:
     """The front half both backends share: debug folder, autograd check, aotgrad trace; then
-    ``back_half(aten_gm, config, trace=...)``. Graphs the stack declines run eagerly."""
+    ``back_half(aten_gm, config, trace=...)``. Graphs the stack declines run eagerly.
+
+    The result is guarded (``WeightsGuard``) over every module tensor the compiled code reads
+    as a constant or computed a constant from: when one has new memory or metadata (``p.data
+    = other``, ``p.set_(other)``), or one a constant was computed from was written in place,
+    the next call compiles again with ``recompile`` (default: this pipeline again)."""
+    if recompile is None:
+        def recompile() -> Callable:
+            return compile_inference(gm, example_inputs, config, back_half=back_half)
     trace = DebugTrace.for_compile(config)
     trace.write("fx_graph.txt", gm)
     try:
@@ -121,11 +134,13 @@ def compile_inference(
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
         folded.guard_copies(getattr(compiled, "derived_from", ()))  # e.g. channels-last weights
-        compiled = cache.WeightsGuard.around(  # a folded or copied parameter written in place: compile again
-            compiled,
-            lambda: compile_inference(gm, example_inputs, config, back_half=back_half),
+        own = {id(getattr(folded_gm, name)) for name in
+               (getattr(folded_gm, "meta", {}).get("kiln_folded_recipes") or ())}
+        compiled = cache.WeightsGuard.around(  # a folded or copied parameter written in place,
+            compiled, recompile,  # or one read as a constant given new memory: compile again
             [t for t, _ in folded.sources], folded.eval_modules,
-            version_sum=sum(v for _, v in folded.sources))  # the versions folded from
+            version_sum=sum(v for _, v in folded.sources),  # the versions folded from
+            views=[t for t in getattr(compiled, "reads", ()) if id(t) not in own])
     except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
         return run_eagerly(gm, str(e))
     except kiln_loopir.LoweringError as e:  # mutates a non-input, symbolic floats, ...
@@ -158,8 +173,10 @@ def compile_aten(
     compiled = reduce_overhead.for_mode(compiled, aten_gm, config)  # CUDA graphs per mode
     counters["graphs_compiled"] += 1
     counters["kernels_generated"] += len(getattr(module, "kernels", ()) or ())
-    derived_from = derived_sources(schedule.graph)  # copied into constants: the caller guards them
-    return with_output_structure(aten_gm, compiled, derived_from=derived_from)
+    # the module tensors behind its constants (the caller guards them): computed from
+    # (copied, packed: their memory and versions), read in place (their memory)
+    derived_from, reads = constant_reads(schedule.graph, aten_gm)
+    return with_output_structure(aten_gm, compiled, derived_from=derived_from, reads=reads)
 
 
 def interpret_aten(
@@ -356,12 +373,13 @@ def _reason_key(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
-def with_output_structure(aten_gm, flat_fn: Callable, *, derived_from=()) -> Callable:
+def with_output_structure(aten_gm, flat_fn: Callable, *, derived_from=(), reads=()) -> Callable:
     """Wrap a callable returning the ATen graph's flat outputs so that it returns the
     torch-level graph's own structure (tuple, single tensor, nested, constants).
-    ``derived_from``: tensors the compiled code holds copies of (``compile_inference`` guards
-    them), kept on the result as ``.derived_from``."""
-    if "kiln" not in getattr(aten_gm, "meta", {}) and not derived_from:
+    ``derived_from``: tensors the compiled code holds copies of; ``reads``: tensors it reads
+    in place as constants (``compile_inference`` guards both), kept on the result as
+    ``.derived_from`` and ``.reads``."""
+    if "kiln" not in getattr(aten_gm, "meta", {}) and not derived_from and not reads:
         return flat_fn
     if "kiln" not in getattr(aten_gm, "meta", {}):
         def compiled_graph(*args):
@@ -375,6 +393,7 @@ def with_output_structure(aten_gm, flat_fn: Callable, *, derived_from=()) -> Cal
     compiled_graph.flat = flat_fn
     compiled_graph.aten_gm = aten_gm
     compiled_graph.derived_from = list(derived_from)
+    compiled_graph.reads = list(reads)
     return compiled_graph
 
 

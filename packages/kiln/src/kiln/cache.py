@@ -517,7 +517,10 @@ def compile_cached(
                 log.debug("kiln: graph not cached: %s", e)
                 counters["graph_cache_bypass"] += 1
                 return compile_fn()
-            hit = _load(key, gm, names, config, compile_fn)
+            # a hit's guard compiles again through the cache: a weight given new memory
+            # (``p.data = other``) is then a hit that binds it, not a whole compile
+            hit = _load(key, gm, names, config,
+                        lambda: compile_cached(gm, example_inputs, config, compile_fn))
         if hit is not None:
             compile_timer.note("graph cache hit")
             return hit
@@ -841,11 +844,12 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
             fn = run_eagerly(gm, artifact["reason"])
         else:
             fn = _rebuild(artifact, gm, names, config)
+            tensors, owners, views = _derived_from(artifact["constants"], gm, names)
             if by_weights:  # stored under the hash of every weight: guard them all
                 fn = WeightsGuard(fn, compile_fn, itertools.chain(gm.parameters(), gm.buffers()),
-                                   gm.modules())
-            else:  # constants computed from some weights: guard those
-                fn = WeightsGuard.around(fn, compile_fn, *_derived_from(artifact["constants"], gm, names))
+                                  gm.modules(), views=views)
+            else:  # constants computed from some weights, or reading them: guard those
+                fn = WeightsGuard.around(fn, compile_fn, tensors, owners, views=views)
     except Exception as e:
         log.warning("kiln: stale graph cache entry %s ignored (%s: %s); it is rebuilt",
                     entry, type(e).__name__, e)
@@ -857,14 +861,22 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
     return fn
 
 
-def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
-    """(tensors, their owning modules) that constants of a hit were computed from: the
-    sources of layout copies and of folded BatchNorms, and the ``num_batches_tracked`` of
-    those BatchNorms (their statistics change in training mode without a version bump)."""
+def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list, list]:
+    """(tensors, their owning modules, views) of a hit: the tensors its constants were
+    computed from (the sources of layout copies and of folded BatchNorms, and the
+    ``num_batches_tracked`` of those BatchNorms: their statistics change in training mode
+    without a version bump), and the module tensors it binds as constants and reads in place
+    (``attr``: a new memory for one, ``p.data = other``, must compile again)."""
     from .passes.fold_batchnorm import batch_counters
 
     tensors, owners, seen, stats = [], [], set(), []
+    views = {}
     for where, ref, *rest in constants.values():
+        if where == "attr":
+            live = names.resolve(gm, ref)
+            if isinstance(live, torch.Tensor):
+                views[id(live)] = live
+            continue
         if where == "derived":  # guarded as the constant it starts from, taken as a copy of it
             where, ref, *rest = _derivation_root(constants, rest[0])
             if where == "attr":
@@ -889,7 +901,7 @@ def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list]:
         if id(counter) not in seen:
             seen.add(id(counter))
             tensors.append(counter)
-    return tensors, owners
+    return tensors, owners, [t for k, t in views.items() if k not in seen]
 
 
 def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable:

@@ -20,8 +20,8 @@ import torch
 
 from .ir import ConstantBuffer, Layout
 
-__all__ = ["DERIVATIONS", "THREAD_TUNED", "derivation", "derive", "derived_constant",
-           "derived_sources"]
+__all__ = ["DERIVATIONS", "THREAD_TUNED", "constant_reads", "derivation", "derive",
+           "derived_constant", "derived_sources"]
 
 #: name -> fn(source tensor, *args) -> tensor
 DERIVATIONS: dict[str, Callable[..., torch.Tensor]] = {}
@@ -93,3 +93,42 @@ def derived_sources(graph) -> list[torch.Tensor]:
     """The tensors a graph's constants were computed from at compile time (``derived_from``):
     whoever runs the graph guards them (an in-place write to one: compile again)."""
     return [c.derived_from for c in graph.constant_buffers if c.derived_from is not None]
+
+
+def constant_reads(graph, gm) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The live tensors (``gm``'s own parameters and buffers, the objects a user holds) behind
+    a graph's constants: ``(computed_from, read)``.
+
+    A constant's value is an alias of the tensor's memory taken at compile time (``get_attr``)
+    or a tensor derived from it: neither follows the tensor to new memory (``p.data = other``,
+    ``p.set_(other)``), so whoever runs the graph guards the live tensors' memory and view,
+    and for ``computed_from`` (roots of derived constants) their version counters too (an
+    in-place write is not seen by a copy; ``read`` constants alias the memory and see it).
+    A constant whose target does not name a tensor of ``gm`` aliasing its value is guarded
+    as before (its ``derived_from``), or not at all."""
+    by_name = {c.name: c for c in graph.constant_buffers}
+    computed: dict[int, torch.Tensor] = {}
+    read: dict[int, torch.Tensor] = {}
+
+    def live(c) -> torch.Tensor | None:
+        obj = gm
+        try:
+            for atom in c.target.split("."):
+                obj = getattr(obj, atom)
+        except AttributeError:
+            return None
+        if isinstance(obj, torch.Tensor) and c.value is not None and obj.is_set_to(c.value):
+            return obj
+        return None
+
+    for c in graph.constant_buffers:
+        root, hops = c, 0
+        while root.recipe is not None and root.recipe[1] in by_name and hops < len(by_name):
+            root, hops = by_name[root.recipe[1]], hops + 1
+        t = live(root) if root.target else None
+        derived = c.derived_from is not None
+        if t is None:
+            t = c.derived_from
+        if t is not None:
+            (computed if derived else read)[id(t)] = t
+    return list(computed.values()), [t for k, t in read.items() if k not in computed]
