@@ -54,6 +54,19 @@ def _contains_tensor(value: Any) -> bool:
     return False
 
 
+def _argument_returned(ex: Any, args: list, kwargs: dict) -> Any:
+    """The tensor tracker among the op's arguments whose fake value the op returned (an
+    in-place op, an ``out=``, a no-op ``contiguous``), or None."""
+    from .variables.tensor import TensorVariable
+
+    if not isinstance(ex, torch.Tensor):
+        return None
+    for a in [*args, *kwargs.values()]:
+        if isinstance(a, TensorVariable) and a.example_value is ex:
+            return a
+    return None
+
+
 def refuse_non_strided(value: Any, what: str) -> None:
     """Sparse (COO, CSR, CSC, BSR, BSC) and other non-strided tensors have no strides, so
     neither fake tensors, guards nor any backend's lowering can handle them: a graph break
@@ -357,6 +370,14 @@ class OutputGraph:
         px_args = tuple(a.as_proxy() for a in args)
         px_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
         proxy = self.tracer.create_proxy(kind, target, px_args, px_kwargs)
+        same = _argument_returned(ex, args, kwargs)
+        if same is not None:
+            # ``x.add_(1)``, ``torch.add(a, b, out=x)``, ``x.requires_grad_()``,
+            # ``x.contiguous()``: the op returned its argument itself (fake tensors keep
+            # eager's identity), so the result IS that tracker (``x.add_(1) is x``); the node
+            # stays in the graph for its effect
+            proxy.node.meta["example_value"] = ex
+            return same
         return self.wrap_result(proxy, ex)
 
     def fake_module_call(self, module: torch.nn.Module, args: list, kwargs: dict) -> Any:

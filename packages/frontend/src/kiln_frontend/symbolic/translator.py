@@ -42,7 +42,6 @@ from .variables import (
     VariableBuilder,
     VariableTracker,
 )
-from .variables.containers import ListIteratorVariable
 from .variables.exceptions import TracedException
 from .variables.misc import (
     DeletedVariable,
@@ -248,7 +247,9 @@ class InstructionTranslatorBase:
             try:
                 result = obj.as_python_constant()[index.as_python_constant()]
             except Exception as e:  # noqa: BLE001
-                raise Unsupported(f"indexing raised {type(e).__name__}: {e}") from e
+                from .variables.exceptions import raise_traced_from
+
+                raise_traced_from(e, "indexing")
             return wrap_constant_result(result, what="indexing")
         raise Unsupported(f"indexing {obj.describe()}")
 
@@ -289,17 +290,18 @@ class InstructionTranslatorBase:
             code=code, f_globals=f_globals, f_builtins=f_builtins, symbolic_locals=bound,
             closure_cells=fn_var.get_closure_cells(self), output=self.output, parent=self)
         if code.co_flags & inspect.CO_GENERATOR:
-            # a generator (a generator expression, a user generator function) runs to
-            # its end now; the caller iterates over what it yielded
+            # a generator (a generator expression, a user generator function) runs one
+            # ``yield`` at a time, when its consumer asks for the next item, as in eager
             tx.yielded = []
+            tx.suspend_on_yield = True
             if suspended:
-                tx.suspend_on_yield = True
                 return tx
+            from .variables.iterators import GeneratorVariable
+
+            return GeneratorVariable(tx, fn_var, args, kwargs)
         elif suspended:
             raise Unsupported(f"{fn_var.get_name()} is not a generator function")
         tx.run()
-        if tx.yielded is not None:
-            return ListIteratorVariable(tx.yielded)
         return tx.return_value
 
     # -- variables in cells -----------------------------------------------------------

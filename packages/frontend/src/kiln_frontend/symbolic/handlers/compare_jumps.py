@@ -6,7 +6,7 @@ from ...exc import Unsupported
 from ..registry import handler
 from ..variables import ConstantVariable
 from ..variables.constant import COMPARE_OPERATORS
-from ..variables.containers import ListIteratorVariable
+from ..variables.containers import IteratorVariable
 from ..variables.operators import call_operator, contains_op, is_op
 
 
@@ -112,18 +112,14 @@ def JUMP(tx, inst):
 
 @handler("GET_ITER")
 def GET_ITER(tx, inst):
-    value = tx.realize(tx.pop())
-    if isinstance(value, ListIteratorVariable):
-        tx.push(value)
-    else:
-        tx.push(ListIteratorVariable(tx.unpack_sequence(value)))
+    tx.push(tx.realize(tx.pop()).iter_var(tx))
 
 
 def _next(tx):
     it = tx.peek()
-    if not isinstance(it, ListIteratorVariable):
+    if not isinstance(it, IteratorVariable):
         raise Unsupported(f"iterating over {it.describe()}")
-    return it.next_item()
+    return it.next_item(tx)
 
 
 @handler("FOR_ITER", versions=(3, 11))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...exc import Unsupported
 from ..registry import handler
 from ..variables import ConstantVariable, NullVariable
+from ..variables.exceptions import TracedException
 from ..variables.misc import DeletedVariable, GetAttrVariable, LazyVariable
 
 
@@ -103,8 +104,29 @@ def LOAD_CLOSURE(tx, inst):
 def _load_attr(tx, obj, name):
     try:
         return tx.getattr(obj, name)
+    except TracedException:
+        raise  # the lookup raised (AttributeError...): in the traced code, where eager does
     except Unsupported as e:
+        if not _may_defer(tx):
+            raise
         return GetAttrVariable(tx.realize(obj), name, e)
+
+
+def _may_defer(tx) -> bool:
+    """Whether a lookup that cannot be traced may run later, where its value is used
+    (GetAttrVariable): not when the value is dropped (``o.attr`` run for its effect or its
+    AttributeError), nor inside a ``try`` here or in a caller being traced (the lookup's
+    exception would escape the handler that eager runs it under)."""
+    following = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
+    if following is not None and following.opname == "POP_TOP":
+        return False
+    t = tx
+    while t is not None:
+        inst = t.current_inst
+        if inst is not None and getattr(inst, "exn_tab_entry", None) is not None:
+            return False
+        t = t.parent
+    return True
 
 
 @handler("LOAD_ATTR", versions=(3, 11))

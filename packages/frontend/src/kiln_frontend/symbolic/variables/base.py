@@ -82,6 +82,14 @@ class VariableTracker:
     def unpack_var_sequence(self, tx: InstructionTranslatorBase) -> list[VariableTracker]:
         raise Unsupported(f"iterating over {self.describe()}")
 
+    def iter_var(self, tx: InstructionTranslatorBase) -> VariableTracker:
+        """``iter(value)``: an iterator tracker with ``next_item(tx)``.  Default: over the
+        items as they are now; containers override it with live iterators (a list grown
+        while iterated is seen, a dict resized raises as in eager)."""
+        from .containers import ListIteratorVariable
+
+        return ListIteratorVariable(tx.unpack_sequence(self))
+
     def truth_value(self, tx: InstructionTranslatorBase) -> bool:
         """``bool(value)`` at trace time, or raise Unsupported."""
         try:

@@ -110,7 +110,9 @@ class BuiltinVariable(KnownCallableVariable):
             try:
                 result = fn(*cargs, **ckwargs)
             except Exception as e:  # noqa: BLE001
-                raise Unsupported(f"builtin {self.name} raised {type(e).__name__}: {e}") from e
+                from .exceptions import raise_traced_from
+
+                raise_traced_from(e, f"builtin {self.name}")
             return wrap_constant_result(result, what=f"builtin {self.name}")
         raise Unsupported(f"call to builtin {self.name}")
 
@@ -179,53 +181,51 @@ def _b_type(tx, args, kwargs):
 
 @builtin_handler(iter)
 def _b_iter(tx, args, kwargs):
-    from .containers import ListIteratorVariable
-
     if len(args) != 1 or kwargs:
         return None
-    if isinstance(args[0], ListIteratorVariable):
-        return args[0]
-    return ListIteratorVariable(tx.unpack_sequence(args[0]))
+    return args[0].iter_var(tx)
 
 
 @builtin_handler(next)
 def _b_next(tx, args, kwargs):
-    from .containers import ListIteratorVariable
+    from .containers import IteratorVariable
+    from .exceptions import raise_traced
 
-    if not args or kwargs or not isinstance(args[0], ListIteratorVariable):
+    if not args or len(args) > 2 or kwargs or not isinstance(args[0], IteratorVariable):
         return None
-    item = args[0].next_item()
+    item = args[0].next_item(tx)
     if item is None:
         if len(args) == 2:
             return args[1]
-        raise Unsupported("next() on an exhausted iterator (StopIteration)")
+        raise_traced(StopIteration)  # caught by a traced `except StopIteration`, else a break
     return item
 
 
 @builtin_handler(enumerate)
 def _b_enumerate(tx, args, kwargs):
-    from .containers import ListIteratorVariable, TupleVariable
+    from .iterators import EnumerateVariable
 
-    if not args:
+    if not args or len(args) > 2 or set(kwargs) - {"start"}:
         return None
     start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
     try:
         s = start.as_python_constant()
     except NotConstant:
         raise Unsupported("enumerate() with a non-constant start") from None
-    items = tx.unpack_sequence(args[0])
-    return ListIteratorVariable([TupleVariable([ConstantVariable(s + i), it])
-                                 for i, it in enumerate(items)])
+    return EnumerateVariable(args[0].iter_var(tx), s)
 
 
 @builtin_handler(zip)
 def _b_zip(tx, args, kwargs):
-    from .containers import ListIteratorVariable, TupleVariable
+    from .iterators import ZipVariable
 
-    if kwargs and set(kwargs) != {"strict"}:
+    if set(kwargs) - {"strict"}:
         return None
-    seqs = [tx.unpack_sequence(a) for a in args]
-    return ListIteratorVariable([TupleVariable(list(group)) for group in zip(*seqs, strict=False)])
+    try:
+        strict = bool(kwargs["strict"].as_python_constant()) if kwargs else False
+    except NotConstant:
+        raise Unsupported("zip() with a non-constant strict") from None
+    return ZipVariable([a.iter_var(tx) for a in args], strict)
 
 
 @builtin_handler(reversed)
@@ -292,8 +292,14 @@ def _b_getattr(tx, args, kwargs):
         has = _b_hasattr(tx, args[:2], {})
         if has is not None and not has.as_python_constant():
             return args[2]
+        from .exceptions import TracedException
+
         try:
             return tx.getattr(args[0], name)
+        except TracedException as e:
+            if issubclass(e.exc.cls, AttributeError):
+                return args[2]
+            raise
         except Unsupported as e:
             if "has no attribute" in str(e):
                 return args[2]
@@ -330,10 +336,11 @@ def _b_hasattr(tx, args, kwargs):
 def _b_sum(tx, args, kwargs):
     if kwargs or not args or len(args) > 2:
         return None
-    items = [tx.realize(it) for it in tx.unpack_sequence(args[0])]
+    from .containers import iterate
+
     acc = args[1] if len(args) == 2 else ConstantVariable(0)
-    for it in items:
-        acc = call_operator(tx, operator.add, [acc, it], {})
+    for it in iterate(tx, args[0]):  # item by item, as eager adds them
+        acc = call_operator(tx, operator.add, [acc, tx.realize(it)], {})
     return acc
 
 
@@ -352,7 +359,9 @@ def _b_minmax(fn):
         try:
             result = fn(values)
         except (ValueError, TypeError) as e:
-            raise Unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}") from None
+            from .exceptions import raise_traced_from
+
+            raise_traced_from(e, f"{fn.__name__}()")
         return wrap_constant_result(result, what=fn.__name__)
 
     return handler
@@ -483,27 +492,20 @@ def _b_sorted(tx, args, kwargs):
 
 @builtin_handler(map)
 def _b_map(tx, args, kwargs):
-    from .containers import ListIteratorVariable
+    from .iterators import MapVariable
 
     if kwargs or len(args) < 2:
         return None
-    seqs = [tx.unpack_sequence(a) for a in args[1:]]
-    return ListIteratorVariable([tx.call_function(args[0], list(group), {})
-                                 for group in zip(*seqs, strict=False)])
+    return MapVariable([args[0], *(a.iter_var(tx) for a in args[1:])])
 
 
 @builtin_handler(filter)
 def _b_filter(tx, args, kwargs):
-    from .containers import ListIteratorVariable
+    from .iterators import FilterVariable
 
     if kwargs or len(args) != 2:
         return None
-    out = []
-    for item in tx.unpack_sequence(args[1]):
-        keep = item if _is_none_var(args[0]) else tx.call_function(args[0], [item], {})
-        if tx.realize(keep).truth_value(tx):
-            out.append(item)
-    return ListIteratorVariable(out)
+    return FilterVariable([args[0], args[1].iter_var(tx)])
 
 
 def _is_none_var(v) -> bool:
@@ -514,8 +516,12 @@ def _b_any_all(fn):
     def handler(tx, args, kwargs):
         if kwargs or len(args) != 1:
             return None
-        values = [tx.realize(v).truth_value(tx) for v in tx.unpack_sequence(args[0])]
-        return ConstantVariable(fn(values))
+        from .containers import iterate
+
+        for v in iterate(tx, args[0]):  # item by item: eager stops at the deciding one
+            if tx.realize(v).truth_value(tx) is (fn is any):
+                return ConstantVariable(fn is any)
+        return ConstantVariable(fn is all)
 
     return handler
 

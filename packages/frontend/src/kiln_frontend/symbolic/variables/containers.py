@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 from typing import Any
 
 from ...exc import Unsupported
@@ -49,6 +50,11 @@ class BaseSequenceVariable(VariableTracker):
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
         return list(self.items)
 
+    def iter_var(self, tx) -> VariableTracker:
+        # CPython's list iterator reads the list at each step: items appended while
+        # iterating are seen
+        return ListIteratorVariable(self.items, seq=self)
+
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         idx = _const_index(tx, index)
         if isinstance(idx, slice):
@@ -57,7 +63,9 @@ class BaseSequenceVariable(VariableTracker):
         try:
             return self.items[idx]
         except (IndexError, TypeError) as e:
-            raise Unsupported(f"{type(e).__name__} indexing a {self.python_cls.__name__}") from e
+            from .exceptions import raise_traced_from
+
+            raise_traced_from(e, f"indexing a {self.python_cls.__name__}")
 
     def children(self):
         return list(self.items)
@@ -220,9 +228,11 @@ class SequenceMethodVariable(VariableTracker):
             return none
         if name == "extend" and len(args) == 1:
             obj.check_mutable("list.extend")
-            if not args[0].has_unpack_var_sequence(tx):
-                raise Unsupported("list.extend with a non-sequence")
-            obj.items.extend(args[0].unpack_var_sequence(tx))
+            if isinstance(args[0], BaseSequenceVariable):  # CPython copies a list/tuple first
+                obj.items.extend(args[0].unpack_var_sequence(tx))
+            else:  # any other iterable: each item appended as it is produced
+                for item in iterate(tx, args[0]):
+                    obj.items.append(item)
             return none
         if name == "insert" and len(args) == 2:
             obj.check_mutable("list.insert")
@@ -231,7 +241,12 @@ class SequenceMethodVariable(VariableTracker):
         if name == "pop" and len(args) <= 1:
             obj.check_mutable("list.pop")
             idx = _const_index(tx, args[0]) if args else -1
-            return obj.items.pop(idx)
+            try:
+                return obj.items.pop(idx)
+            except (IndexError, TypeError) as e:
+                from .exceptions import raise_traced_from
+
+                raise_traced_from(e, "list.pop")
         if name == "clear" and not args:
             obj.check_mutable("list.clear")
             obj.items.clear()
@@ -248,7 +263,12 @@ class SequenceMethodVariable(VariableTracker):
                 values = [i.as_python_constant() for i in obj.items]
             except NotConstant:
                 raise Unsupported(f"{self.describe()} on non-constant items") from None
-            return ConstantVariable(getattr(values, name)(target))
+            try:
+                return ConstantVariable(getattr(values, name)(target))
+            except ValueError as e:  # list.index of a missing item
+                from .exceptions import raise_traced_from
+
+                raise_traced_from(e, f"{self.describe()}")
         raise Unsupported(f"{self.describe()} with these arguments")
 
 
@@ -303,6 +323,9 @@ class ConstDictVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx):
         return [ConstantVariable.create(k) for k in self.items]
+
+    def iter_var(self, tx):
+        return DictIteratorVariable(self, "keys")
 
     def check_mutable(self, what: str) -> None:
         # a container from the frame: the mutation is replayed after the graph
@@ -373,13 +396,8 @@ class DictMethodVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
-        if name == "keys" and not args:
-            return TupleVariable([ConstantVariable.create(k) for k in obj.items])
-        if name == "values" and not args:
-            return TupleVariable(list(obj.items.values()))
-        if name == "items" and not args:
-            return TupleVariable([TupleVariable([ConstantVariable.create(k), v])
-                                  for k, v in obj.items.items()])
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            return DictViewVariable(obj, name)
         if name == "get" and 1 <= len(args) <= 2:
             k = _const_index(tx, args[0])
             if k in obj.items:
@@ -393,8 +411,8 @@ class DictMethodVariable(VariableTracker):
                 other = args[0]
                 if isinstance(other, ConstDictVariable):
                     obj.items.update(other.items)
-                else:  # an iterable of (key, value) pairs
-                    for pair in tx.unpack_sequence(other):
+                else:  # an iterable of (key, value) pairs, each stored as it is produced
+                    for pair in iterate(tx, other):
                         k, v = tx.unpack_sequence(pair)
                         obj.items[_const_index(tx, k)] = v
             obj.items.update(kwargs)
@@ -406,7 +424,9 @@ class DictMethodVariable(VariableTracker):
                 return obj.items.pop(k)
             if len(args) == 2:
                 return args[1]
-            raise Unsupported(f"KeyError: {k!r}")
+            from .exceptions import raise_traced
+
+            raise_traced(KeyError, k)
         if name == "setdefault" and 1 <= len(args) <= 2:
             k = _const_index(tx, args[0])
             if k not in obj.items:
@@ -416,43 +436,220 @@ class DictMethodVariable(VariableTracker):
         raise Unsupported(f"dict.{name} with these arguments")
 
 
-class ListIteratorVariable(VariableTracker):
-    """An iterator over a sequence known at trace time (loops are unrolled)."""
+class IteratorVariable(VariableTracker):
+    """An iterator: ``next_item(tx)`` advances it by one item (None once exhausted).
+    Consuming it whole advances it item by item, so whatever producing an item does (a
+    generator's side effects, a ``map`` function's) happens in eager's order."""
 
     mutable = True
 
-    def __init__(self, items: list[VariableTracker], index: int = 0):
-        super().__init__()
-        self.items = items
-        self.index = index
+    def next_item(self, tx) -> VariableTracker | None:
+        raise NotImplementedError
 
-    def children(self):
-        return list(self.items[self.index:])
-
-    def next_item(self) -> VariableTracker | None:
-        if self.index >= len(self.items):
-            return None
-        item = self.items[self.index]
-        self.index += 1
-        return item
+    def iter_var(self, tx):
+        return self
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
 
     def unpack_var_sequence(self, tx):
-        rest = self.items[self.index:]
-        self.index = len(self.items)
-        return rest
+        out = []
+        while (item := self.next_item(tx)) is not None:
+            out.append(item)
+        return out
+
+
+def iterate(tx, value: VariableTracker):
+    """The items of ``iter(value)``, produced one at a time (a Python generator)."""
+    it = tx.realize(value).iter_var(tx)
+    while (item := it.next_item(tx)) is not None:
+        yield item
+
+
+def _iter_at(seq, index: int):
+    """A list iterator positioned at ``index`` (rebuilding one after a graph break)."""
+    it = iter(seq)
+    it.__setstate__(index)
+    return it
+
+
+class ListIteratorVariable(IteratorVariable):
+    """An iterator over a list of items.  With ``seq`` (a list/tuple tracker) ``items`` is
+    that tracker's own item list, read at each step as CPython's list iterator does."""
+
+    def __init__(self, items: list[VariableTracker], index: int = 0, *,
+                 seq: BaseSequenceVariable | None = None):
+        super().__init__()
+        self.items = items
+        self.index = index
+        self.seq = seq
+        self.exhausted = False
+
+    def children(self):
+        if self.seq is not None:
+            return [self.seq]
+        return list(self.items[self.index:])
+
+    def next_item(self, tx=None) -> VariableTracker | None:
+        if self.exhausted or self.index >= len(self.items):
+            self.exhausted = True  # CPython drops the list: items appended later are unseen
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
 
     def reconstruct(self, codegen):
+        if self.seq is not None and isinstance(self.seq, ListVariable) and not self.exhausted:
+            # the same live iterator over the (rebuilt) list, at the same position
+            codegen.push_null()
+            codegen.load_const_object(_iter_at)
+            codegen(self.seq)
+            codegen.load_const(self.index)
+            codegen.call_function(2)
+            return
         # iter((remaining items...)) rebuilds an equivalent iterator
-        for item in self.items[self.index:]:
+        rest = [] if self.exhausted else self.items[self.index:]
+        for item in rest:
             codegen(item)
-        codegen.build_tuple(len(self.items) - self.index)
+        codegen.build_tuple(len(rest))
         codegen.get_iter()
 
     def describe(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"
+
+
+_VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()),
+               "items": type({}.items())}
+
+
+def _view_item(container, kind: str, key: Any) -> VariableTracker:
+    if kind == "keys":
+        return ConstantVariable.create(key)
+    if kind == "values":
+        return container.items[key]
+    return TupleVariable([ConstantVariable.create(key), container.items[key]])
+
+
+class DictViewVariable(VariableTracker):
+    """``d.keys()`` / ``d.values()`` / ``d.items()``: a live view of the dict tracker (a key
+    added later is in it, its length follows the dict), as in eager."""
+
+    mutable = True  # one object: aliases of it are rebuilt once
+
+    def __init__(self, dict_var: ConstDictVariable, kind: str):
+        super().__init__()
+        self.dict = dict_var
+        self.kind = kind
+
+    def python_type(self) -> type:
+        return _VIEW_TYPES[self.kind]
+
+    def children(self):
+        return [self.dict]
+
+    def as_python_constant(self) -> Any:
+        if self.kind == "keys":  # keys are always constants
+            return dict.fromkeys(self.dict.items).keys()
+        if self.kind == "items":
+            return self.dict.as_python_constant().items()
+        # values views compare by identity: a folded copy would not be the same object
+        raise NotConstant(repr(self))
+
+    def truth_value(self, tx) -> bool:
+        return bool(self.dict.items)
+
+    def len_value(self, tx) -> int:
+        return len(self.dict.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx):
+        return [_view_item(self.dict, self.kind, k) for k in self.dict.items]
+
+    def iter_var(self, tx):
+        return DictIteratorVariable(self.dict, self.kind)
+
+    def contains(self, tx, item: VariableTracker) -> VariableTracker:
+        from .operators import contains_op
+
+        if self.kind == "values":
+            return contains_op(tx, TupleVariable(list(self.dict.items.values())), item)
+        if self.kind == "keys":
+            return ConstantVariable(_const_index(tx, item) in self.dict.items)
+        pair = tx.unpack_sequence(item)
+        if len(pair) != 2:
+            return ConstantVariable(False)
+        key = _const_index(tx, pair[0])
+        if key not in self.dict.items:
+            return ConstantVariable(False)
+        return contains_op(tx, TupleVariable([self.dict.items[key]]), pair[1])
+
+    def reconstruct(self, codegen):
+        codegen(self.dict)
+        codegen.load_attr(self.kind)
+        codegen.call_simple(0)
+
+    def describe(self) -> str:
+        return f"DictViewVariable({self.kind} of {self.dict.describe()})"
+
+
+def _dict_iter_at(view, index: int):
+    """An iterator over ``view`` that already gave ``index`` items."""
+    it = iter(view)
+    for _ in range(index):
+        next(it)
+    return it
+
+
+class DictIteratorVariable(IteratorVariable):
+    """Iterating a dict, one of its views or a set: reads the container at each step and
+    raises RuntimeError when its size changed, as CPython's dict and set iterators do."""
+
+    def __init__(self, container: VariableTracker, kind: str, *,
+                 changed: str = "dictionary changed size during iteration"):
+        super().__init__()
+        self.container = container
+        self.kind = kind
+        self.changed = changed
+        self.index = 0
+        self.size = len(container.items)
+        self.exhausted = False
+
+    def children(self):
+        return [self.container]
+
+    def next_item(self, tx) -> VariableTracker | None:
+        if self.exhausted:
+            return None
+        if len(self.container.items) != self.size:
+            from .exceptions import raise_traced
+
+            self.exhausted = True  # sticky, as in CPython
+            raise_traced(RuntimeError, self.changed)
+        if self.index >= self.size:
+            self.exhausted = True
+            return None
+        key = next(itertools.islice(self.container.items, self.index, None))
+        self.index += 1
+        return _view_item(self.container, self.kind, key)
+
+    def reconstruct(self, codegen):
+        if self.exhausted or len(self.container.items) != self.size:
+            codegen.build_tuple(0)
+            codegen.get_iter()
+            return
+        codegen.push_null()
+        codegen.load_const_object(_dict_iter_at)
+        codegen(self.container)
+        if isinstance(self.container, ConstDictVariable):
+            codegen.load_attr(self.kind)
+            codegen.call_simple(0)
+        codegen.load_const(self.index)
+        codegen.call_function(2)
+
+    def describe(self) -> str:
+        return f"DictIteratorVariable({self.kind}, {self.index}/{self.size})"
 
 
 class SliceVariable(VariableTracker):
@@ -603,14 +800,16 @@ class SetMethodVariable(VariableTracker):
             return none
         if name == "update":
             for a in args:
-                for it in tx.unpack_sequence(a):
+                for it in iterate(tx, a):
                     obj.add(tx, it)
             return none
         if name in ("discard", "remove") and len(args) == 1:
             obj.check_mutable(f"set.{name}")
             key = _set_key(tx, args[0])
             if key not in obj.items and name == "remove":
-                raise Unsupported(f"KeyError: {key!r}")
+                from .exceptions import raise_traced
+
+                raise_traced(KeyError, key)
             obj.items.pop(key, None)
             return none
         if name == "clear" and not args:

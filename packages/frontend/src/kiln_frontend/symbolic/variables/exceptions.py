@@ -81,6 +81,23 @@ def raise_traced(cls: type, *args: Any) -> None:
     raise TracedException(ExceptionVariable(cls, [ConstantVariable.create(a) for a in args]))
 
 
+#: what an operation on constants may raise in the traced code: errors about the values
+#: (a TypeError may come from how a tracker stands for its value: a graph break instead)
+_RAISED_IN_TRACE = (ArithmeticError, LookupError, ValueError, StopIteration)
+
+
+def raise_traced_from(error: BaseException, what: str) -> None:
+    """An operation run on trace-time constants raised ``error``: eager raises the same
+    there, so raise it in the traced code (``raise_traced``); an exception of a class
+    that is not a builtin is a graph break naming ``what``."""
+    from .constant import is_constant_value
+
+    if isinstance(error, _RAISED_IN_TRACE) and is_builtin_exception(type(error)) and \
+            all(is_constant_value(a) for a in error.args):
+        raise_traced(type(error), *error.args)
+    raise Unsupported(f"{what} raised {type(error).__name__}: {error}") from error
+
+
 def exception_matches(exc: VariableTracker, match: VariableTracker) -> bool:
     """``except <match>:`` for ``exc`` (a class or a tuple of classes)."""
     try:

@@ -362,8 +362,7 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
             try:
                 value = getattr(obj, name)
             except AttributeError:
-                raise Unsupported(f"{type(obj).__qualname__} object has no attribute "
-                                  f"{name!r}") from None
+                self.raise_missing(tx, name)
             if isinstance(value, types.MethodType) and value.__self__ is obj and \
                     isinstance(value.__func__, types.FunctionType):
                 return method_of_class(tx, value.__func__, self, src)
@@ -371,8 +370,7 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
         try:
             static = inspect.getattr_static(obj, name)
         except AttributeError:
-            raise Unsupported(f"{type(obj).__qualname__} object has no attribute {name!r}") \
-                from None
+            self.raise_missing(tx, name)
         if name == "__class__":
             return wrap_class(type(obj))
         inst_dict = getattr(obj, "__dict__", {})
@@ -397,6 +395,19 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
 
     def has_attr(self, tx, name: str) -> bool:
         return hasattr(self.value, name)
+
+    def raise_missing(self, tx, name: str) -> None:
+        """The object has no attribute ``name``: AttributeError raised in the traced code
+        (a traced ``except AttributeError`` catches it, as in eager), guarded on the
+        attribute staying absent."""
+        from .exceptions import raise_traced
+
+        if self.source is not None:
+            from ...guards import Guard
+
+            tx.output.guards.add(Guard(self.source, GuardKind.HASATTR, (name, False)))
+        raise_traced(AttributeError,
+                     f"{type(self.value).__qualname__!r} object has no attribute {name!r}")
 
     def describe(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__qualname__})"

@@ -106,7 +106,9 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
     try:
         result = fn(*cargs)
     except Exception as e:  # noqa: BLE001
-        raise Unsupported(f"operator.{name} raised {type(e).__name__}: {e}") from e
+        from .exceptions import raise_traced_from
+
+        raise_traced_from(e, f"operator.{name}")
     return wrap_constant_result(result, what=f"operator.{name}")
 
 

@@ -91,7 +91,9 @@ def _fold_math(fn):
         try:
             result = fn(*cargs, **ckwargs)
         except (ValueError, TypeError, OverflowError) as e:
-            raise Unsupported(f"math.{fn.__name__} raised {type(e).__name__}: {e}") from None
+            from .exceptions import raise_traced_from
+
+            raise_traced_from(e, f"math.{fn.__name__}")
         return wrap_constant_result(result, what=f"math.{fn.__name__}")
 
     return handler

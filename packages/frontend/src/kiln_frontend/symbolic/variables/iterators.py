@@ -1,0 +1,207 @@
+"""Lazy iterators: generators, ``map``, ``filter``, ``zip``, ``enumerate``.
+
+Each produces an item only when asked (``next_item``), so what producing it does (a
+generator's body, a ``map`` function) runs where eager runs it: ``lst.extend(gen)`` whose
+generator reads ``lst`` sees the items appended so far, ``any(gen)`` stops at the first true
+item, ``next(m)`` on a ``map`` calls its function once."""
+
+from __future__ import annotations
+
+import types
+
+from ...exc import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .containers import IteratorVariable, TupleVariable
+from .exceptions import raise_traced
+
+
+class GeneratorVariable(IteratorVariable):
+    """A generator made by calling an inlined generator function: an inlining translator
+    paused before its first instruction, run to its next ``yield`` per item."""
+
+    def __init__(self, gen_tx, fn_var: VariableTracker, args: list[VariableTracker],
+                 kwargs: dict[str, VariableTracker]):
+        super().__init__()
+        self.gen_tx = gen_tx
+        self.fn_var = fn_var
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.started = False
+        self.finished = False
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def children(self):
+        if self.started:
+            return []
+        return [self.fn_var, *self.args, *self.kwargs.values()]
+
+    def next_item(self, tx) -> VariableTracker | None:
+        from .generator_ctx import resume_generator
+
+        if self.finished:
+            return None
+        self.started = True
+        try:
+            value = resume_generator(self.gen_tx)
+        except BaseException:
+            self.finished = True  # a generator that raised is finished
+            raise
+        if value is None:
+            self.finished = True
+        return value
+
+    def var_getattr(self, tx, name):
+        raise Unsupported(f"attribute {name!r} of a generator made while tracing")
+
+    def reconstruct(self, codegen):
+        if self.finished:
+            codegen.build_tuple(0)
+            codegen.get_iter()
+            return
+        if self.started or self.kwargs:
+            raise Unsupported("a generator paused at a yield cannot be rebuilt")
+        # not started: nothing of its body ran, so calling the function again is the same
+        codegen.push_null()
+        codegen(self.fn_var)
+        for a in self.args:
+            codegen(a)
+        codegen.call_function(len(self.args))
+
+    def describe(self) -> str:
+        return f"GeneratorVariable({self.fn_var.describe()})"
+
+
+class _BuiltinIterator(IteratorVariable):
+    """A builtin iterator over other iterators: rebuilt as ``cls(*parts)``."""
+
+    cls: type = object
+
+    def __init__(self, parts: list[VariableTracker]):
+        super().__init__()
+        self.parts = parts
+        self.exhausted = False
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def children(self):
+        return list(self.parts)
+
+    def reconstruct(self, codegen):
+        codegen.push_null()
+        codegen.load_const_object(self.cls)
+        for p in self.parts:
+            codegen(p)
+        codegen.call_function(len(self.parts))
+
+    def describe(self) -> str:
+        return f"{type(self).__name__}({len(self.parts)})"
+
+
+class MapVariable(_BuiltinIterator):
+    """``map(fn, *iterables)``."""
+
+    cls = map
+
+    def next_item(self, tx):
+        if self.exhausted:
+            return None
+        fn, *its = self.parts
+        items = []
+        for it in its:
+            item = it.next_item(tx)
+            if item is None:
+                self.exhausted = True
+                return None
+            items.append(item)
+        return tx.call_function(fn, items, {})
+
+
+class FilterVariable(_BuiltinIterator):
+    """``filter(fn, iterable)`` (``fn`` None: the items' truth)."""
+
+    cls = filter
+
+    def next_item(self, tx):
+        fn, it = self.parts
+        while not self.exhausted:
+            item = it.next_item(tx)
+            if item is None:
+                self.exhausted = True
+                return None
+            none = fn.is_python_constant() and fn.as_python_constant() is None
+            keep = item if none else tx.call_function(fn, [item], {})
+            if tx.realize(keep).truth_value(tx):
+                return item
+        return None
+
+
+def _arguments(n: int) -> str:
+    return "argument 1" if n == 1 else f"arguments 1-{n}"
+
+
+class ZipVariable(_BuiltinIterator):
+    """``zip(*iterables, strict=...)``: an item from each, left to right; with ``strict``
+    unequal lengths raise ValueError where eager does."""
+
+    cls = zip
+
+    def __init__(self, parts, strict: bool):
+        super().__init__(parts)
+        self.strict = strict
+
+    def next_item(self, tx):
+        if self.exhausted or not self.parts:
+            return None
+        items = []
+        for i, it in enumerate(self.parts):
+            item = it.next_item(tx)
+            if item is None:
+                self.exhausted = True
+                if self.strict:
+                    self._check_strict(tx, i)
+                return None
+            items.append(item)
+        return TupleVariable(items)
+
+    def _check_strict(self, tx, i: int) -> None:
+        if i > 0:
+            raise_traced(ValueError, f"zip() argument {i + 1} is shorter than "
+                                     f"{_arguments(i)}")
+        for j, it in enumerate(self.parts[1:], start=1):
+            if it.next_item(tx) is not None:
+                raise_traced(ValueError, f"zip() argument {j + 1} is longer than "
+                                         f"{_arguments(j)}")
+
+    def reconstruct(self, codegen):
+        if self.strict:
+            raise Unsupported("rebuilding zip(..., strict=True)")
+        super().reconstruct(codegen)
+
+
+class EnumerateVariable(_BuiltinIterator):
+    """``enumerate(iterable, start)``."""
+
+    cls = enumerate
+
+    def __init__(self, it: VariableTracker, start: int):
+        super().__init__([it])
+        self.count = start
+
+    def next_item(self, tx):
+        item = None if self.exhausted else self.parts[0].next_item(tx)
+        if item is None:
+            self.exhausted = True
+            return None
+        self.count += 1
+        return TupleVariable([ConstantVariable(self.count - 1), item])
+
+    def reconstruct(self, codegen):
+        codegen.push_null()
+        codegen.load_const_object(enumerate)
+        codegen(self.parts[0])
+        codegen.load_const(self.count)
+        codegen.call_function(2)
