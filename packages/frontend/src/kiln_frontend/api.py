@@ -143,14 +143,43 @@ def _optimized_module_class() -> type:
     class OptimizedModule(torch.nn.Module):
         """An ``nn.Module`` whose calls run its ``_orig_mod`` under a kiln hook context.
 
-        Attribute reads it does not have itself go to ``_orig_mod``; ``state_dict()`` and
-        ``load_state_dict()`` are ``_orig_mod``'s (keys without a prefix).
+        It is a view of ``_orig_mod``, as torch's OptimizedModule is: attribute reads it
+        does not have itself, stores and deletions (``cm.k = 3`` sets ``mod.k``, so a
+        ``forward`` reading it sees the change through its guards) and ``training`` are
+        ``_orig_mod``'s; names its class defines (``forward``, methods) stay its own.
+        ``state_dict()`` and ``load_state_dict()`` are ``_orig_mod``'s (keys without a
+        prefix).
         """
 
+        #: attributes of the wrapper itself, never forwarded
+        _own_attributes = frozenset({"_orig_mod", "_kiln_context", "__dict__", "__class__"})
+
         def __init__(self, mod: torch.nn.Module, ctx: _HookContext):
+            object.__setattr__(self, "_kiln_context", ctx)
             super().__init__()
             self._orig_mod = mod
-            object.__setattr__(self, "_kiln_context", ctx)
+
+        @property
+        def training(self) -> bool:  # type: ignore[override]
+            mod = self.__dict__.get("_modules", {}).get("_orig_mod")
+            return True if mod is None else mod.training
+
+        @training.setter
+        def training(self, value: bool) -> None:
+            # (nn.Module.__init__ sets the default before _orig_mod exists: nothing to do)
+            mod = self.__dict__.get("_modules", {}).get("_orig_mod")
+            if mod is not None:
+                mod.training = value
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in OptimizedModule._own_attributes or hasattr(type(self), name):
+                return super().__setattr__(name, value)
+            return setattr(self._orig_mod, name, value)
+
+        def __delattr__(self, name: str) -> None:
+            if name in OptimizedModule._own_attributes or hasattr(type(self), name):
+                return super().__delattr__(name)
+            return delattr(self._orig_mod, name)
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             prev = set_eval_frame(self._kiln_context.callback)

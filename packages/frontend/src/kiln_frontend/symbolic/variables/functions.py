@@ -339,6 +339,10 @@ class SuperVariable(VariableTracker):
             # replacing it on the base class recompiles (torch's own classes are trusted)
             guard_class_member(tx, klass, name, getattr(klass, name)
                                if isinstance(attr, staticmethod) else attr)
+        slot_method = getattr(self.obj, "slot_method", None)
+        slot = slot_method(tx, attr) if slot_method is not None else None
+        if slot is not None:  # object.__getattribute__, nn.Module.__getattr__ (attributes.py)
+            return slot
         builtin_method = getattr(self.obj, "builtin_method", None)
         if builtin_method is not None and klass.__module__ == "builtins" and \
                 isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):

@@ -11,8 +11,9 @@ import torch
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...sources import AttrSource
+from .attributes import AttributeOwner
 from .base import NotConstant, VariableTracker, tracker_for
-from .constant import ConstantVariable, is_constant_value, wrap_constant_result
+from .constant import ConstantVariable, wrap_constant_result
 
 
 class NullVariable(VariableTracker):
@@ -333,7 +334,7 @@ def abc_mixin_overrides() -> dict[Any, Any]:
 ABC_MIXIN_OVERRIDES = abc_mixin_overrides()
 
 
-class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
+class UserDefinedObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
     """Any other object from the frame: guarded by TYPE_MATCH; plain instance attributes and
     methods defined in Python can be read; anything else is a graph break."""
 
@@ -351,63 +352,76 @@ class UserDefinedObjectVariable(PythonProtocolMixin, VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .attributes import load_attribute
+
+        return load_attribute(tx, self, name)
+
+    # AttributeOwner hooks (attributes.py has the lookup order) ---------------------------
+
+    def _attr_source(self, name: str):
+        return AttrSource(self.source, name) if self.source is not None else None
+
+    def lookup_class(self) -> type:
+        return type(self.value)
+
+    def lookup_instance(self, tx, name: str):
+        from .attributes import MISSING
+
+        try:
+            d = object.__getattribute__(self.value, "__dict__")
+        except AttributeError:  # __slots__ only
+            return MISSING
+        if not isinstance(d, dict) or name not in d:
+            return MISSING
+        return tx.wrap_value(d[name], self._attr_source(name))
+
+    def lookup_method(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        from .functions import method_of_class
+
+        return method_of_class(tx, fn, self, self._attr_source(name))
+
+    def lookup_class_member(self, tx, name: str, value: Any, klass: type) -> VariableTracker:
+        return tx.wrap_value(value, self._attr_source(name))
+
+    def lookup_classmethod(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        from .functions import method_of_class
+
+        return method_of_class(tx, fn, wrap_class(type(self.value)), self._attr_source(name))
+
+    def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
+        """``getattr(obj, name)`` now (custom lookups such as transformers'
+        PretrainedConfig mapping names, slots, C descriptors); the guard re-reads it the
+        same way."""
         from .functions import method_of_class
 
         obj = self.value
-        src = AttrSource(self.source, name) if self.source is not None else None
-        if type(obj).__getattribute__ is not object.__getattribute__ or \
-                hasattr(type(obj), "__getattr__"):
-            # custom attribute lookup (transformers' PretrainedConfig maps names): read the
-            # real attribute now; the guard re-reads it the same way
-            try:
-                value = getattr(obj, name)
-            except AttributeError:
-                self.raise_missing(tx, name)
-            if isinstance(value, types.MethodType) and value.__self__ is obj and \
-                    isinstance(value.__func__, types.FunctionType):
-                return method_of_class(tx, value.__func__, self, src)
-            return tx.wrap_value(value, src)
         try:
-            static = inspect.getattr_static(obj, name)
+            value = getattr(obj, name)
         except AttributeError:
-            self.raise_missing(tx, name)
-        if name == "__class__":
-            return wrap_class(type(obj))
-        inst_dict = getattr(obj, "__dict__", {})
-        if name in inst_dict:
-            return tx.wrap_value(inst_dict[name], src)
-        if isinstance(static, types.FunctionType):
-            return method_of_class(tx, static, self, src)
-        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
-            return tx.wrap_value(static.__func__, src)
-        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
-            return method_of_class(tx, static.__func__, wrap_class(type(obj)), src)
-        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            from .functions import call_property
+            raise Unsupported(f"{type(obj).__qualname__} object has no attribute "
+                              f"{name!r}") from None
+        src = self._attr_source(name)
+        if isinstance(value, types.MethodType) and value.__self__ is obj and \
+                isinstance(value.__func__, types.FunctionType):
+            return method_of_class(tx, value.__func__, self, src)
+        return tx.wrap_value(value, src)
 
-            return call_property(tx, type(obj), name, static, self)
-        if is_constant_value(static) or isinstance(static, types.MemberDescriptorType) or \
-                type(static) in (dict, list, tuple):
-            # constants, __slots__ members, class-level data (``__dataclass_fields__``)
-            return tx.wrap_value(getattr(obj, name), src)
-        raise Unsupported(f"attribute {name!r} of {type(obj).__qualname__} "
-                          f"({type(static).__name__})")
+    def lookup_getattr_fallback(self, tx, name: str, fallback: Any) -> VariableTracker:
+        return self.lookup_real(tx, name, "its class defines __getattr__")
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        """``obj.name = value``: a property's Python setter is inlined (object.__setattr__
+        calls it before the instance dict); other stores are recorded and replayed."""
+        from .attributes import store_through_descriptor
+
+        cls = type(self.value)
+        if cls.__setattr__ is object.__setattr__ and \
+                store_through_descriptor(tx, self, cls, name, value):
+            return
+        tx.output.side_effects.store_attr(tx, self, name, value)
 
     def has_attr(self, tx, name: str) -> bool:
         return hasattr(self.value, name)
-
-    def raise_missing(self, tx, name: str) -> None:
-        """The object has no attribute ``name``: AttributeError raised in the traced code
-        (a traced ``except AttributeError`` catches it, as in eager), guarded on the
-        attribute staying absent."""
-        from .exceptions import raise_traced
-
-        if self.source is not None:
-            from ...guards import Guard
-
-            tx.output.guards.add(Guard(self.source, GuardKind.HASATTR, (name, False)))
-        raise_traced(AttributeError,
-                     f"{type(self.value).__qualname__!r} object has no attribute {name!r}")
 
     def describe(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__qualname__})"
@@ -497,7 +511,7 @@ def new_object(cls: type, attrs: dict) -> Any:
     return obj
 
 
-class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
+class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
     """An instance of a plain Python class created while tracing (a dataclass, a small
     record class): its attributes are trackers; generated code rebuilds it with
     ``new_object(cls, attrs)`` (no ``__init__`` re-run)."""
@@ -547,49 +561,60 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
         raise Unsupported(f"object.{name} on a {self.cls.__qualname__}")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        getattribute = self._python_slot("__getattribute__")
-        if getattribute is not None:
-            return self._call_slot(tx, "__getattribute__", getattribute,
-                                   [ConstantVariable(name)])
-        return self.generic_getattr(tx, name)
+        from .attributes import load_attribute
 
-    def generic_getattr(self, tx, name: str) -> VariableTracker:
-        """``object.__getattribute__(self, name)``, then the class's Python ``__getattr__``."""
-        try:
-            return self._generic_getattr(tx, name)
-        except _MissingAttribute:
-            fallback = self._python_slot("__getattr__")
-            if fallback is None:
-                raise Unsupported(f"{self.cls.__qualname__} object has no attribute "
-                                  f"{name!r}") from None
-            return self._call_slot(tx, "__getattr__", fallback, [ConstantVariable(name)])
+        return load_attribute(tx, self, name)
 
-    def _generic_getattr(self, tx, name: str) -> VariableTracker:
-        from .functions import call_property, method_of_class, method_of_pinned_class
+    # AttributeOwner hooks (attributes.py has the lookup order) ---------------------------
 
-        if name in self.attrs:
-            return self.attrs[name]
-        if name == "__class__":
-            return wrap_class(self.cls)
+    def lookup_class(self) -> type:
+        return self.cls
+
+    def lookup_instance(self, tx, name: str):
+        from .attributes import MISSING
+
+        return self.attrs.get(name, MISSING)
+
+    def _class_source(self, tx, name: str):
+        # read through the class, pinned: replacing the class attribute recompiles
+        return AttrSource(tx.output.pinned_source(self.cls), name)
+
+    def lookup_method(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        from .functions import method_of_pinned_class
+
+        return method_of_pinned_class(tx, self.cls, name, fn, self)
+
+    def lookup_class_member(self, tx, name: str, value: Any, klass: type) -> VariableTracker:
+        return tx.wrap_value(value, self._class_source(tx, name))
+
+    def lookup_classmethod(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        from .functions import method_of_class
+
+        return method_of_class(tx, fn, wrap_class(self.cls), self._class_source(tx, name))
+
+    def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
         if name == "__dict__":
+            # the namespace itself, not a copy: ``obj.__dict__[k] = v`` sets ``obj.k``
             from .containers import ConstDictVariable
 
-            return ConstDictVariable(dict(self.attrs))
-        try:
-            static = inspect.getattr_static(self.cls, name)
-        except AttributeError:
-            raise _MissingAttribute(name) from None
-        # read through the class, pinned: replacing the class attribute recompiles
-        class_src = AttrSource(tx.output.pinned_source(self.cls), name)
-        if isinstance(static, types.FunctionType):
-            return method_of_pinned_class(tx, self.cls, name, static, self)
-        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
-            return tx.wrap_value(static.__func__, class_src)
-        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
-            return method_of_class(tx, static.__func__, wrap_class(self.cls), class_src)
-        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            return call_property(tx, self.cls, name, static, self)
-        return tx.wrap_value(getattr(self.cls, name), class_src)
+            view = ConstDictVariable({})
+            view.items = self.attrs
+            return view
+        raise Unsupported(f"attribute {name!r} of {self.describe()} ({why})")
+
+    def lookup_cache(self, tx, name: str, value: VariableTracker) -> None:
+        self.attrs[name] = value
+
+    def lookup_getattribute(self, tx, name: str, getattribute: Any) -> VariableTracker:
+        if not isinstance(getattribute, types.FunctionType):
+            raise Unsupported(f"{self.cls.__qualname__}.__getattribute__ is not a Python "
+                              "function")
+        return self._call_slot(tx, "__getattribute__", getattribute, [ConstantVariable(name)])
+
+    def lookup_getattr_fallback(self, tx, name: str, fallback: Any) -> VariableTracker:
+        if not isinstance(fallback, types.FunctionType):
+            raise Unsupported(f"{self.cls.__qualname__}.__getattr__ is not a Python function")
+        return self._call_slot(tx, "__getattr__", fallback, [ConstantVariable(name)])
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if type(self.cls).__setattr__ is not type.__setattr__:
@@ -599,7 +624,16 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
         if setattr_fn is not None:  # (a frozen dataclass's raises, as eager does)
             self._call_slot(tx, "__setattr__", setattr_fn, [ConstantVariable(name), value])
             return
-        self.attrs[name] = value
+        self.object_setattr(tx, name, value)
+
+    def object_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        """``object.__setattr__(obj, name, value)``: a property's setter runs first (a
+        record class whose ``__init__`` assigns through a property), else the instance
+        dict."""
+        from .attributes import store_through_descriptor
+
+        if not store_through_descriptor(tx, self, self.cls, name, value):
+            self.attrs[name] = value
 
     def delete_attr(self, tx, name: str) -> None:
         if self._python_slot("__delattr__") is not None:
@@ -622,10 +656,6 @@ class FrameObjectVariable(PythonProtocolMixin, VariableTracker):
             codegen(v)
         codegen.build_map(len(self.attrs))
         codegen.call_function(2)
-
-
-class _MissingAttribute(Exception):
-    """Generic lookup found nothing (``__getattr__``, if any, comes next)."""
 
 
 class FrameObjectSlotVariable(VariableTracker):
@@ -654,13 +684,11 @@ class FrameObjectSlotVariable(VariableTracker):
         if not isinstance(name, str):
             raise Unsupported(f"object.{self.name} with a {type(name).__name__} name")
         if self.name == "__getattribute__":
-            try:
-                return self.obj._generic_getattr(tx, name)
-            except _MissingAttribute:
-                raise Unsupported(f"AttributeError: {self.obj.cls.__qualname__} has no "
-                                  f"attribute {name!r}") from None
+            from .attributes import object_getattribute
+
+            return object_getattribute(self.obj).call_function(tx, [args[0]], {})
         if self.name == "__setattr__":
-            self.obj.force_store_attr(name, args[1])
+            self.obj.object_setattr(tx, name, args[1])
         else:
             if name not in self.obj.attrs:
                 raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
@@ -678,6 +706,6 @@ class ObjectSetattrVariable(VariableTracker):
             name = args[1].as_python_constant()
         except NotConstant:
             raise Unsupported("object.__setattr__ with a non-constant name") from None
-        args[0].force_store_attr(name, args[2])
+        args[0].object_setattr(tx, name, args[2])
         return ConstantVariable(None)
 

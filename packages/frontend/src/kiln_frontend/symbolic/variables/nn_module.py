@@ -24,6 +24,7 @@ from torch import nn
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...sources import AttrSource, GetItemSource, NNModuleMemberSource, Source
+from .attributes import AttributeOwner
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
@@ -123,7 +124,7 @@ def wrap_module_member(tx, source: Source, value: Any) -> VariableTracker:
 
 
 @tracker_for(nn.Module)
-class NNModuleVariable(VariableTracker):
+class NNModuleVariable(AttributeOwner, VariableTracker):
     def __init__(self, module: nn.Module, *, source):
         super().__init__(source=source)
         self.module = module
@@ -145,57 +146,145 @@ class NNModuleVariable(VariableTracker):
     # -- attributes -------------------------------------------------------------------
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .functions import call_property, method_of_class
-        from .misc import wrap_class
+        from .attributes import load_attribute
 
-        m = self.module
-        src = AttrSource(self.source, name)
-        d = m.__dict__
-        override = tx.output.state_overrides.get((id(m), name))
+        override = tx.output.state_overrides.get((id(self.module), name))
         if override is not None:  # inside torch.func.functional_call
             return override
-        if name in d.get("_parameters", {}):
-            p = d["_parameters"][name]
-            if p is None:
-                return ConstantVariable(None)
-            return tx.output.register_attr_tensor(
-                NNModuleMemberSource(self.source, name, "_parameters"), p)
-        if name in d.get("_buffers", {}):
-            b = d["_buffers"][name]
-            if b is None:
-                return ConstantVariable(None)
-            return tx.output.register_attr_tensor(
-                NNModuleMemberSource(self.source, name, "_buffers"), b)
-        if name in d.get("_modules", {}):
-            sub = d["_modules"][name]
-            if sub is None:
-                return ConstantVariable(None)
-            return tx.wrap_value(sub, NNModuleMemberSource(self.source, name))
-        if name in d:
-            return tx.wrap_value(d[name], src)
-        try:
-            static = inspect.getattr_static(type(m), name)
-        except AttributeError:
-            raise Unsupported(f"{type(m).__qualname__} has no attribute {name!r}") from None
-        if name in _NAMED_METHODS and static is getattr(nn.Module, name, None):
+        return load_attribute(tx, self, name)
+
+    # AttributeOwner hooks (attributes.py has the lookup order) ---------------------------
+
+    def lookup_class(self) -> type:
+        return type(self.module)
+
+    def lookup_instance(self, tx, name: str):
+        from .attributes import MISSING
+
+        d = self.module.__dict__
+        if name not in d:
+            return MISSING
+        return tx.wrap_value(d[name], AttrSource(self.source, name))
+
+    def lookup_method(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        from .functions import method_of_class
+
+        m = self.module
+        if name in _NAMED_METHODS and fn is getattr(nn.Module, name, None):
             return ModuleMethodVariable(self, name)
         if name in _DICT_METHODS and isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
             base = nn.ModuleDict if isinstance(m, nn.ModuleDict) else nn.ParameterDict
-            if static is getattr(base, name):
+            if fn is getattr(base, name):
                 return ModuleMethodVariable(self, name)
-        if isinstance(static, types.FunctionType):
-            return method_of_class(tx, static, self, src)
-        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            return call_property(tx, type(m), name, static, self)
-        if isinstance(static, staticmethod):
-            return tx.wrap_value(static.__func__, src)
-        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
-            return method_of_class(tx, static.__func__, wrap_class(type(m)), src)
-        return tx.wrap_value(getattr(m, name), src)
+        return method_of_class(tx, fn, self, AttrSource(self.source, name))
+
+    def lookup_class_member(self, tx, name: str, value: Any, klass: type) -> VariableTracker:
+        return tx.wrap_value(value, AttrSource(self.source, name))
+
+    def lookup_classmethod(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        from .functions import method_of_class
+        from .misc import wrap_class
+
+        return method_of_class(tx, fn, wrap_class(type(self.module)),
+                               AttrSource(self.source, name))
+
+    def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
+        try:
+            value = getattr(self.module, name)
+        except AttributeError:
+            raise Unsupported(f"{type(self.module).__qualname__} has no attribute {name!r}") \
+                from None
+        return tx.wrap_value(value, AttrSource(self.source, name))
+
+    def lookup_getattr_fallback(self, tx, name: str, fallback: Any) -> VariableTracker:
+        """``nn.Module.__getattr__``: the parameter, buffer or submodule tables (reached
+        only when the class and the instance dict have no ``name``); a class's own
+        ``__getattr__`` runs on the real module (the guard re-reads it)."""
+        if fallback is not nn.Module.__getattr__:
+            return self.lookup_real(tx, name, "its class defines __getattr__")
+        return self.module_table_member(tx, name)
+
+    def slot_method(self, tx, attr: Any) -> VariableTracker | None:
+        call_stage = _CALL_STAGES.get(attr)
+        if call_stage is not None:  # super().__call__(...) in an override
+            return ModuleCallStageVariable(self, call_stage)
+        if attr is nn.Module.__getattr__:
+            from .attributes import AttributeSlotVariable
+
+            return AttributeSlotVariable(self, "nn.Module.__getattr__", self.module_table_member)
+        return super().slot_method(tx, attr)
+
+    def module_table_member(self, tx, name: str) -> VariableTracker:
+        d = self.module.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            members = d.get(table, {})
+            if name not in members:
+                continue
+            value = members[name]
+            if value is None:
+                return ConstantVariable(None)
+            if table == "_modules":
+                return tx.wrap_value(value, NNModuleMemberSource(self.source, name))
+            return tx.output.register_attr_tensor(
+                NNModuleMemberSource(self.source, name, table), value)
+        raise Unsupported(f"{type(self.module).__qualname__} has no attribute {name!r}")
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        """``self.name = value``: nn.Module.__setattr__ sends parameters, submodules and
+        table members to its tables, and anything else to object.__setattr__, which calls
+        a property's setter (inlined here) before writing the instance dict; stores are
+        recorded and replayed after the graph."""
+        import torch
+
+        from .attributes import MISSING, data_descriptor_setter, store_through_descriptor
+
+        d = self.module.__dict__
+        in_table = any(name in d.get(t, {}) for t in ("_parameters", "_buffers", "_modules"))
+        real = getattr(value, "module", getattr(value, "value", None))
+        if in_table or isinstance(real, (nn.Module, torch.nn.Parameter)):
+            tx.output.side_effects.store_attr(tx, self, name, value)
+            return
+        if store_through_descriptor(tx, self, type(self.module), name, value):
+            return
+        if data_descriptor_setter(type(self.module), name) is not MISSING:
+            raise Unsupported(f"assignment to {name!r} of {self.describe()} (a data "
+                              "descriptor)")
+        tx.output.side_effects.store_attr(tx, self, name, value)
 
     # -- calling ----------------------------------------------------------------------
 
     def call_function(self, tx, args, kwargs):
+        """``module(*args)`` is ``type(module).__call__``: nn.Module's runs ``_call_impl``
+        (hooks around ``forward``); a class that overrides either has its own inlined."""
+        from .attributes import class_attribute
+
+        cls = type(self.module)
+        call, _ = class_attribute(cls, "__call__")
+        if call is not nn.Module.__call__:
+            return self.call_override(tx, "__call__", call, args, kwargs)
+        return self.wrapped_call_impl(tx, args, kwargs)
+
+    def call_override(self, tx, name: str, fn: Any, args, kwargs) -> VariableTracker:
+        from .functions import method_of_pinned_class
+
+        if not isinstance(fn, types.FunctionType):
+            raise Unsupported(f"{type(self.module).__qualname__}.{name} is not a Python "
+                              "function")
+        # (special methods are looked up on the class, so the class member is guarded)
+        return method_of_pinned_class(tx, type(self.module), name, fn, self).call_function(
+            tx, list(args), dict(kwargs))
+
+    def wrapped_call_impl(self, tx, args, kwargs) -> VariableTracker:
+        """``nn.Module.__call__``: ``self._call_impl(...)``, an attribute lookup like any
+        other (an instance or a class may override it)."""
+        if "_call_impl" in self.module.__dict__ or \
+                type(self.module)._call_impl is not nn.Module._call_impl:
+            return tx.call_function(self.var_getattr(tx, "_call_impl"), list(args),
+                                    dict(kwargs))
+        return self.call_impl(tx, args, kwargs)
+
+    def call_impl(self, tx, args, kwargs) -> VariableTracker:
+        """``nn.Module._call_impl``: hooks around ``forward`` (or one call_module node)."""
         m = self.module
         if _global_hooks():
             raise Unsupported("global nn.Module hooks are registered")
@@ -355,6 +444,29 @@ class NNModuleVariable(VariableTracker):
             return True
         raise Unsupported(f"truth value of {self.describe()} (its class defines __bool__ or "
                           "__len__)")
+
+
+#: nn.Module's own call stages, as ``super().__call__``/``super()._call_impl`` reach them
+_CALL_STAGES = {nn.Module.__call__: "wrapped_call_impl", nn.Module._call_impl: "call_impl"}
+
+
+class ModuleCallStageVariable(VariableTracker):
+    """``nn.Module.__call__`` or ``nn.Module._call_impl`` bound to a module (what an
+    override's ``super().__call__(...)`` calls)."""
+
+    def __init__(self, module_var: NNModuleVariable, stage: str):
+        super().__init__()
+        self.module_var = module_var
+        self.stage = stage
+
+    def children(self):
+        return [self.module_var]
+
+    def describe(self) -> str:
+        return f"ModuleCallStageVariable({self.stage} of {self.module_var.describe()})"
+
+    def call_function(self, tx, args, kwargs):
+        return getattr(self.module_var, self.stage)(tx, list(args), dict(kwargs))
 
 
 def _is_none(v: VariableTracker) -> bool:

@@ -1,0 +1,303 @@
+"""Python's attribute lookup, written once for every tracker of an object that has a class
+and an instance namespace (``nn.Module`` instances, user objects from the frame's inputs,
+objects made while tracing).
+
+CPython's ``object.__getattribute__(obj, name)``, in its order:
+
+1. a *data descriptor* found on the type's MRO (``property``, a ``__slots__`` member, any
+   class whose type defines ``__set__`` or ``__delete__``) wins;
+2. then the instance ``__dict__``;
+3. then a *non-data descriptor* on the type (a function -> bound method, ``staticmethod``,
+   ``classmethod``, ``functools.cached_property``, ...) or a plain class attribute;
+4. if all that fails, the type's ``__getattr__`` (``nn.Module.__getattr__`` reads
+   ``_parameters``/``_buffers``/``_modules``).
+
+A type with its own ``__getattribute__`` replaces steps 1-3.  Getting this order wrong is a
+silent wrong result (a submodule named like a class method, a property shadowed by an
+instance entry), so no tracker keeps its own copy of it.
+
+A tracker takes part by implementing the ``AttributeOwner`` hooks: where its instance
+namespace is, how a function found on the class is bound, how an attribute is read for real
+(for objects reachable through a source: the guard re-reads it the same way), and what its
+``__getattr__`` stage is.  Kinds of class attributes are a registry keyed by type.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ...exc import Unsupported
+from .base import VariableTracker
+
+#: "not found" (None is a legitimate attribute value)
+MISSING: Any = object()
+
+
+class MissingAttribute(Exception):
+    """Steps 1-3 found nothing (``__getattr__``, if any, comes next)."""
+
+
+def class_attribute(cls: type, name: str) -> tuple[Any, type | None]:
+    """``name`` in the first class of ``cls.__mro__`` whose ``__dict__`` has it (what
+    CPython's ``_PyType_Lookup`` does: no descriptor is invoked), and that class."""
+    for klass in cls.__mro__:
+        d = klass.__dict__
+        if name in d:
+            return d[name], klass
+    return MISSING, None
+
+
+def is_data_descriptor(attr: Any) -> bool:
+    t = type(attr)
+    return hasattr(t, "__set__") or hasattr(t, "__delete__")
+
+
+def is_descriptor(attr: Any) -> bool:
+    return hasattr(type(attr), "__get__")
+
+
+class AttributeOwner:
+    """Hooks a tracker implements to use ``load_attribute``."""
+
+    def lookup_class(self) -> type:
+        raise NotImplementedError
+
+    def lookup_instance(self, tx, name: str) -> VariableTracker | Any:
+        """The instance-namespace entry ``name`` as a tracker, or MISSING."""
+        raise NotImplementedError
+
+    def lookup_method(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        """A Python function found on the class, bound to this object."""
+        raise NotImplementedError
+
+    def lookup_class_member(self, tx, name: str, value: Any, klass: type) -> VariableTracker:
+        """A class attribute that is not a descriptor handled here (a plain value, the
+        function of a ``staticmethod``...)."""
+        raise NotImplementedError
+
+    def lookup_classmethod(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
+        raise NotImplementedError
+
+    def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
+        """``getattr(obj, name)`` evaluated on the real object and guarded by re-reading
+        it (objects with a source); Unsupported for objects made while tracing."""
+        raise Unsupported(f"attribute {name!r} of {self.describe()} ({why})")
+
+    def lookup_cache(self, tx, name: str, value: VariableTracker) -> None:
+        """Store ``value`` in the instance namespace (``cached_property``)."""
+        raise Unsupported(f"caching {name!r} on {self.describe()}")
+
+    def slot_method(self, tx, attr: Any) -> VariableTracker | None:
+        """What ``super().<name>`` reaching ``attr`` (a slot of the attribute protocol) is
+        on this object, or None when ``attr`` is no such slot."""
+        if attr is object.__getattribute__:
+            return object_getattribute(self)
+        return None
+
+    def lookup_getattribute(self, tx, name: str, getattribute: Any) -> VariableTracker:
+        """The type's own ``__getattribute__`` (not object's) for ``name``."""
+        return self.lookup_real(tx, name, "its class defines __getattribute__")
+
+    def lookup_getattr_fallback(self, tx, name: str, fallback: Any) -> VariableTracker:
+        """The type's ``__getattr__`` (``fallback``, found on its MRO) for ``name``."""
+        return self.lookup_missing(tx, name)
+
+    def lookup_missing(self, tx, name: str) -> VariableTracker:
+        """No attribute ``name`` at all (AttributeError in eager)."""
+        raise Unsupported(f"{self.lookup_class().__qualname__} object has no attribute "
+                          f"{name!r}")
+
+
+# -- descriptors found on the class -------------------------------------------------------
+
+
+def _property(tx, obj, cls, name, attr, klass):
+    from .functions import call_property
+
+    if not isinstance(attr.fget, types.FunctionType):
+        return obj.lookup_real(tx, name, "a property whose getter is not Python")
+    return call_property(tx, cls, name, attr, obj)
+
+
+def _function(tx, obj, cls, name, attr, klass):
+    return obj.lookup_method(tx, name, attr)
+
+
+def _staticmethod(tx, obj, cls, name, attr, klass):
+    return obj.lookup_class_member(tx, name, attr.__func__, klass)
+
+
+def _classmethod(tx, obj, cls, name, attr, klass):
+    if not isinstance(attr.__func__, types.FunctionType):
+        return obj.lookup_real(tx, name, "a classmethod of a C function")
+    return obj.lookup_classmethod(tx, name, attr.__func__)
+
+
+def _cached_property(tx, obj, cls, name, attr, klass):
+    """Not cached yet (a cached value sits in the instance dict and is found first): the
+    getter runs and its value is cached, as ``cached_property.__get__`` does."""
+    from .functions import UserFunctionVariable, guard_class_member
+
+    if getattr(obj, "source", None) is not None:
+        # run it now, on the real object: it runs once in eager too, and from then on the
+        # value is an instance entry (read, and guarded, through the source)
+        return obj.lookup_real(tx, name, "cached_property")
+    guard_class_member(tx, cls, name, attr)
+    value = UserFunctionVariable(attr.func).call_function(tx, [obj], {})
+    obj.lookup_cache(tx, name, value)
+    return value
+
+
+#: how a class attribute of each type is read through an instance (step 1 for data
+#: descriptors, step 3 for the others); other descriptors are read for real
+DESCRIPTORS: dict[type, Callable[..., VariableTracker]] = {
+    property: _property,
+    types.FunctionType: _function,
+    staticmethod: _staticmethod,
+    classmethod: _classmethod,
+    functools.cached_property: _cached_property,
+}
+
+
+def _dunder_class(tx, obj, cls, name, attr, klass):
+    from .misc import wrap_class
+
+    return wrap_class(cls)  # the class is fixed by the object's guards
+
+
+#: descriptors handled by identity, before their type's entry in DESCRIPTORS
+NAMED_DESCRIPTORS: dict[Any, Callable[..., VariableTracker]] = {
+    object.__dict__["__class__"]: _dunder_class,
+}
+
+
+def _descriptor(tx, obj, cls: type, name: str, attr: Any, klass: type) -> VariableTracker:
+    named = NAMED_DESCRIPTORS.get(attr)
+    if named is not None:
+        return named(tx, obj, cls, name, attr, klass)
+    for t in type(attr).__mro__:
+        handler = DESCRIPTORS.get(t)
+        if handler is not None:
+            return handler(tx, obj, cls, name, attr, klass)
+    return obj.lookup_real(tx, name, f"a {type(attr).__qualname__} descriptor")
+
+
+# -- the protocol -------------------------------------------------------------------------
+
+
+def generic_getattr(tx, obj: AttributeOwner, name: str) -> VariableTracker:
+    """``object.__getattribute__(obj, name)``: raises MissingAttribute when steps 1-3 find
+    nothing."""
+    cls = obj.lookup_class()
+    attr, klass = class_attribute(cls, name)
+    if attr is not MISSING and is_data_descriptor(attr):
+        return _descriptor(tx, obj, cls, name, attr, klass)
+    found = obj.lookup_instance(tx, name)
+    if found is not MISSING:
+        return found
+    if attr is MISSING:
+        raise MissingAttribute(name)
+    if is_descriptor(attr):
+        return _descriptor(tx, obj, cls, name, attr, klass)
+    return obj.lookup_class_member(tx, name, attr, klass)
+
+
+def load_attribute(tx, obj: AttributeOwner, name: str) -> VariableTracker:
+    """``obj.name``: the type's ``__getattribute__`` (object's: ``generic_getattr``), then
+    its ``__getattr__`` when that finds nothing."""
+    cls = obj.lookup_class()
+    getattribute, _ = class_attribute(cls, "__getattribute__")
+    if getattribute is not object.__getattribute__:
+        return obj.lookup_getattribute(tx, name, getattribute)
+    try:
+        return generic_getattr(tx, obj, name)
+    except MissingAttribute:
+        pass
+    fallback, _ = class_attribute(cls, "__getattr__")
+    if fallback is MISSING:
+        return obj.lookup_missing(tx, name)
+    return obj.lookup_getattr_fallback(tx, name, fallback)
+
+
+def has_attribute(obj: Any, name: str) -> bool:
+    """``hasattr`` without running any descriptor: what ``generic_getattr`` would find."""
+    d = getattr(obj, "__dict__", None)
+    return (isinstance(d, dict) and name in d) or \
+        class_attribute(type(obj), name)[0] is not MISSING
+
+
+def data_descriptor_setter(cls: type, name: str) -> Any:
+    """The data descriptor an ``obj.name = value`` goes through (CPython's
+    ``object.__setattr__`` calls it before the instance dict), or MISSING."""
+    attr, _ = class_attribute(cls, name)
+    if attr is not MISSING and is_data_descriptor(attr):
+        return attr
+    return MISSING
+
+
+def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
+                             value: VariableTracker) -> bool:
+    """``obj.name = value`` where the type has a data descriptor for ``name``: a property's
+    Python setter is inlined (its own stores are then recorded as usual); True when done.
+    Other data descriptors (slots, C setters) are left to the caller."""
+    from .functions import UserFunctionVariable, guard_class_member
+
+    attr = data_descriptor_setter(cls, name)
+    if not isinstance(attr, property):
+        return False
+    if attr.fset is None:
+        raise Unsupported(f"AttributeError: property {name!r} of {cls.__qualname__} has no "
+                          "setter")
+    if not isinstance(attr.fset, types.FunctionType):
+        raise Unsupported(f"property {name!r} of {cls.__qualname__} with a C setter")
+    guard_class_member(tx, cls, name, attr)
+    UserFunctionVariable(attr.fset).call_function(tx, [obj, value], {})
+    return True
+
+
+class AttributeSlotVariable(VariableTracker):
+    """A slot of the attribute protocol bound to an object tracker, as ``super()`` reaches
+    it from a class's own ``__getattribute__``/``__getattr__`` (``object.__getattribute__``,
+    ``nn.Module.__getattr__``): called with a constant name, it runs that stage alone."""
+
+    def __init__(self, owner: VariableTracker, what: str,
+                 lookup: Callable[[Any, str], VariableTracker]):
+        super().__init__()
+        self.owner = owner
+        self.what = what
+        self.lookup = lookup
+
+    def children(self):
+        return [self.owner]
+
+    def describe(self) -> str:
+        return f"{self.what} of {self.owner.describe()}"
+
+    def call_function(self, tx, args, kwargs):
+        from .base import NotConstant
+
+        if kwargs or len(args) != 1:
+            raise Unsupported(f"{self.what} with {len(args)} arguments")
+        try:
+            name = args[0].as_python_constant()
+        except NotConstant:
+            raise Unsupported(f"{self.what} with a non-constant name") from None
+        if not isinstance(name, str):
+            raise Unsupported(f"{self.what} with a {type(name).__name__} name")
+        return self.lookup(tx, name)
+
+
+def object_getattribute(owner: AttributeOwner) -> AttributeSlotVariable:
+    """``object.__getattribute__`` bound to ``owner``: steps 1-3, no ``__getattr__``."""
+
+    def lookup(tx, name):
+        try:
+            return generic_getattr(tx, owner, name)
+        except MissingAttribute:
+            raise Unsupported(f"AttributeError: {owner.lookup_class().__qualname__} object "
+                              f"has no attribute {name!r}") from None
+
+    return AttributeSlotVariable(owner, "object.__getattribute__", lookup)
