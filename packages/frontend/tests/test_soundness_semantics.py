@@ -558,6 +558,30 @@ def _(x):
     return x + sum(gen)
 
 
+@case("set_iteration_order_after_discard_and_add")
+def _(x):
+    s = {1, 2, 3, 100}
+    s.discard(2)
+    s.add(34)
+    return x + 1, list(s), [v * 2 for v in s]
+
+
+@case("set_update_from_generator_reads_set")
+def _(x):
+    s = {1}
+    s.update(len(s) + i for i in range(3))
+    return x + len(s), sorted(s)
+
+
+@case("tensor_augmented_assignment_keeps_alias")
+def _(x):
+    y = x.clone()
+    z = y
+    z += 1
+    z *= 2
+    return z is y, y
+
+
 # -- mutation during iteration --------------------------------------------------------------------
 
 

@@ -720,8 +720,17 @@ class SetVariable(VariableTracker):
     def __init__(self, items: list[VariableTracker], *, source=None):
         super().__init__(source=source)
         self.items: dict[Any, VariableTracker] = {}
+        #: a real set that gets the same adds and removals: CPython iterates a set in
+        #: table order (hashes, history), and ``items`` is kept in that order
+        self.shadow: set = set()
         for it in items:
             self.items.setdefault(_set_key(None, it), it)
+            self.shadow.add(_set_key(None, it))
+        self.resync()
+
+    def resync(self) -> None:
+        """Put ``items`` in the iteration order of the real set (``shadow``)."""
+        self.items = {k: self.items[k] for k in self.shadow}
 
     @classmethod
     def wrap(cls, builder, value):
@@ -732,16 +741,22 @@ class SetVariable(VariableTracker):
         # a copy, compared with ``type(x) is set and x == copy`` (a frozenset never
         # passed the type test: the set recompiled on every call)
         builder.install_guard(GuardKind.CONSTANT_MATCH, set(value))
-        return cls([ConstantVariable.create(v) for v in value], source=builder.source)
+        var = cls([ConstantVariable.create(v) for v in value], source=builder.source)
+        var.shadow = value.copy()  # the frame's set's own table order
+        var.resync()
+        return var
 
     def python_type(self) -> type:
         return set
 
     def as_python_constant(self) -> Any:
-        return set(self.items)
+        return self.shadow.copy()  # (a copy keeps the table order: folded results match)
 
     def truth_value(self, tx) -> bool:
         return bool(self.items)
+
+    def iter_var(self, tx):
+        return DictIteratorVariable(self, "values", changed="Set changed size during iteration")
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
@@ -759,7 +774,10 @@ class SetVariable(VariableTracker):
 
     def add(self, tx, item: VariableTracker) -> None:
         self.check_mutable("set.add")
-        self.items.setdefault(_set_key(tx, item), item)
+        key = _set_key(tx, item)
+        self.items.setdefault(key, item)
+        self.shadow.add(key)
+        self.resync()
 
     def var_getattr(self, tx, name):
         if name in ("add", "update", "discard", "remove", "clear", "copy", "union",
@@ -811,10 +829,13 @@ class SetMethodVariable(VariableTracker):
 
                 raise_traced(KeyError, key)
             obj.items.pop(key, None)
+            obj.shadow.discard(key)
+            obj.resync()
             return none
         if name == "clear" and not args:
             obj.check_mutable("set.clear")
             obj.items.clear()
+            obj.shadow.clear()
             return none
         if name == "copy" and not args:
             return SetVariable(list(obj.items.values()))
