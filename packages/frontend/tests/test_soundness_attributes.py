@@ -127,6 +127,26 @@ def _():
     return Case(m, (_x(),), target=m)
 
 
+@case("module_submodule_behind_class_attribute_none")
+def _():
+    # ``down = None`` on the class is found before nn.Module.__getattr__ reaches _modules:
+    # eager's ``self.down`` is None although a submodule was assigned
+    class M(nn.Module):
+        down = None
+
+        def __init__(self):
+            super().__init__()
+            self.down = nn.ReLU()
+
+        def forward(self, x):
+            if self.down is None:
+                return x * 7
+            return self.down(x - 1.0)
+
+    m = M()
+    return Case(m, (_x(),), target=m)
+
+
 @case("module_method_shadows_base_class_attribute")
 def _():
     class Base(nn.Module):

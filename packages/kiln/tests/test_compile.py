@@ -54,3 +54,29 @@ def test_compile_with_loopir_interpret(needs_interpreter):
     compiled = kiln.compile(f, backend="loopir_interpret", options={"debug": False})
     x, y = torch.randn(4), torch.randn(4)
     torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
+def test_compiled_module_attribute_stores_reach_the_module():
+    """``kiln.compile(m)`` is a view of ``m`` (as torch's OptimizedModule): ``cm.k = 3``
+    sets ``m.k``, and a forward reading it recompiles and uses the new value."""
+    _frontend_api()
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 1
+
+        def forward(self, x):
+            return x * self.k
+
+    m = M()
+    cm = kiln.compile(m, backend="eager", fullgraph=True)
+    x = torch.ones(3)
+    torch.testing.assert_close(cm(x), x)
+    cm.k = 3
+    assert m.k == 3 and "k" not in cm.__dict__
+    torch.testing.assert_close(cm(x), x * 3)
+    del cm.k
+    assert not hasattr(m, "k")
+    m.eval()
+    assert not cm.training
