@@ -199,6 +199,13 @@ def _(x):
     return a is b, a == b, len(a), a
 
 
+@case("container_equality_compares_identity_first", fullgraph=True)
+def _(x):
+    a, b = [x, 1], [x, 1]
+    return (x + 1, a == b, a is b, a != [x, 2], a == (x, 1), [a] == [b],
+            {"k": x} == {"k": x}, {"k": x} == {"j": x})
+
+
 @case("list_copy_is_not_alias")
 def _(x):
     a = [1, 2]
@@ -260,6 +267,24 @@ def _(x, o):
     try:
         o.missing  # noqa: B018
         return x * 2
+    except AttributeError:
+        return x * 3
+
+
+@case("missing_attribute_caught_under_fullgraph", fullgraph=True)
+def _(x):
+    o = _Obj()
+    try:
+        return x * o.missing
+    except AttributeError:
+        return x * getattr(o, "other", 3)
+
+
+@case("missing_attribute_of_argument_under_fullgraph", fullgraph=True,
+      args=lambda: (torch.ones(3), _Obj()))
+def _(x, o):
+    try:
+        return x * o.missing
     except AttributeError:
         return x * 3
 

@@ -106,9 +106,18 @@ class AttributeOwner:
         return self.lookup_missing(tx, name)
 
     def lookup_missing(self, tx, name: str) -> VariableTracker:
-        """No attribute ``name`` at all (AttributeError in eager)."""
-        raise Unsupported(f"{self.lookup_class().__qualname__} object has no attribute "
-                          f"{name!r}")
+        """No attribute ``name`` at all: AttributeError raised in the traced code, where a
+        traced ``except AttributeError`` (``getattr`` with a default) catches it as in eager;
+        for an object with a source, guarded on the attribute staying absent."""
+        from .exceptions import raise_traced
+
+        source = getattr(self, "source", None)
+        if source is not None:
+            from ...guards import Guard, GuardKind
+
+            tx.output.guards.add(Guard(source, GuardKind.HASATTR, (name, False)))
+        raise_traced(AttributeError, f"{self.lookup_class().__qualname__!r} object has no "
+                                     f"attribute {name!r}")
 
 
 # -- descriptors found on the class -------------------------------------------------------

@@ -398,8 +398,7 @@ class UserDefinedObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTra
         try:
             value = getattr(obj, name)
         except AttributeError:
-            raise Unsupported(f"{type(obj).__qualname__} object has no attribute "
-                              f"{name!r}") from None
+            return self.lookup_missing(tx, name)
         src = self._attr_source(name)
         if isinstance(value, types.MethodType) and value.__self__ is obj and \
                 isinstance(value.__func__, types.FunctionType):

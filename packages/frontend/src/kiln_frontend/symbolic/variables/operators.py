@@ -65,11 +65,18 @@ def constant_args(args, kwargs, what: str) -> tuple[list[Any], dict[str, Any]]:
 
 
 def known_object(v: VariableTracker) -> Any:
-    """The real object behind a tracker when it is known (modules, functions, constants)."""
-    for attr in ("module", "value", "fn", "cls"):
+    """The real object behind a tracker when it is known (modules, functions, constants,
+    classes).  A tracker's ``cls`` is that object only for a class tracker: elsewhere it is
+    the class of an object made while tracing, an exception, a ``super()``..., and taking
+    it for the object made ``G() is G`` and ``hasattr(G(), n)`` answer for the class."""
+    from .misc import UserDefinedClassVariable
+
+    for attr in ("module", "value", "fn"):
         obj = getattr(v, attr, None)
         if obj is not None:
             return obj
+    if isinstance(v, UserDefinedClassVariable):
+        return v.cls
     return None
 
 
@@ -197,13 +204,50 @@ def _equality_of_objects(tx, fn, args):
         return None
     if isinstance(a, (BaseSequenceVariable, ConstDictVariable)) or isinstance(
             b, (BaseSequenceVariable, ConstDictVariable)):
-        raise Unsupported("comparing containers with non-constant items")
+        same = _containers_equal(tx, a, b)
+        return ConstantVariable(same if fn is operator.eq else not same)
     ia = known_object(a)
     ib = known_object(b)
     if ia is None or ib is None:
         return None
     same = ia is ib
     return ConstantVariable(same if fn is operator.eq else not same)
+
+
+def _containers_equal(tx, a, b) -> bool:
+    """``a == b`` for lists, tuples and dicts as CPython compares them: different kinds or
+    lengths differ; items are the same object (identity first, so ``[t] == [t]`` holds for a
+    tensor ``t`` without comparing its values) or equal constants; anything else is a
+    graph break."""
+    from .containers import BaseSequenceVariable, ConstDictVariable
+
+    if isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable):
+        if a.python_cls is not b.python_cls:
+            return False
+        if len(a.items) != len(b.items):
+            return False
+        pairs = list(zip(a.items, b.items, strict=True))
+    elif isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
+        if a.items.keys() != b.items.keys():
+            return False
+        pairs = [(a.items[k], b.items[k]) for k in a.items]
+    else:
+        raise Unsupported(f"comparing {a.describe()} with {b.describe()}")
+    for x, y in pairs:
+        x, y = tx.realize(x), tx.realize(y)
+        if x is y:
+            continue
+        if x.is_python_constant() and y.is_python_constant():
+            if x.as_python_constant() == y.as_python_constant():
+                continue
+            return False
+        if isinstance(x, (BaseSequenceVariable, ConstDictVariable)) and \
+                isinstance(y, (BaseSequenceVariable, ConstDictVariable)):
+            if _containers_equal(tx, x, y):
+                continue
+            return False
+        raise Unsupported("comparing containers with non-constant items")
+    return True
 
 
 # -- `is` and `in` -------------------------------------------------------------------------
