@@ -476,6 +476,35 @@ def _():
     return Case(lambda x: x * F().h(), (_x(),))
 
 
+class _Lazy:
+    def __getattr__(self, name):
+        if name == "z":
+            return 7.0
+        raise AttributeError(name)
+
+
+class _RaisingProperty:
+    @property
+    def p(self):
+        raise AttributeError("not set")
+
+
+@case("frame_object_identity_and_hasattr_are_the_objects")
+def _():
+    # a frame object is not its class (``o is _Lazy`` was True), and ``hasattr`` runs
+    # the object's lookup (``__getattr__``, a getter raising AttributeError), not the
+    # class's
+    def fn(x):
+        o, r = _Lazy(), _RaisingProperty()
+        a = 7.0 if hasattr(o, "z") else 1.0
+        b = 5.0 if hasattr(o, "w") else 2.0
+        c = 3.0 if hasattr(r, "p") else -1.0
+        d = 11.0 if o is _Lazy else 0.5
+        return x * a + b + c + d
+
+    return Case(fn, (_x(),))
+
+
 # =======================================================================================
 # a module's own __call__ / _call_impl
 # =======================================================================================

@@ -231,11 +231,49 @@ def load_attribute(tx, obj: AttributeOwner, name: str) -> VariableTracker:
     return obj.lookup_getattr_fallback(tx, name, fallback)
 
 
-def has_attribute(obj: Any, name: str) -> bool:
-    """``hasattr`` without running any descriptor: what ``generic_getattr`` would find."""
-    d = getattr(obj, "__dict__", None)
-    return (isinstance(d, dict) and name in d) or \
-        class_attribute(type(obj), name)[0] is not MISSING
+#: class attributes whose read through an instance cannot raise AttributeError
+_NEVER_RAISE = (types.FunctionType, staticmethod, classmethod, functools.cached_property)
+
+
+def static_hasattr(cls: type, in_instance: bool, name: str) -> bool | None:
+    """``hasattr(obj, name)`` for an object of ``cls`` whose instance namespace has (or
+    has not) ``name``, decided without running code; None when only running a getter, a
+    descriptor or ``__getattr__``/``__getattribute__`` would tell (they may raise
+    AttributeError)."""
+    if class_attribute(cls, "__getattribute__")[0] is not object.__getattribute__:
+        return None
+    attr, _ = class_attribute(cls, name)
+    if attr is not MISSING and is_data_descriptor(attr):
+        return None
+    if in_instance:
+        return True
+    if attr is not MISSING:
+        return None if is_descriptor(attr) and not isinstance(attr, _NEVER_RAISE) else True
+    return None if class_attribute(cls, "__getattr__")[0] is not MISSING else False
+
+
+def is_attribute_error(error: Unsupported) -> bool:
+    """Whether a lookup that failed while tracing raised AttributeError in the traced code
+    (any other failure, a graph break naming one included, stays a graph break: guessing
+    from its text could turn a kiln limitation into a wrong False)."""
+    from .exceptions import TracedException
+
+    return isinstance(error, TracedException) and issubclass(error.exc.cls, AttributeError)
+
+
+def traced_hasattr(tx, obj: AttributeOwner, in_instance: bool, name: str) -> bool:
+    """``hasattr(obj, name)``: ``getattr`` catching AttributeError, as Python does; the
+    lookup is traced only when it may run code (its effects are eager's too)."""
+    known = static_hasattr(obj.lookup_class(), in_instance, name)
+    if known is not None:
+        return known
+    try:
+        load_attribute(tx, obj, name)
+    except Unsupported as e:
+        if is_attribute_error(e):
+            return False
+        raise
+    return True
 
 
 def data_descriptor_setter(cls: type, name: str) -> Any:
@@ -306,7 +344,6 @@ def object_getattribute(owner: AttributeOwner) -> AttributeSlotVariable:
         try:
             return generic_getattr(tx, owner, name)
         except MissingAttribute:
-            raise Unsupported(f"AttributeError: {owner.lookup_class().__qualname__} object "
-                              f"has no attribute {name!r}") from None
+            return owner.lookup_missing(tx, name)
 
     return AttributeSlotVariable(owner, "object.__getattribute__", lookup)

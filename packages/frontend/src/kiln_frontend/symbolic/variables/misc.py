@@ -532,7 +532,9 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         return f"FrameObjectVariable({self.cls.__qualname__})"
 
     def has_attr(self, tx, name: str) -> bool:
-        return name in self.attrs or hasattr(self.cls, name)
+        from .attributes import traced_hasattr
+
+        return traced_hasattr(tx, self, name in self.attrs, name)
 
     def _python_slot(self, name: str) -> types.FunctionType | None:
         """The class's own ``__getattribute__``/``__getattr__``/``__setattr__`` when it is
