@@ -206,6 +206,45 @@ def _(x):
             {"k": x} == {"k": x}, {"k": x} == {"j": x})
 
 
+@case("set_inplace_operators_change_the_set", fullgraph=True)
+def _(x):
+    s = {1, 2, 3}
+    t = s
+    t -= {1}
+    t &= {2, 9}
+    t |= {40, 7}
+    u = s | {8}
+    return x + 1, sorted(s), t is s, list(s), list(u), u is s
+
+
+@case("list_inplace_repeat_and_extend_keep_alias", fullgraph=True)
+def _(x):
+    a = [1]
+    b = a
+    a *= 3
+    a += (5, 6)
+    return x + 1, a, b, a is b
+
+
+@case("dict_inplace_merge_keeps_alias", fullgraph=True)
+def _(x):
+    d = {"a": 1}
+    e = d
+    e |= {"b": 2}
+    f = d | {"c": 3}
+    return x + 1, d, e is d, f, f is d
+
+
+@case("set_inplace_with_a_list_raises_type_error")
+def _(x):
+    s = {1}
+    try:
+        s |= [2]
+    except TypeError:
+        return x * 2
+    return x
+
+
 @case("list_copy_is_not_alias")
 def _(x):
     a = [1, 2]

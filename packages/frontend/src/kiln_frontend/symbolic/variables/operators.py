@@ -109,6 +109,7 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
         if result is not None:
             return result
     name = getattr(fn, "__name__", repr(fn))
+    _no_fold_in_place(tx, fn, args)
     cargs, _ = constant_args(args, {}, f"operator.{name}")
     try:
         result = fn(*cargs)
@@ -163,13 +164,12 @@ def _concatenate(tx, fn, args):
     if len(args) != 2:
         return None
     a, b = args
+    if fn is operator.iadd and isinstance(a, ListVariable):
+        # ``lst += iterable`` is lst.extend(iterable): in place, any iterable
+        return _call_list_method(tx, a, "extend", b)
     if not (isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable)
             and a.python_cls is b.python_cls):
         return None
-    if fn is operator.iadd and isinstance(a, ListVariable):
-        a.check_mutable("list +=")
-        a.items.extend(b.items)
-        return a
     return type(a)(a.items + b.items) if isinstance(a, ListVariable) else \
         TupleVariable(a.items + b.items)
 
@@ -188,8 +188,73 @@ def _repeat(tx, fn, args):
         times = n.as_python_constant()
     except NotConstant:
         raise Unsupported("repeating a sequence a non-constant number of times") from None
+    if fn is operator.imul and seq is a and isinstance(a, ListVariable):
+        a.check_mutable("list *=")  # in place: aliases of the list see it
+        a.items[:] = a.items * times
+        return a
     items = seq.items * times
     return ListVariable(items) if isinstance(seq, ListVariable) else TupleVariable(items)
+
+
+def _call_list_method(tx, lst, name: str, arg: VariableTracker) -> VariableTracker:
+    from .containers import SequenceMethodVariable
+
+    SequenceMethodVariable(lst, name).call_function(tx, [arg], {})
+    return lst
+
+
+_SET_OPERATORS = (operator.or_, operator.and_, operator.sub, operator.xor)
+_SET_INPLACE = (operator.ior, operator.iand, operator.isub, operator.ixor)
+
+
+@ON_PYTHON_VALUES.register(*_SET_OPERATORS, *_SET_INPLACE)
+def _set_operator(tx, fn, args):
+    """``s |= t`` and friends change ``s`` itself (its aliases see it), as in eager; the
+    plain operators make a new set. Run on the real sets (SetVariable.shadow), so the
+    result iterates in eager's order."""
+    from .containers import ConstDictVariable, SetVariable
+
+    if len(args) == 2 and isinstance(args[0], ConstDictVariable) and \
+            fn in (operator.or_, operator.ior):
+        return _dict_merge(tx, fn, args)
+    if len(args) != 2 or not isinstance(args[0], SetVariable):
+        return None
+    a, b = args
+    try:
+        other = b.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"set operator with {b.describe()}") from None
+    if not isinstance(other, (set, frozenset)):
+        return None  # folded: eager's TypeError (or a dict view's reflected operator)
+    if fn in _SET_INPLACE:
+        a.check_mutable(f"set {fn.__name__}")
+        fn(a.shadow, other)  # in place on the real set
+        a.items = {k: a.items[k] if k in a.items else ConstantVariable.create(k)
+                   for k in a.shadow}
+        return a
+    return wrap_constant_result(fn(a.shadow, other), what=f"set {fn.__name__}")
+
+
+def _dict_merge(tx, fn, args):
+    """``d | e`` (a new dict) and ``d |= e`` (``d`` itself updated)."""
+    from .containers import ConstDictVariable
+
+    a, b = args
+    if fn is operator.ior:
+        from .containers import DictMethodVariable
+
+        DictMethodVariable(a, "update").call_function(tx, [b], {})
+        return a
+    if not isinstance(b, ConstDictVariable):
+        return None
+    return ConstDictVariable({**a.items, **b.items}, dict_cls=a.dict_cls)
+
+
+def _no_fold_in_place(tx, fn, args) -> None:
+    """An in-place operator on a mutable container that no handler took: folding it would
+    change a copy, not the object (its aliases would not see it)."""
+    if fn in _OUT_OF_PLACE and args and args[0].mutable:
+        raise Unsupported(f"operator.{fn.__name__} on {args[0].describe()}")
 
 
 @ON_PYTHON_VALUES.register(operator.eq, operator.ne)
