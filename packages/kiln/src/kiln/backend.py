@@ -133,9 +133,10 @@ def compile_inference(
         with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
-        folded.guard_copies(getattr(compiled, "derived_from", ()))  # e.g. channels-last weights
-        own = {id(getattr(folded_gm, name)) for name in
-               (getattr(folded_gm, "meta", {}).get("kiln_folded_recipes") or ())}
+        own = {id(getattr(folded_gm, name)) for name in  # the fold's own tensors: guarded
+               (getattr(folded_gm, "meta", {}).get("kiln_folded_recipes") or ())}  # by their sources
+        folded.guard_copies(t for t in getattr(compiled, "derived_from", ())  # e.g. channels-last
+                            if id(t) not in own)  # or packed weights
         compiled = cache.WeightsGuard.around(  # a folded or copied parameter written in place,
             compiled, recompile,  # or one read as a constant given new memory: compile again
             [t for t, _ in folded.sources], folded.eval_modules,

@@ -117,8 +117,11 @@ def constant_reads(graph, gm) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
                 obj = getattr(obj, atom)
         except AttributeError:
             return None
-        if isinstance(obj, torch.Tensor) and c.value is not None and obj.is_set_to(c.value):
-            return obj
+        try:
+            if isinstance(obj, torch.Tensor) and c.value is not None and obj.is_set_to(c.value):
+                return obj
+        except Exception:  # a tensor subclass without is_set_to: guarded by its constant
+            pass
         return None
 
     for c in graph.constant_buffers:
