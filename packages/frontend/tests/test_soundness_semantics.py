@@ -169,6 +169,14 @@ def _(x):
     return r is x, x.mul_(3) is r
 
 
+@case("out_tuple_returns_the_out_tensors", fullgraph=True,
+      args=lambda: (torch.arange(12.0).reshape(3, 4),))
+def _(x):
+    v, i = torch.empty(4), torch.empty(4, dtype=torch.long)
+    r = torch.max(x, 0, out=(v, i))
+    return r[0] is v, r[1] is i, r.values is v, v, i
+
+
 @case("requires_grad_returns_self")
 def _(x):
     y = x.clone()
@@ -613,6 +621,14 @@ def _(x):
     e = enumerate(gen(), 1)
     first = next(e)
     return x + 1, first, list(log)
+
+
+@case("generator_expression_reads_free_variable_when_run")
+def _(x):
+    n = 1
+    g = (n * i for i in range(3))
+    n = 10
+    return x + n, list(g)
 
 
 @case("generator_unstarted_across_graph_break")

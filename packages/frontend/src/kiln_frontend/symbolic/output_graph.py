@@ -54,17 +54,24 @@ def _contains_tensor(value: Any) -> bool:
     return False
 
 
-def _argument_returned(ex: Any, args: list, kwargs: dict) -> Any:
-    """The tensor tracker among the op's arguments whose fake value the op returned (an
-    in-place op, an ``out=``, a no-op ``contiguous``), or None."""
+def _argument_trackers(args: list, kwargs: dict) -> dict[int, Any]:
+    """id(fake tensor) -> the op's argument tracker holding it (also inside a tuple/list
+    argument: ``out=(values, indices)``), to find an argument the op returned."""
+    from .variables.containers import BaseSequenceVariable
     from .variables.tensor import TensorVariable
 
-    if not isinstance(ex, torch.Tensor):
-        return None
+    owners: dict[int, Any] = {}
+
+    def visit(a):
+        if isinstance(a, TensorVariable):
+            owners.setdefault(id(a.example_value), a)
+        elif isinstance(a, BaseSequenceVariable):
+            for item in a.items:
+                visit(item)
+
     for a in [*args, *kwargs.values()]:
-        if isinstance(a, TensorVariable) and a.example_value is ex:
-            return a
-    return None
+        visit(a)
+    return owners
 
 
 def refuse_non_strided(value: Any, what: str) -> None:
@@ -370,7 +377,8 @@ class OutputGraph:
         px_args = tuple(a.as_proxy() for a in args)
         px_kwargs = {k: v.as_proxy() for k, v in kwargs.items()}
         proxy = self.tracer.create_proxy(kind, target, px_args, px_kwargs)
-        same = _argument_returned(ex, args, kwargs)
+        owners = _argument_trackers(args, kwargs)
+        same = owners.get(id(ex)) if isinstance(ex, torch.Tensor) else None
         if same is not None:
             # ``x.add_(1)``, ``torch.add(a, b, out=x)``, ``x.requires_grad_()``,
             # ``x.contiguous()``: the op returned its argument itself (fake tensors keep
@@ -378,7 +386,13 @@ class OutputGraph:
             # stays in the graph for its effect
             proxy.node.meta["example_value"] = ex
             return same
-        return self.wrap_result(proxy, ex)
+        result = self.wrap_result(proxy, ex)
+        if owners and isinstance(ex, (tuple, list)) and hasattr(result, "items"):
+            # ``torch.max(x, 0, out=(v, i))`` returns (v, i) themselves
+            for i, e in enumerate(ex):
+                if isinstance(e, torch.Tensor) and id(e) in owners:
+                    result.items[i] = owners[id(e)]
+        return result
 
     def fake_module_call(self, module: torch.nn.Module, args: list, kwargs: dict) -> Any:
         """Run a leaf module on fake tensors with FAKE parameters and buffers, so that
