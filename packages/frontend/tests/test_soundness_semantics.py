@@ -687,6 +687,30 @@ def _(x):
     return x, d
 
 
+@case("dict_keys_replaced_while_iterated_raises_eagers_error")
+def _(x):
+    d = {1: 1, 2: 2}
+    try:
+        for k in d:
+            del d[k]
+            d[k + 10] = 0
+    except RuntimeError as e:
+        return x * 2, d, e.args
+    return x, d
+
+
+@case("set_member_replaced_while_iterated")
+def _(x):
+    s = {1, 2}
+    try:
+        for v in s:
+            s.discard(v)
+            s.add(v + 100)
+    except RuntimeError as e:
+        return x * 2, e.args
+    return x, sorted(s)
+
+
 @case("dict_value_update_while_iterated_is_fine")
 def _(x):
     d = {1: 1, 2: 2}

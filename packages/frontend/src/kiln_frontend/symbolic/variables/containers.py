@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import itertools
 from typing import Any
 
 from ...exc import Unsupported
@@ -603,17 +602,19 @@ def _dict_iter_at(view, index: int):
 
 
 class DictIteratorVariable(IteratorVariable):
-    """Iterating a dict, one of its views or a set: reads the container at each step and
-    raises RuntimeError when its size changed, as CPython's dict and set iterators do."""
+    """Iterating a dict, one of its views or a set.  It iterates, for real, the Python dict
+    (``ConstDictVariable.items``) or set (``SetVariable.shadow``) that received the same
+    insertions and deletions as eager's object: the order and the RuntimeError of a
+    container changed during iteration are CPython's own."""
 
-    def __init__(self, container: VariableTracker, kind: str, *,
-                 changed: str = "dictionary changed size during iteration"):
+    def __init__(self, container: VariableTracker, kind: str):
         super().__init__()
         self.container = container
         self.kind = kind
-        self.changed = changed
+        real = container.shadow if isinstance(container, SetVariable) else container.items
+        self.real = iter(real)
         self.index = 0
-        self.size = len(container.items)
+        self.size = len(real)
         self.exhausted = False
 
     def children(self):
@@ -622,15 +623,16 @@ class DictIteratorVariable(IteratorVariable):
     def next_item(self, tx) -> VariableTracker | None:
         if self.exhausted:
             return None
-        if len(self.container.items) != self.size:
+        try:
+            key = next(self.real)
+        except StopIteration:
+            self.exhausted = True
+            return None
+        except RuntimeError as e:  # changed size (or keys) during iteration
             from .exceptions import raise_traced
 
             self.exhausted = True  # sticky, as in CPython
-            raise_traced(RuntimeError, self.changed)
-        if self.index >= self.size:
-            self.exhausted = True
-            return None
-        key = next(itertools.islice(self.container.items, self.index, None))
+            raise_traced(RuntimeError, *e.args)
         self.index += 1
         return _view_item(self.container, self.kind, key)
 
@@ -756,7 +758,7 @@ class SetVariable(VariableTracker):
         return bool(self.items)
 
     def iter_var(self, tx):
-        return DictIteratorVariable(self, "values", changed="Set changed size during iteration")
+        return DictIteratorVariable(self, "values")
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
