@@ -476,6 +476,42 @@ def _():
     return Case(lambda x: x * F().h(), (_x(),))
 
 
+@case("hasattr_sees_the_frames_own_stores_and_deletions")
+def _():
+    # stores are replayed after the graph: hasattr read the real object, which had
+    # neither the new attribute nor the deletion yet
+    class Obj:
+        def __init__(self):
+            self.tmp = 1.0
+
+        def h(self):
+            return 0.0
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tmp = 1.0
+
+        def forward(self, x):
+            self.newattr = 2.0
+            a = 7.0 if hasattr(self, "newattr") else 1.0
+            return x * a
+
+    o, m = Obj(), M()
+
+    def fn(x):
+        o.newattr = 2.0
+        o.h = lambda: 1.0
+        a = 7.0 if hasattr(o, "newattr") else 1.0
+        del o.tmp, o.h
+        b = 5.0 if hasattr(o, "tmp") else 0.0
+        c = 3.0 if hasattr(o, "h") else 0.5  # the class's method is still there
+        return x * a + b + c + m(x)
+
+    return Case(fn, (_x(),), state=lambda: (hasattr(o, "tmp"), hasattr(o, "newattr"),
+                                            "h" in vars(o), getattr(m, "newattr", None)))
+
+
 class _Lazy:
     def __getattr__(self, name):
         if name == "z":

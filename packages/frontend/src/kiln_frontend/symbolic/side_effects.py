@@ -93,6 +93,16 @@ def _check_attr_store(obj: VariableTracker, name: str, value: VariableTracker) -
     raise Unsupported(what)
 
 
+def _owns(real: Any, name: str) -> bool:
+    """``name`` is in the object's own namespace (its ``__dict__``, or a module's
+    parameter, buffer and submodule tables): what ``del obj.name`` removes."""
+    d = getattr(real, "__dict__", None)
+    if not isinstance(d, dict):
+        return False
+    return name in d or any(name in d.get(t, ()) for t in ("_parameters", "_buffers",
+                                                            "_modules"))
+
+
 def _example_of(value: VariableTracker) -> Any:
     for attr in ("module", "value"):
         if hasattr(value, attr):
@@ -147,11 +157,19 @@ class SideEffects:
             del attrs[name]
             return
         _check_attr_store(obj, name, obj)
-        if self.load_attr(obj, name) is None and not hasattr(_real_object(obj), name):
+        owned = _owns(_real_object(obj), name)
+        entry = self.attr_mutations.get(id(obj))
+        stored = entry.stores.get(name) if entry is not None else None
+        if stored is None and not owned or stored is DELETED:
+            # ``del`` removes an instance entry (or a module's table member) only: one
+            # that is not there (a class attribute's name included) raises
             raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
-        entry = self.attr_mutations.setdefault(id(obj), AttrMutations(obj))
+        if entry is None:
+            entry = self.attr_mutations[id(obj)] = AttrMutations(obj)
         entry.stores.pop(name, None)
-        entry.stores[name] = DELETED
+        if stored is None or owned:
+            entry.stores[name] = DELETED
+        # (else assigned, then deleted, by the frame: the real object never had it)
 
     def load_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
         """The value the frame stored in ``obj.name``, or None when it did not."""

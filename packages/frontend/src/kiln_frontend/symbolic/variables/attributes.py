@@ -347,3 +347,31 @@ def object_getattribute(owner: AttributeOwner) -> AttributeSlotVariable:
             return owner.lookup_missing(tx, name)
 
     return AttributeSlotVariable(owner, "object.__getattribute__", lookup)
+
+
+def hasattr_after_frame_store(tx, obj: VariableTracker, name: str) -> bool | None:
+    """``hasattr(obj, name)`` once the frame itself assigned or deleted ``obj.name`` (the
+    real object shows neither yet: stores are replayed after the graph); None when it did
+    not.  After ``del obj.name`` only a class attribute is left (nn.Module's
+    ``__delattr__`` removes the name from its tables too)."""
+    from torch import nn
+
+    from ..side_effects import DELETED
+
+    entry = tx.output.side_effects.attr_mutations.get(id(obj))
+    if entry is None or name not in entry.stores:
+        return None
+    if entry.stores[name] is not DELETED:
+        return True
+    real = getattr(obj, "module", None)
+    cls = type(real if real is not None else getattr(obj, "value", None))
+    attr, _ = class_attribute(cls, name)
+    getattribute, _ = class_attribute(cls, "__getattribute__")
+    fallback, _ = class_attribute(cls, "__getattr__")
+    if getattribute is object.__getattribute__:
+        if attr is not MISSING and (not is_descriptor(attr) or isinstance(attr, _NEVER_RAISE)):
+            return True
+        if attr is MISSING and fallback in (MISSING, nn.Module.__getattr__):
+            return False
+    raise Unsupported(f"hasattr({cls.__qualname__}, {name!r}) after the frame deleted it "
+                      "would run code")

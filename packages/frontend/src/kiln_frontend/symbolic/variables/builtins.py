@@ -314,6 +314,11 @@ def _b_hasattr(tx, args, kwargs):
     name = _attribute_name(args[1], "hasattr")
     if isinstance(args[0], ConstantVariable):  # None, numbers, strings: already guarded
         return ConstantVariable(hasattr(args[0].value, name))
+    from .attributes import hasattr_after_frame_store
+
+    stored = hasattr_after_frame_store(tx, args[0], name)  # the frame set or deleted it
+    if stored is not None:
+        return ConstantVariable(stored)
     obj = known_object(args[0])
     from .tensor import TensorVariable
 
