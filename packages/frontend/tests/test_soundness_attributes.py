@@ -512,6 +512,34 @@ def _():
                                             "h" in vars(o), getattr(m, "newattr", None)))
 
 
+@case("instance_dict_writes_are_attribute_writes")
+def _():
+    # obj.__dict__ was a dict tracker apart from the attribute reads (and stores): a write
+    # through it was not seen by ``obj.k``
+    class Obj:
+        def __init__(self):
+            self.k = 1.0
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 1.0
+
+        def forward(self, x):
+            self.__dict__["k"] = self.k + 6.0
+            return x * self.k
+
+    o, m = Obj(), M()
+
+    def fn(x):
+        o.__dict__["k"] = 7.0
+        a = o.k
+        vars(o)["k"] = 5.0
+        return x * a + o.k + m(x)
+
+    return Case(fn, (_x(),), fullgraph=False, state=lambda: (o.k, m.k))
+
+
 class _Lazy:
     def __getattr__(self, name):
         if name == "z":

@@ -93,6 +93,16 @@ def _check_attr_store(obj: VariableTracker, name: str, value: VariableTracker) -
     raise Unsupported(what)
 
 
+def _check_no_namespace_view(tx: Any, obj: VariableTracker, name: str) -> None:
+    """The frame holds ``obj.__dict__`` as a dict tracker: a store recorded here would not
+    show in it (nor its changes here)."""
+    from .variables.attributes import namespace_view
+
+    if namespace_view(tx, obj) is not None:
+        raise Unsupported(f"assignment to attribute {name!r} of {obj.describe()}, whose "
+                          "__dict__ the frame holds")
+
+
 def _owns(real: Any, name: str) -> bool:
     """``name`` is in the object's own namespace (its ``__dict__``, or a module's
     parameter, buffer and submodule tables): what ``del obj.name`` removes."""
@@ -125,6 +135,7 @@ class SideEffects:
     def store_attr(self, tx: Any, obj: VariableTracker, name: str,
                    value: VariableTracker) -> None:
         _check_attr_store(obj, name, value)
+        _check_no_namespace_view(tx, obj, name)
         self._guard_replaced_buffer(obj, name)
         entry = self.attr_mutations.get(id(obj))
         if entry is None:
@@ -157,6 +168,7 @@ class SideEffects:
             del attrs[name]
             return
         _check_attr_store(obj, name, obj)
+        _check_no_namespace_view(tx, obj, name)
         owned = _owns(_real_object(obj), name)
         entry = self.attr_mutations.get(id(obj))
         stored = entry.stores.get(name) if entry is not None else None

@@ -90,6 +90,15 @@ class AttributeOwner:
         """Store ``value`` in the instance namespace (``cached_property``)."""
         raise Unsupported(f"caching {name!r} on {self.describe()}")
 
+    def lookup_namespace(self, tx) -> VariableTracker:
+        """``obj.__dict__``: the real dict, as a dict tracker (attribute reads then go
+        through it, see ``namespace_view``); not once the frame assigned attributes of
+        the object (those are replayed later: the dict would not show them)."""
+        if tx.output.side_effects.attr_mutations.get(id(self)):
+            raise Unsupported(f"__dict__ of {self.describe()} after the frame assigned "
+                              "its attributes")
+        return self.lookup_real(tx, "__dict__", "its namespace")
+
     def slot_method(self, tx, attr: Any) -> VariableTracker | None:
         """What ``super().<name>`` reaching ``attr`` (a slot of the attribute protocol) is
         on this object, or None when ``attr`` is no such slot."""
@@ -202,6 +211,8 @@ def generic_getattr(tx, obj: AttributeOwner, name: str) -> VariableTracker:
     nothing."""
     cls = obj.lookup_class()
     attr, klass = class_attribute(cls, name)
+    if name == "__dict__" and type(attr) is types.GetSetDescriptorType:
+        return obj.lookup_namespace(tx)
     if attr is not MISSING and is_data_descriptor(attr):
         return _descriptor(tx, obj, cls, name, attr, klass)
     found = obj.lookup_instance(tx, name)
@@ -375,3 +386,22 @@ def hasattr_after_frame_store(tx, obj: VariableTracker, name: str) -> bool | Non
             return False
     raise Unsupported(f"hasattr({cls.__qualname__}, {name!r}) after the frame deleted it "
                       "would run code")
+
+
+def namespace_view(tx, obj: VariableTracker) -> VariableTracker | None:
+    """The dict tracker of ``obj.__dict__`` when the frame read it (and may have changed it
+    since: ``obj.__dict__[k] = v``): the object's instance namespace from then on, so
+    attribute reads go through it and attribute stores are a graph break (two trackers of
+    one namespace would disagree)."""
+    from .containers import ConstDictVariable
+
+    real = getattr(obj, "module", None)
+    if real is None:
+        real = getattr(obj, "value", None)
+    try:
+        namespace = object.__getattribute__(real, "__dict__")
+    except AttributeError:
+        return None
+    # by identity: ``obj.__dict__``, ``vars(obj)`` or a frame argument holding that dict
+    view = tx.output.tracker_for_object(namespace)
+    return view if isinstance(view, ConstDictVariable) else None

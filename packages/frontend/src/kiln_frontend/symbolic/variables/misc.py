@@ -365,8 +365,11 @@ class UserDefinedObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTra
         return type(self.value)
 
     def lookup_instance(self, tx, name: str):
-        from .attributes import MISSING
+        from .attributes import MISSING, namespace_view
 
+        view = namespace_view(tx, self)
+        if view is not None:  # the frame holds (and may have changed) obj.__dict__
+            return view.items.get(name, MISSING)
         try:
             d = object.__getattribute__(self.value, "__dict__")
         except AttributeError:  # __slots__ only
@@ -593,14 +596,15 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
 
         return method_of_class(tx, fn, wrap_class(self.cls), self._class_source(tx, name))
 
-    def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
-        if name == "__dict__":
-            # the namespace itself, not a copy: ``obj.__dict__[k] = v`` sets ``obj.k``
-            from .containers import ConstDictVariable
+    def lookup_namespace(self, tx) -> VariableTracker:
+        # the namespace itself, not a copy: ``obj.__dict__[k] = v`` sets ``obj.k``
+        from .containers import ConstDictVariable
 
-            view = ConstDictVariable({})
-            view.items = self.attrs
-            return view
+        view = ConstDictVariable({})
+        view.items = self.attrs
+        return view
+
+    def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
         raise Unsupported(f"attribute {name!r} of {self.describe()} ({why})")
 
     def lookup_cache(self, tx, name: str, value: VariableTracker) -> None:

@@ -159,8 +159,11 @@ class NNModuleVariable(AttributeOwner, VariableTracker):
         return type(self.module)
 
     def lookup_instance(self, tx, name: str):
-        from .attributes import MISSING
+        from .attributes import MISSING, namespace_view
 
+        view = namespace_view(tx, self)
+        if view is not None:  # the frame holds (and may have changed) self.__dict__
+            return view.items.get(name, MISSING)
         d = self.module.__dict__
         if name not in d:
             return MISSING
