@@ -55,6 +55,12 @@
  *     ours in between is chained to, not lost. A thread that exits with a callback still set
  *     leaks one reference and keeps the hook installed (harmless, slower); the Python API
  *     always restores the previous callback.
+ *     Living with TorchDynamo's hook (eval_declined(), with_callback): the other evaluator
+ *     gets the frames we decline only on threads whose callback is None (a SKIP_TREE frame,
+ *     e.g. a torch.compile'd call, runs so); while a thread has a kiln callback or kiln's own
+ *     machinery runs, declined frames run on the default evaluator. A kiln-compiled call made
+ *     while another hook is installed and this thread has no kiln callback (torch.compile'd
+ *     code calling it) runs as plain Python under that hook.
  *
  *  5. "Hook disabled while guards and the callback run" is a per-thread depth counter
  *     (tls_disabled), not a change of the callback, so set_eval_frame() calls made inside
@@ -423,13 +429,43 @@ rebind_closure(PyObject **fn, PyObject *frame_func)
 }
 
 static PyObject *swap_callback(PyObject *callback);
+static PyObject *kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame,
+                                 int throwflag);
+
+/* The frame being handed to previous_eval by eval_declined() on this thread (borrowed). */
+static _Thread_local _PyInterpreterFrame *tls_forwarding = NULL;
+
+/* A frame kiln leaves alone. It goes on to the evaluator installed before ours (another
+ * PEP 523 user: TorchDynamo's hook while torch.compile'd code runs) only on a thread kiln
+ * does not hold now: while this thread has a kiln callback (None aside), or kiln's own
+ * machinery runs (the callback, guards, compiled graphs: tls_disabled), every frame kiln
+ * does not take runs on the default evaluator, so the other hook never sees kiln's frames
+ * nor kiln's transformed code, and never compiles what kiln compiles. A SKIP_TREE frame
+ * (a torch.compile'd call) sets this thread's callback None first, so the other hook gets it
+ * and what it calls. Two hooks that each chain to the other (each installed while the other
+ * was) would hand one frame back and forth: a frame that comes back to us while we are
+ * forwarding it runs on the default evaluator. */
+static PyObject *
+eval_declined(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    if (previous_eval == _PyEval_EvalFrameDefault || previous_eval == kiln_eval_frame ||
+        tls_forwarding == frame || tls_disabled ||
+        (tls_callback != NULL && tls_callback != Py_None)) {
+        return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    }
+    _PyInterpreterFrame *outer = tls_forwarding;
+    tls_forwarding = frame;
+    PyObject *result = previous_eval(tstate, frame, throwflag);
+    tls_forwarding = outer;
+    return result;
+}
 
 /* A SKIP_TREE frame: evaluated with this thread's callback None, then the callback put back. */
 static PyObject *
 eval_with_callback_none(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
     PyObject *previous = swap_callback(Py_None);
-    PyObject *result = previous_eval(tstate, frame, throwflag);
+    PyObject *result = eval_declined(tstate, frame, throwflag);
     PyObject *none = swap_callback(previous);
     Py_DECREF(previous);
     Py_DECREF(none);
@@ -441,26 +477,26 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
 {
     PyObject *callback = tls_callback;
     if (callback == NULL || callback == Py_None || tls_disabled || throwflag) {
-        return previous_eval(tstate, frame, throwflag);
+        return eval_declined(tstate, frame, throwflag);
     }
     PyCodeObject *code = frame->f_code;
     if (!(code->co_flags & CO_OPTIMIZED) || (code->co_flags & NOT_INTERCEPTED_FLAGS) ||
         frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
         frame->f_locals != NULL || frame->prev_instr != _PyCode_CODE(code) - 1) {
-        return previous_eval(tstate, frame, throwflag);
+        return eval_declined(tstate, frame, throwflag);
     }
     CodeExtra *extra = get_extra((PyObject *)code);
     if (extra != NULL && extra->skip == SKIP_TREE) {
         return eval_with_callback_none(tstate, frame, throwflag);
     }
     if (extra != NULL && extra->skip) {
-        return previous_eval(tstate, frame, throwflag);
+        return eval_declined(tstate, frame, throwflag);
     }
     PyObject *const *args = frame->localsplus;
     Py_ssize_t nargs = code_nargs(code);
     for (Py_ssize_t i = 0; i < nargs; i++) {
         if (args[i] == NULL) { /* cannot happen for a fresh frame; be safe */
-            return previous_eval(tstate, frame, throwflag);
+            return eval_declined(tstate, frame, throwflag);
         }
     }
 
@@ -491,7 +527,7 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     /* 2. Miss. Run-only mode: run the frame as is. */
     if (callback == Py_False) {
         Py_DECREF(callback);
-        return previous_eval(tstate, frame, throwflag);
+        return eval_declined(tstate, frame, throwflag);
     }
 
     /* 3. Miss in compile mode: ask the callback, with the hook off. */
@@ -520,12 +556,12 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         if (get_extra((PyObject *)code)->skip == SKIP_TREE) {
             return eval_with_callback_none(tstate, frame, throwflag);
         }
-        return previous_eval(tstate, frame, throwflag);
+        return eval_declined(tstate, frame, throwflag);
     }
     if (ret == Py_False) { /* "not now": run this frame as is, ask again next time */
         Py_DECREF(ret);
         Py_DECREF(callback);
-        return previous_eval(tstate, frame, throwflag);
+        return eval_declined(tstate, frame, throwflag);
     }
     if (!PyTuple_CheckExact(ret) || PyTuple_GET_SIZE(ret) != 2) {
         PyErr_Format(PyExc_TypeError,
@@ -760,6 +796,25 @@ is_hook_installed(PyObject *module, PyObject *unused)
     return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == kiln_eval_frame);
 }
 
+/* Another PEP 523 user's eval function is installed (TorchDynamo's, while torch.compile'd
+ * code runs): on top of the interpreter, or under ours as what we chain to. */
+static int
+foreign_hook_installed(void)
+{
+    PyInterpreterState *interp = PyThreadState_GET()->interp;
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current == kiln_eval_frame) {
+        return previous_eval != _PyEval_EvalFrameDefault;
+    }
+    return current != _PyEval_EvalFrameDefault;
+}
+
+static PyObject *
+is_other_hook_installed(PyObject *module, PyObject *unused)
+{
+    return PyBool_FromLong(foreign_hook_installed());
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* run_without_hook(fn): a callable that runs fn with this thread's hook off             */
 /* ------------------------------------------------------------------------------------ */
@@ -864,6 +919,16 @@ static PyObject *
 withcb_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     WithCallback *w = (WithCallback *)self;
+    if (w->callback != Py_None && (tls_callback == NULL || tls_callback == Py_None) &&
+        foreign_hook_installed()) {
+        /* Called from code another PEP 523 hook runs (a torch.compile'd function calling a
+         * kiln-compiled one): that hook owns the frames below it, so fn runs as plain Python
+         * there (TorchDynamo compiles it as part of its region). Installing our callback
+         * would have TorchDynamo's hook, put back on top of ours whenever its callback is
+         * toggled (torch's own _disable_dynamo functions do), trace kiln's capture
+         * machinery and kiln's transformed code. */
+        return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
+    }
     PyObject *previous = swap_callback(w->callback);
     PyObject *result = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     PyObject *ours = swap_callback(previous);
@@ -1539,6 +1604,9 @@ static PyMethodDef module_methods[] = {
     {"hook_installed", is_hook_installed, METH_NOARGS,
      "Whether kiln's eval-frame function is installed in this interpreter (some thread has a "
      "callback set)."},
+    {"other_hook_installed", is_other_hook_installed, METH_NOARGS,
+     "Whether another PEP 523 eval-frame function (TorchDynamo's) is installed in this "
+     "interpreter, on top of kiln's or under it."},
     {"with_callback", (PyCFunction)(void (*)(void))with_callback, METH_FASTCALL,
      "with_callback(callback, fn) -> callable running fn with this thread's callback set."},
     {"run_without_hook", run_without_hook, METH_O,

@@ -8,7 +8,10 @@ a frame whose code has no matching cache entry.  The callback
    (``config.skip_stdlib``), FX-generated code (``<eval_with_key>``) and ``__compiled_fn*``
    -- except the *capture roots* (``add_capture_root``: the code of what the user compiled,
    e.g. torch's ``Sequential.forward``); each skip is counted, logged on ``kiln.skips``
-   (printed under ``config.debug``) with its reason and told to ``skip_observers``;
+   (printed under ``config.debug``) with its reason and told to ``skip_observers``. Code
+   ``exec``'d for such a module (a torch dataclass's ``__init__``) is skipped with it. Torch's
+   own compiler (``trace_rules.TORCH_COMPILER_MODULES``) and the wrapper ``torch.compile``
+   made are marked SKIP_TREE: they and their callees run unseen, as torch compiled them;
 2. returns False (run this frame as is, no skip mark) for a call under a torch.func
    transform (vmap, grad, ...): a later plain call of the same code still compiles;
 3. returns None, after one warning naming the function, once the code already has
@@ -118,6 +121,29 @@ def _disables_compilation_below(func: Any) -> bool:
     plain Python under kiln too, as the user asked of torch.compile."""
     return getattr(func, "_torchdynamo_disable", False) is True and \
         getattr(func, "_torchdynamo_disable_recursive", False) is True
+
+
+def _runs_torch_compiler(frame: Any) -> bool:
+    """Is this frame torch's own compiler (``trace_rules.TORCH_COMPILER_MODULES``), or the
+    wrapper ``torch.compile`` made (it carries ``_torchdynamo_orig_callable``; an
+    ``OptimizedModule``'s forward is one)? Then it and everything it calls run as plain
+    Python, never seen by kiln: a ``torch.compile``'d callee runs as torch compiled it, with
+    TorchDynamo's own eval-frame callback, and kiln traces none of torch's compiler. The one
+    exception is ``torch.compiler.disable(recursive=False)``'s wrapper: what it calls is
+    still compiled."""
+    func = frame.func
+    if getattr(func, "_torchdynamo_disable", False) is True and \
+            getattr(func, "_torchdynamo_disable_recursive", True) is False:
+        return False
+    if getattr(func, "_torchdynamo_orig_callable", None) is not None:
+        return True
+    from .trace_rules import in_torch_compiler, runs_torch_compiler
+
+    filename = frame.code.co_filename
+    if not filename.startswith("<"):
+        return runs_torch_compiler(filename)
+    globals_ = frame.globals
+    return isinstance(globals_, dict) and in_torch_compiler(globals_.get("__name__"))
 
 
 @contextlib.contextmanager
@@ -233,6 +259,28 @@ def _skip_reason(code: CodeType) -> tuple[str, str] | None:
         if filename.startswith(("<eval_with_key>", "<frozen ", "<kiln")):
             return "generated code", f"generated code ({filename})"
         return None
+    return _file_skip_reason(filename)
+
+
+def _generated_skip_reason(code: CodeType, globals_: Any) -> tuple[str, str] | None:
+    """Why code generated at run time (``exec``'d, file ``<string>``) is never captured: the
+    module it was made for is. A dataclass's ``__init__``/``__eq__``/``__hash__`` are
+    ``exec``'d in the globals of the class's module, so the ``__init__`` of one of torch's
+    dataclasses (``CompileId``, ``ShapeEnvSettings``, ``DTensorSpec``...) is torch's code,
+    not the user's."""
+    if not code.co_filename.startswith("<") or id(code) in _capture_roots or \
+            not isinstance(globals_, dict):
+        return None
+    filename = globals_.get("__file__")
+    if not isinstance(filename, str) or filename.startswith("<"):
+        return None
+    reason = _file_skip_reason(filename)
+    if reason is None:
+        return None
+    return reason[0], f"{reason[1]} (generated for {globals_.get('__name__', filename)})"
+
+
+def _file_skip_reason(filename: str) -> tuple[str, str] | None:
     real = _real(filename)
     for d in _skip_dirs():
         if real.startswith(d):
@@ -412,9 +460,9 @@ class CompileCallback:
         counters["frames"] += 1
         if not _TORCH_RULE_APPLIED and "torch" in sys.modules:
             _skip_what_torch_keeps_from_dynamo()
-        skipped = _skip_reason(code)
+        skipped = _skip_reason(code) or _generated_skip_reason(code, frame.globals)
         if skipped is not None:
-            if _disables_compilation_below(frame.func):
+            if _disables_compilation_below(frame.func) or _runs_torch_compiler(frame):
                 skip_code_tree(code)  # (this frame already runs so: the C hook re-reads it)
             _report_skip(code, skipped[1])
             return None

@@ -33,12 +33,15 @@ from typing import Any
 __all__ = [
     "FUNCTION_RULES",
     "MODULE_RULES",
+    "TORCH_COMPILER_MODULES",
     "Decision",
     "Rule",
     "captures_frames_of",
+    "in_torch_compiler",
     "lookup",
     "register_function",
     "register_module",
+    "runs_torch_compiler",
     "torch_module_of_file",
     "unresolved",
 ]
@@ -147,6 +150,42 @@ for _name in ("__rsub__", "__rdiv__", "__rtruediv__", "__rpow__", "__rmatmul__",
     register_function(f"torch.Tensor.{_name}", Rule.GRAPH,
                       "a reflected operator of Tensor: one kernel behind a Python wrapper")
 del _path, _name
+
+
+#: torch's own compiler (TorchDynamo, Inductor, AOTAutograd, export): its frames and every
+#: frame they call run as plain Python, never seen by kiln (the C hook's SKIP_TREE), and a
+#: ``torch.compile``'d callee runs as torch compiled it. Tracing it would trace torch's
+#: compiler compiling (its dataclasses, sources, guards, shape env...): minutes of work and
+#: internal errors, for code that is no user's.
+TORCH_COMPILER_MODULES: tuple[str, ...] = (
+    "torch._dynamo",
+    "torch._inductor",
+    "torch._functorch.aot_autograd",
+    "torch._functorch._aot_autograd",
+    "torch._functorch.partitioners",
+    "torch._functorch.compilers",
+    "torch.export",
+    "torch._export",
+)
+
+
+for _module in TORCH_COMPILER_MODULES:
+    register_module(_module, Rule.SKIP,
+                    "torch's own compiler: a torch.compile'd function runs as torch compiled "
+                    "it, in Python")
+del _module
+
+
+def in_torch_compiler(module: str | None) -> bool:
+    """Whether ``module`` (a dotted module name) is part of torch's own compiler."""
+    if not module:
+        return False
+    return any(module == m or module.startswith(m + ".") for m in TORCH_COMPILER_MODULES)
+
+
+def runs_torch_compiler(filename: str) -> bool:
+    """Whether code in ``filename`` is torch's own compiler (``TORCH_COMPILER_MODULES``)."""
+    return in_torch_compiler(torch_module_of_file(filename))
 
 
 # -- lookup -------------------------------------------------------------------------------

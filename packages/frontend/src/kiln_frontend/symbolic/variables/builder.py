@@ -75,14 +75,12 @@ class VariableBuilder:
             TORCH_SPECIAL_FUNCTIONS,
             TorchFunctionVariable,
             TorchSpecialFunctionVariable,
+            is_member,
             is_torch_callable,
         )
 
-        def _is_special(v):
-            try:
-                return v in TORCH_SPECIAL_FUNCTIONS
-            except TypeError:
-                return False
+        def _is_special(v):  # by identity: never a user object's own __hash__
+            return is_member(v, TORCH_SPECIAL_FUNCTIONS)
 
         if isinstance(value, torch.Tensor) and self.source is None:
             # a tensor reachable from nowhere in the frame (a default argument, a closure

@@ -41,12 +41,33 @@ _FOLDABLE: set[Any] = {
 }
 
 
+def is_member(value: Any, table: Any) -> bool:
+    """Is ``value`` itself (by identity) a key of ``table``? Never runs the value's own
+    ``__hash__``/``__eq__``: the builder asks this of every object it meets, user objects
+    included, and a user's ``__hash__`` may read fields an object under construction does not
+    have yet (a frozen dataclass that caches its hash in ``__post_init__``, as DTensorSpec
+    does), or have side effects."""
+    key = _identity_index(table).get(id(value), _MISSING)
+    return key is value
+
+
+_MISSING = object()
+
+
+_identity_indexes: dict[int, tuple[Any, int, dict[int, Any]]] = {}
+
+
+def _identity_index(table: Any) -> dict[int, Any]:
+    hit = _identity_indexes.get(id(table))
+    if hit is None or hit[0] is not table or hit[1] != len(table):
+        hit = (table, len(table), {id(k): k for k in table})
+        _identity_indexes[id(table)] = hit
+    return hit[2]
+
+
 def _is_foldable(value: Any) -> bool:
-    try:
-        if value in _FOLDABLE:
-            return True
-    except TypeError:  # unhashable
-        return False
+    if is_member(value, _FOLDABLE):
+        return True
     from ...trace_rules import Rule, lookup
 
     decision = lookup(value)
@@ -74,6 +95,11 @@ def is_torch_callable(value: Any) -> bool:
         return True
     if _is_foldable(value):
         return True
+    if getattr(value, "_torchdynamo_orig_callable", None) is not None:
+        # the wrapper torch.compile made (functools.wraps gives it the wrapped function's
+        # name and module, torch.nn.functional's for torch.compile(F.gelu)): it runs as
+        # torch compiled it, a graph break, never a node of kiln's graph
+        return False
     from ...trace_rules import Rule, lookup
 
     decision = lookup(value)
