@@ -22,6 +22,7 @@ from typing import Any
 import kiln_frontend
 import pytest
 import torch
+import torch.fx
 from kiln_frontend.eval_frame import counters
 from torch import nn
 from torch.testing import assert_close
@@ -623,6 +624,18 @@ def _():
 
     m, lin = M(), L(4, 4)
     return Case(lambda x: m(x) + lin(x), (_x(),))
+
+
+@case("graph_module_called_from_compiled_function")
+def _():
+    # GraphModule.recompile installs its own __call__ (call_wrapped), which only forwards
+    # to nn.Module.__call__: still one graph
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.relu(x - 1.0) * 2
+
+    gm = torch.fx.symbolic_trace(M())
+    return Case(lambda x: gm(x) + 1, (_x(),))
 
 
 @case("compiled_module_with_own___call__")

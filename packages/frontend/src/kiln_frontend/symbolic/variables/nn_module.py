@@ -263,6 +263,9 @@ class NNModuleVariable(AttributeOwner, VariableTracker):
 
         cls = type(self.module)
         call, _ = class_attribute(cls, "__call__")
+        forwarder = _CALL_FORWARDERS.get(getattr(call, "__code__", None))
+        if forwarder is not None:
+            call = forwarder(self.module)
         if call is not nn.Module.__call__:
             return self.call_override(tx, "__call__", call, args, kwargs)
         return self.wrapped_call_impl(tx, args, kwargs)
@@ -448,6 +451,27 @@ class NNModuleVariable(AttributeOwner, VariableTracker):
         raise Unsupported(f"truth value of {self.describe()} (its class defines __bool__ or "
                           "__len__)")
 
+
+def _graph_module_call(module: nn.Module) -> Any:
+    """``GraphModule.recompile`` installs ``call_wrapped`` as its class's ``__call__``: it
+    runs the class's own ``__call__`` if it had one (``_wrapped_call.cls_call``), else
+    nn.Module's (adding only a nicer traceback)."""
+    return getattr(type(module)._wrapped_call, "cls_call", None) or nn.Module.__call__
+
+
+def _call_forwarders() -> dict[types.CodeType, Any]:
+    """``__call__`` implementations of torch that only forward to another, by code (they
+    are made anew for each class): what they forward to, given the module."""
+    from torch.fx import GraphModule
+
+    out: dict[types.CodeType, Any] = {}
+    for const in GraphModule.recompile.__code__.co_consts:
+        if isinstance(const, types.CodeType) and const.co_name == "call_wrapped":
+            out[const] = _graph_module_call
+    return out
+
+
+_CALL_FORWARDERS = _call_forwarders()
 
 #: nn.Module's own call stages, as ``super().__call__``/``super()._call_impl`` reach them
 _CALL_STAGES = {nn.Module.__call__: "wrapped_call_impl", nn.Module._call_impl: "call_impl"}
