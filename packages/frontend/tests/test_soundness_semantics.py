@@ -631,6 +631,24 @@ def _(x):
     return x + n, list(g)
 
 
+@case("stop_iteration_inside_generator_becomes_runtime_error")
+def _(x):
+    def gen():
+        it = iter([1])
+        while True:
+            yield next(it)
+
+    out = []
+    try:
+        for v in gen():
+            out.append(v)
+    except StopIteration:
+        return x * 2, out
+    except RuntimeError:
+        return x * 3, out
+    return x, out
+
+
 @case("generator_unstarted_across_graph_break")
 def _(x):
     gen = (i * 2 for i in range(3))

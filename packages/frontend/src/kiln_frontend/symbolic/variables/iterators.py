@@ -13,7 +13,7 @@ from ...exc import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .containers import IteratorVariable, TupleVariable
-from .exceptions import raise_traced
+from .exceptions import TracedException, raise_traced
 
 
 class GeneratorVariable(IteratorVariable):
@@ -46,8 +46,13 @@ class GeneratorVariable(IteratorVariable):
         self.started = True
         try:
             value = resume_generator(self.gen_tx)
-        except BaseException:
+        except TracedException as e:
             self.finished = True  # a generator that raised is finished
+            if issubclass(e.exc.cls, StopIteration):  # PEP 479
+                raise_traced(RuntimeError, "generator raised StopIteration")
+            raise
+        except BaseException:
+            self.finished = True
             raise
         if value is None:
             self.finished = True
