@@ -123,6 +123,23 @@ def test_torch_compiled_module_inside_kiln(no_internal_errors):
     assert counters["frames"] <= 8, counters
 
 
+def test_torch_compiled_submodule_of_a_kiln_compiled_model(no_internal_errors):
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.compile(torch.nn.Linear(4, 2), backend="eager")
+
+        def forward(self, x):
+            return self.b(self.a(x).relu()).sigmoid()
+
+    model = Model()
+    x = torch.randn(3, 4)
+    assert_close(kiln_frontend.compile(model, backend="eager")(x), model(x))
+    reasons = [b.reason for b in kiln_frontend.explain(model)(x).break_reasons]
+    assert any("torch's own compiler" in r for r in reasons), reasons
+
+
 def test_torch_compiled_torch_function_is_not_a_graph_node(no_internal_errors):
     """``torch.compile(F.gelu)`` carries gelu's name and module (functools.wraps): it is
     still torch.compile's wrapper, a call that runs in Python, not a node of kiln's graph."""
