@@ -386,6 +386,22 @@ def test_dtensor_on_a_size_one_mesh(tmp_path, no_internal_errors):
             got = compiled(x, w)
             assert_close(got[0], expected[0])
             assert got[1] == expected[1]
+
+        # tensor parallel: a column- then a row-parallel Linear
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 4))
+        parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        x = torch.randn(2, 8)
+        expected = model(x)
+        compiled = kiln_frontend.compile(model, backend="eager")
+        for _ in range(2):
+            assert_close(compiled(x), expected)
     finally:
         dist.destroy_process_group()
 
