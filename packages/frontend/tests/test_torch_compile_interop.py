@@ -223,6 +223,43 @@ def test_torch_compiled_function_calls_kiln_compiled_one(torch_backend, no_inter
     assert counters["compiles"] >= 1
 
 
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace:UserWarning")
+def test_torch_compiled_function_calls_kiln_compiled_module(no_internal_errors):
+    """kiln's OptimizedModule installs its callback with set_eval_frame (not with_callback):
+    under another hook it yields too, so TorchDynamo sees the wrapper's few frames only."""
+    from torch._dynamo.utils import counters as dynamo_counters
+
+    lin = torch.nn.Linear(4, 2)
+    compiled_lin = kiln_frontend.compile(lin, backend="eager")
+
+    def outer(x):
+        return compiled_lin(x + 1) - 1
+
+    x = torch.randn(3, 4)
+    assert_close(torch.compile(outer, backend="eager")(x), outer(x))
+    assert dynamo_counters["frames"]["total"] <= 8, dict(dynamo_counters["frames"])
+    assert not _evalframe.other_hook_installed()
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace:UserWarning")
+def test_set_eval_frame_under_another_hook_installs_nothing():
+    """Inside torch.compile'd code (TorchDynamo's eval function installed), a kiln callback
+    set on a thread that has none is not installed; None comes back, so restoring is a
+    no-op."""
+    seen = []
+
+    def probe(x):
+        prev = _evalframe.set_eval_frame(lambda frame: None)
+        seen.append((_evalframe.other_hook_installed(), _evalframe.get_eval_frame(), prev))
+        _evalframe.set_eval_frame(prev)
+        return x + 1
+
+    torch.compile(torch.compiler.disable(probe, recursive=False), backend="eager")(
+        torch.randn(2))
+    assert seen == [(True, None, None)], seen
+    assert not _evalframe.hook_installed()
+
+
 def test_flex_attention_eager_inside_kiln(no_internal_errors):
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
 

@@ -58,9 +58,10 @@
  *     Living with TorchDynamo's hook (eval_declined(), with_callback): the other evaluator
  *     gets the frames we decline only on threads whose callback is None (a SKIP_TREE frame,
  *     e.g. a torch.compile'd call, runs so); while a thread has a kiln callback or kiln's own
- *     machinery runs, declined frames run on the default evaluator. A kiln-compiled call made
- *     while another hook is installed and this thread has no kiln callback (torch.compile'd
- *     code calling it) runs as plain Python under that hook.
+ *     machinery runs, declined frames run on the default evaluator. A kiln callback set
+ *     (with_callback, set_eval_frame) while another hook is installed and this thread has no
+ *     kiln callback (torch.compile'd code calling a kiln-compiled function) is not
+ *     installed: the call runs as plain Python under that hook (yields_to_foreign_hook).
  *
  *  5. "Hook disabled while guards and the callback run" is a per-thread depth counter
  *     (tls_disabled), not a change of the callback, so set_eval_frame() calls made inside
@@ -432,6 +433,30 @@ static PyObject *swap_callback(PyObject *callback);
 static PyObject *kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame,
                                  int throwflag);
 
+/* Another PEP 523 user's eval function is installed (TorchDynamo's, while torch.compile'd
+ * code runs): on top of the interpreter, or under ours as what we chain to. */
+static int
+foreign_hook_installed(void)
+{
+    PyInterpreterState *interp = PyThreadState_GET()->interp;
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current == kiln_eval_frame) {
+        return previous_eval != _PyEval_EvalFrameDefault;
+    }
+    return current != _PyEval_EvalFrameDefault;
+}
+
+/* A kiln callback about to be installed on a thread that has none, while another hook is
+ * installed: that hook owns the frames below (torch.compile'd code calling a kiln-compiled
+ * function or module), so kiln stays out and the call runs as plain Python under it. */
+static int
+yields_to_foreign_hook(PyObject *callback)
+{
+    return callback != Py_None && (tls_callback == NULL || tls_callback == Py_None) &&
+           foreign_hook_installed();
+}
+
+
 /* The frame being handed to previous_eval by eval_declined() on this thread (borrowed). */
 static _Thread_local _PyInterpreterFrame *tls_forwarding = NULL;
 
@@ -677,6 +702,9 @@ set_eval_frame(PyObject *module, PyObject *callback)
     if (check_callback(callback) < 0) {
         return NULL;
     }
+    if (yields_to_foreign_hook(callback)) {
+        return Py_NewRef(Py_None); /* nothing installed: restoring None is a no-op */
+    }
     return swap_callback(callback);
 }
 
@@ -796,19 +824,6 @@ is_hook_installed(PyObject *module, PyObject *unused)
     return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == kiln_eval_frame);
 }
 
-/* Another PEP 523 user's eval function is installed (TorchDynamo's, while torch.compile'd
- * code runs): on top of the interpreter, or under ours as what we chain to. */
-static int
-foreign_hook_installed(void)
-{
-    PyInterpreterState *interp = PyThreadState_GET()->interp;
-    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
-    if (current == kiln_eval_frame) {
-        return previous_eval != _PyEval_EvalFrameDefault;
-    }
-    return current != _PyEval_EvalFrameDefault;
-}
-
 static PyObject *
 is_other_hook_installed(PyObject *module, PyObject *unused)
 {
@@ -919,8 +934,7 @@ static PyObject *
 withcb_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     WithCallback *w = (WithCallback *)self;
-    if (w->callback != Py_None && (tls_callback == NULL || tls_callback == Py_None) &&
-        foreign_hook_installed()) {
+    if (yields_to_foreign_hook(w->callback)) {
         /* Called from code another PEP 523 hook runs (a torch.compile'd function calling a
          * kiln-compiled one): that hook owns the frames below it, so fn runs as plain Python
          * there (TorchDynamo compiles it as part of its region). Installing our callback
