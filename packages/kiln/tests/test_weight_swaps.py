@@ -366,3 +366,24 @@ def test_frontend_sees_parameters_as_graph_attributes():
         _close(compiled(X), model(X))
     assert len(graphs) == 1
     assert not [n for n in graphs[0].graph.nodes if n.op == "placeholder"][1:]
+
+
+def test_a_swap_compiles_again_through_the_graph_cache(request):
+    # the recompile after p.data = other is a graph-cache hit binding the new weights (their
+    # metadata is what the key holds), not a whole pipeline run
+    if "no_graph_cache" in request.node.name:
+        pytest.skip("the graph cache is off")
+    import kiln.cache
+
+    model = _convbn()
+    compiled = kiln.compile(model)
+    with torch.no_grad():
+        compiled(XI)
+        kiln.cache.flush()  # the entry is written in the background
+        before = kiln.stats()
+        _swap(model, "bn.running_var")
+        _swap(model, "conv2.weight")
+        _close(compiled(XI), model(XI))
+        after = kiln.stats()
+    assert after.graph_cache_hits == before.graph_cache_hits + 1
+    assert after.cpp_compiles == before.cpp_compiles
