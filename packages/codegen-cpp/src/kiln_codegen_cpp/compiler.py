@@ -33,6 +33,12 @@ def compiler() -> str:
 
 #: every flag in one place. -fno-math-errno lets libm calls vectorize (errno is never read);
 #: -fno-trapping-math lets GCC if-convert floating selects (FP exceptions are never enabled).
+#: -fno-tree-sink keeps every load where the kernel wrote it, unconditional: kernels index
+#: in bounds and load before selecting (``where``), but GCC's sink pass moves a load used by
+#: one arm of ``c ? 0 : load`` into that arm, if-conversion then makes it a masked load, and
+#: GCC 12.2's vectorizer drops the permutation of a group of masked loads (GCC PR 114375):
+#: a fully unrolled 7-wide row (resnet18's 7x7 planes at 224x224) loaded every vector under
+#: its first vector's mask, and the relu backward read zeros and stale memory.
 #: No -ffast-math: NaN/inf and rounding must stay IEEE (torch's semantics).
 CXXFLAGS: tuple[str, ...] = (
     "-O3",
@@ -42,6 +48,7 @@ CXXFLAGS: tuple[str, ...] = (
     "-fPIC",
     "-fno-math-errno",
     "-fno-trapping-math",
+    "-fno-tree-sink",
     "-std=c++17",
     "-w",
 )
@@ -216,6 +223,27 @@ def vectorization_report(source: str, flags: tuple[str, ...] = CXXFLAGS) -> list
     for m in re.finditer(r"kernel\.cpp:(\d+):\d+: optimized: loop vectorized", proc.stderr):
         lines.add(int(m.group(1)))
     return sorted(lines)
+
+
+def masked_memory_ops(source: str, flags: tuple[str, ...] = CXXFLAGS) -> int:
+    """How many masked loads and stores GCC's loop if-conversion made of ``source`` (its
+    ``.MASK_LOAD``/``.MASK_STORE`` calls). Kernels load in bounds and unconditionally, so
+    this is 0 unless a pass made a load conditional (see ``-fno-tree-sink`` at CXXFLAGS);
+    for tests. Not cached."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kiln-ifcvt-") as tmp:
+        src = Path(tmp) / "kernel.cpp"
+        src.write_text(source)
+        dump = Path(tmp) / "kernel.ifcvt"
+        cflags = [f for f in flags if f not in ("-shared", "-w")]
+        cmd = [compiler(), *cflags, "-c", str(src), "-o", str(Path(tmp) / "kernel.o"),
+               f"-fdump-tree-ifcvt={dump}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CppCompileError("masked_memory_ops", src, proc.stderr, cmd)
+        text = dump.read_text() if dump.exists() else ""
+    return text.count(".MASK_LOAD (") + text.count(".MASK_STORE (")
 
 
 def vectorized_loops(source: str, flags: tuple[str, ...] = CXXFLAGS) -> list[str]:
