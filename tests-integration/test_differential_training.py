@@ -15,13 +15,18 @@ lower, schedule, the C++ codegen and load, keeping the schedule and the first in
   rtol = 1e-4, atol = 1e-5: the backward's batchnorm sums run over 25088 values, which the C++
   kernels add in 16 lanes and the interpreter with torch's own order).
 
-The Triton codegen runs the same recorded backward graph of the transformer case under
-TRITON_INTERPRET=1 in a fresh process (the interpreter mode is read when triton is imported).
+The Triton codegen runs the recorded backward graph of a one-layer BERT at 128 tokens under
+TRITON_INTERPRET=1 in a fresh process (the interpreter mode is read when triton is imported),
+against the interpreter with the same tolerances.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import kiln_frontend
 import kiln_loopir
@@ -51,12 +56,12 @@ def _resnet18():
 class _Bert(torch.nn.Module):
     """A 2-layer BERT encoder (hidden 128) without dropout, its last hidden state."""
 
-    def __init__(self):
+    def __init__(self, layers: int = 2):
         super().__init__()
         import transformers
 
         config = transformers.BertConfig(
-            vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+            vocab_size=1000, hidden_size=128, num_hidden_layers=layers, num_attention_heads=4,
             intermediate_size=256, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         self.bert = transformers.BertModel(config)
 
@@ -64,9 +69,9 @@ class _Bert(torch.nn.Module):
         return self.bert(input_ids=input_ids).last_hidden_state
 
 
-def _bert_128_tokens():
+def _bert_128_tokens(layers: int = 2):
     torch.manual_seed(0)
-    return _Bert(), (torch.randint(0, 1000, (2, 128)),)
+    return _Bert(layers), (torch.randint(0, 1000, (2, 128)),)
 
 
 CASES = {"resnet18_224": _resnet18, "bert_128_tokens": _bert_128_tokens}
@@ -88,7 +93,10 @@ def _train_step(model, inputs, compiled: bool, recorder=None):
 
 
 def _record(name):
-    model, inputs = CASES[name]()
+    return _record_model(*CASES[name]())
+
+
+def _record_model(model, inputs):
     model.train()
     twin = copy.deepcopy(model)
     recorder = Recorder()
@@ -110,10 +118,46 @@ def test_cpp_training_matches_eager_and_interpreter(name):
                                    msg=lambda m, p=pname: f"{name} grad of {p}: {m}")
 
     for k, rec in enumerate(graphs):
-        with torch.no_grad():
-            got = list(rec.compiled(*_fresh(rec.inputs)))
-            expected = kiln_loopir.interpret(rec.schedule)(*_fresh(rec.inputs))
-        assert len(got) == len(expected)
-        for j, (g, e) in enumerate(zip(got, expected, strict=True)):
-            torch.testing.assert_close(g, e, rtol=GRAPH_RTOL, atol=GRAPH_ATOL,
-                                       msg=lambda m, k=k, j=j: f"{name} graph {k} output {j}: {m}")
+        _check_graph(rec, rec.compiled, f"{name} graph {k}")
+
+
+def _check_graph(rec, compiled, what: str) -> None:
+    with torch.no_grad():
+        got = list(compiled(*_fresh(rec.inputs)))
+        expected = kiln_loopir.interpret(rec.schedule)(*_fresh(rec.inputs))
+    assert len(got) == len(expected)
+    for j, (g, e) in enumerate(zip(got, expected, strict=True)):
+        torch.testing.assert_close(g, e, rtol=GRAPH_RTOL, atol=GRAPH_ATOL,
+                                   msg=lambda m, j=j: f"{what} output {j}: {m}")
+
+
+def run_triton_case() -> None:
+    """Entry point of the subprocess (TRITON_INTERPRET=1): a one-layer BERT at 128 tokens
+    trains once through the C++ recorder, then its backward graph's schedule runs as Triton
+    kernels against the interpreter."""
+    import kiln_runtime
+    from kiln.backend import codegen_by_name
+    from kiln.options import Options
+
+    model, inputs = _bert_128_tokens(layers=1)
+    recorder, _, _ = _record_model(model, inputs)
+    graphs = [g for g in recorder.graphs if g.inputs is not None]
+    config = Options.from_user({"codegen": "triton"})
+    backward = graphs[-1]
+    module = kiln_loopir.generate_wrapper(backward.schedule, codegen_by_name("triton", config))
+    _check_graph(backward, kiln_runtime.load(module, config), "triton backward")
+    print(f"triton backward: {len(module.kernels)} kernels match the interpreter")
+
+
+@pytest.mark.triton_interpret
+def test_triton_training_backward_matches_interpreter(tmp_path):
+    pytest.importorskip("kiln_codegen_triton")
+    here = Path(__file__).resolve().parent
+    code = (f"import sys; sys.path.insert(0, {str(here)!r}); import conftest; "
+            "import test_differential_training as t; t.run_triton_case()")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=500)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "match the interpreter" in proc.stdout
