@@ -329,7 +329,7 @@ CASES = [
     Case(cell_argument_mutated, (_t(4),), 1, fullgraph=True),
     Case(nested_defaults, (_t(4),), 1, fullgraph=True),
     Case(closure_across_graph_break, (_t(4),), 2),
-    Case(nonlocal_across_graph_break, (_t(4),), 3),
+    Case(nonlocal_across_graph_break, (_t(4),), 2),  # as torch.compile: the resume writes the cell
     Case(comprehension_cell_across_graph_break, (_t(4),), 2),
     Case(method_call, (_t(4), Scaler(0.5)), 1, fullgraph=True),
     Case(classmethod_call, (_t(4), Scaler(0.5)), 1, fullgraph=True),

@@ -129,6 +129,9 @@ class SideEffects:
         self.attr_mutations: dict[int, AttrMutations] = {}
         #: globals of the frame written with STORE_GLOBAL, in first-write order
         self.global_stores: dict[str, VariableTracker] = {}
+        #: id(cell) -> (cell, value): writes to real closure cells (the frame's free
+        #: variables, an inlined function's), replayed as ``cell.cell_contents = value``
+        self.cell_stores: dict[int, tuple[Any, VariableTracker]] = {}
 
     # -- while tracing ------------------------------------------------------------------
 
@@ -204,6 +207,16 @@ class SideEffects:
             return None
         return self.global_stores.get(name)
 
+    def store_cell(self, cell: Any, value: VariableTracker) -> None:
+        """``nonlocal v; v = ...`` on a cell that exists outside the frame: later reads in
+        the frame see ``value`` (``load_cell``), the cell gets it after the graph."""
+        self.cell_stores.pop(id(cell), None)
+        self.cell_stores[id(cell)] = (cell, value)
+
+    def load_cell(self, cell: Any) -> VariableTracker | None:
+        entry = self.cell_stores.get(id(cell))
+        return None if entry is None else entry[1]
+
     # -- what changed -------------------------------------------------------------------
 
     def mutated_containers(self) -> list[VariableTracker]:
@@ -221,7 +234,8 @@ class SideEffects:
         return out
 
     def is_empty(self) -> bool:
-        return not (self.attr_mutations or self.global_stores or self.mutated_containers())
+        return not (self.attr_mutations or self.global_stores or self.cell_stores or
+                    self.mutated_containers())
 
     def values(self) -> list[VariableTracker]:
         """Every tracker the replay rebuilds (the graph must output the tensors among
@@ -233,6 +247,7 @@ class SideEffects:
         for entry in self.attr_mutations.values():
             out.extend(v for v in entry.stores.values() if v is not DELETED)
         out.extend(self.global_stores.values())
+        out.extend(v for _, v in self.cell_stores.values())
         return out
 
     # -- code -----------------------------------------------------------------------------
@@ -264,7 +279,7 @@ class SideEffects:
         """Append the replay to ``cg`` (stack-neutral)."""
         self.guard_no_aliasing()
         containers = self.mutated_containers()
-        if not (containers or self.attr_mutations or self.global_stores):
+        if not (containers or self.attr_mutations or self.global_stores or self.cell_stores):
             return
         counter = iter(range(1 << 30))
 
@@ -306,6 +321,7 @@ class SideEffects:
                       for n, v in entry.stores.items()]
             plans.append(("attrs", entry, obj, stores))
         globals_plan = [(n, value_loader(v)) for n, v in self.global_stores.items()]
+        cells_plan = [(cell, value_loader(v)) for cell, v in self.cell_stores.values()]
 
         # phase 2: apply
         for kind, what, obj, payload in plans:
@@ -337,6 +353,10 @@ class SideEffects:
         for name, load in globals_plan:
             load()
             cg.append(create_instruction("STORE_GLOBAL", argval=name))
+        for cell, load in cells_plan:
+            load()
+            cg.load_const_object(cell)
+            cg.extend(versions.store_attr("cell_contents"))
 
 
 def delete_subscr(tx: Any, obj: VariableTracker, index: VariableTracker) -> None:

@@ -364,6 +364,9 @@ class RootFreeVarCell(VariableTracker):
         self._value: VariableTracker | None = None
 
     def load(self, tx) -> VariableTracker:
+        stored = tx.output.side_effects.load_cell(self.cell)
+        if stored is not None:
+            return stored
         if self._value is None:
             try:
                 contents = self.cell.cell_contents
@@ -374,7 +377,8 @@ class RootFreeVarCell(VariableTracker):
         return self._value
 
     def store(self, tx, value) -> None:
-        raise Unsupported(f"assigning to free variable {self.name!r} of the frame")
+        """``nonlocal`` write to the frame's free variable: replayed after the graph."""
+        tx.output.side_effects.store_cell(self.cell, value)
 
     def reconstruct(self, codegen):
         raise Unsupported("cannot rebuild a closure cell")
@@ -457,6 +461,10 @@ class InstructionTranslator(InstructionTranslatorBase):
                 e.with_location(*self.location(inst))
                 if self.nopython:
                     raise
+                if isinstance(e, TracedException):
+                    # raised here and caught by no traced handler: it leaves the frame,
+                    # which then runs as is (as under TorchDynamo: no graph before it)
+                    raise Unsupported(str(e)) from e
                 if not self.can_break_at(inst):
                     start = self.block_start(index)
                     if start is None:
@@ -661,6 +669,37 @@ class InstructionTranslator(InstructionTranslatorBase):
             out.append(v)
         return out
 
+    def escaping_cells(self, values: list[VariableTracker]) -> list[str]:
+        """The frame's own cells that functions made in the frame and reachable from
+        ``values`` (returned, stored by a side effect) close over, and the cells those
+        cells' values close over: the transformed code writes them before returning, as
+        the locals live only in the trackers (a returned closure read an empty cell)."""
+        from .variables.functions import NestedUserFunctionVariable
+
+        own = set(self.code.co_cellvars)
+        found: list[str] = []
+        seen: set[int] = set()
+        frontier = list(values)
+        while frontier:
+            reached = []
+            for fn in walk_trackers(frontier):
+                if not isinstance(fn, NestedUserFunctionVariable) or id(fn) in seen:
+                    continue
+                seen.add(id(fn))
+                for cell in fn.closure:
+                    name = getattr(cell, "name", None)
+                    if not isinstance(cell, LocalCellVariable) or cell.tx is not self or \
+                            name not in own or name in found:
+                        continue
+                    v = self.symbolic_locals.get(name)
+                    if v is None or isinstance(v, DeletedVariable) or (
+                            isinstance(v, LazyVariable) and v.realized is None):
+                        continue  # unset, or an argument still in its cell
+                    found.append(name)
+                    reached.append(v)
+            frontier = reached
+        return found
+
     def store_cells(self, cg: PyCodegen) -> None:
         """Write the current values of the frame's own cell variables into their cells (the
         resume function shares them through its closure)."""
@@ -679,13 +718,18 @@ class InstructionTranslator(InstructionTranslatorBase):
         cg = self.new_codegen()
         side_effects = self.output.side_effects
         values = [value, *side_effects.values()]
-        outputs = self.plan_graph_outputs(cg, values)
+        cells = self.escaping_cells(values)
+        cell_values = [self.symbolic_locals[n] for n in cells]
+        outputs = self.plan_graph_outputs(cg, values + cell_values)
         if self.output.count_calls() == 0 and not outputs:
             # nothing worth compiling (mutations then happen by running the frame as is)
             self.output_instructions = None
             self.done = True
             return
-        self.store_aliases(cg, values)
+        self.store_aliases(cg, values + cell_values)
+        for name in cells:
+            cg(self.symbolic_locals[name])
+            cg.store_local(name)
         cg(value)
         side_effects.codegen(cg)  # after the return value is built, before returning
         cg.return_value()

@@ -63,6 +63,9 @@ class ClosureCellVariable(VariableTracker):
         self._value: VariableTracker | None = None
 
     def load(self, tx) -> VariableTracker:
+        stored = tx.output.side_effects.load_cell(self.cell)
+        if stored is not None:
+            return stored
         if self._value is None:
             try:
                 contents = self.cell.cell_contents
@@ -72,7 +75,9 @@ class ClosureCellVariable(VariableTracker):
         return self._value
 
     def store(self, tx, value: VariableTracker) -> None:
-        raise Unsupported("assigning to a closure variable of a function outside the frame")
+        """A write to a cell that outlives the frame: replayed after the graph (and seen
+        by every later read in the frame, through any function closing over it)."""
+        tx.output.side_effects.store_cell(self.cell, value)
 
 
 class LocalCellVariable(VariableTracker):
