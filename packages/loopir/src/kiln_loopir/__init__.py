@@ -69,8 +69,8 @@ __all__ = [
 
 
 def lower(aten_gm, example_inputs=None):
-    """ATen FX GraphModule -> LoopGraph (see kiln_loopir.lowering.lower)."""
-    from .lowering import lower as _lower
+    """ATen FX GraphModule -> LoopGraph (see kiln_loopir.graph_lowering.lower)."""
+    from .graph_lowering import lower as _lower
 
     return _lower(aten_gm, example_inputs)
 

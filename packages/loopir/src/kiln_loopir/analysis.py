@@ -1,14 +1,32 @@
-"""Analyses of loop bodies run under small ops handlers: memory dependencies, op counts."""
+"""Analyses of loop bodies run under small ops handlers: memory dependencies, op counts.
+
+Bodies are plain functions calling ``ops``; nothing here knows the IR's buffer classes
+(``ir.collect_deps`` applies ``body_deps`` to a ComputedBuffer), so ``ir`` builds on this."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sympy
 
-from .ir import ComputedBuffer, MemoryDep, Reduction
-from .sizevars import index_symbol, reduction_symbol, simplify_index
+from .sizevars import sexpr, simplify_index
 from .virtualized import set_ops_handler
 
-__all__ = ["DepsHandler", "collect_deps", "body_deps", "OpCounter", "count_ops"]
+__all__ = ["MemoryDep", "DepsHandler", "body_deps", "OpCounter", "count_ops"]
+
+
+@dataclass(frozen=True)
+class MemoryDep:
+    """One memory access: buffer ``name`` at ``index`` (over the group's outer symbols
+    ``i0, i1, ...`` and the node's inner symbols ``r0, r1, ...``); ``mode`` is the store mode."""
+
+    name: str
+    index: sympy.Expr
+    mode: str | None = None
+
+    def __str__(self) -> str:
+        m = f" ({self.mode})" if self.mode else ""
+        return f"{self.name}[{sexpr(self.index)}]{m}"
 
 
 class _V:
@@ -61,20 +79,6 @@ def body_deps(fn, *index_lists, var_ranges=None) -> DepsHandler:
     with set_ops_handler(h):
         fn(*index_lists)
     return h
-
-
-def collect_deps(buf: ComputedBuffer):
-    """(reads, writes) of a ComputedBuffer over its own symbols i*/r*."""
-    d = buf.data
-    idx = [index_symbol(k) for k in range(len(d.ranges))]
-    vr = dict(zip(idx, d.ranges, strict=False))
-    if isinstance(d, Reduction):
-        ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
-        vr.update(zip(ridx, d.reduction_ranges, strict=False))
-        h = body_deps(buf.store_body(), idx, ridx, var_ranges=vr)
-    else:
-        h = body_deps(buf.store_body(), idx, var_ranges=vr)
-    return h.reads, h.writes
 
 
 class OpCounter(DepsHandler):

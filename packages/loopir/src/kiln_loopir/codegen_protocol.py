@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .ir import ExternNode, FusedGroup, Schedule
+from .sizevars import pexpr
 
 __all__ = ["Codegen", "KernelDef", "KernelLaunch", "GeneratedModule"]
 
@@ -34,8 +35,6 @@ class KernelLaunch:
     grid: str = ""
 
     def python(self) -> str:
-        from .sizevars import pexpr
-
         lines = [f"{name} = {pexpr(e)}" for name, e in self.derived.items()]
         call = f"{self.kernel}({', '.join(self.args)})"
         lines.append(call + (f"  # grid: {self.grid}" if self.grid else ""))

@@ -27,110 +27,12 @@ from .ir import (
     ReinterpretView,
     Schedule,
 )
-from .ops_spec import OPS
-from .sizevars import FloorDiv, ModularIndexing, index_symbol, reduction_symbol
+from .ops_spec import OPS, reduction_identity
+from .scheduler import schedule
+from .sizevars import IndexEvaluator, index_symbol, reduction_symbol
 from .virtualized import set_ops_handler
 
-__all__ = ["interpret", "Interpreter", "eval_index"]
-
-
-def eval_index(expr, env: dict, device=None):
-    """Evaluate an integer SymPy expression with ``env`` {symbol: int | LongTensor}."""
-    return _Eval(env, device)(expr)
-
-
-class _Eval:
-    def __init__(self, env, device):
-        self.env = env
-        self.device = device
-        self.cache = {}
-
-    def __call__(self, e):
-        if isinstance(e, (int, bool)):
-            return int(e)
-        key = e
-        if key in self.cache:
-            return self.cache[key]
-        v = self._eval(e)
-        self.cache[key] = v
-        return v
-
-    def _t(self, v):
-        if isinstance(v, torch.Tensor):
-            return v
-        return torch.tensor(v, dtype=torch.int64, device=self.device)
-
-    def _eval(self, e):
-        if e.is_Integer:
-            return int(e)
-        if e.is_Symbol:
-            if e not in self.env:
-                raise KeyError(f"no value for symbol {e}")
-            return self.env[e]
-        if isinstance(e, sympy.Add):
-            out = 0
-            for a in e.args:
-                out = out + self(a)
-            return out
-        if isinstance(e, sympy.Mul):
-            out = 1
-            for a in e.args:
-                out = out * self(a)
-            return out
-        if isinstance(e, sympy.Pow):
-            b, p = e.args
-            if p.is_Integer and int(p) >= 0:
-                return self(b) ** int(p)
-            raise ValueError(f"non-integer power in index: {e}")
-        if isinstance(e, FloorDiv):
-            a, b = self(e.args[0]), self(e.args[1])
-            return _floordiv(a, b)
-        if isinstance(e, ModularIndexing):
-            x, d, m = (self(a) for a in e.args)
-            return _mod(_floordiv(x, d), m)
-        if isinstance(e, sympy.Min):
-            vals = [self(a) for a in e.args]
-            out = vals[0]
-            for v in vals[1:]:
-                out = torch.minimum(self._t(out), self._t(v)) if _any_tensor(out, v) else min(out, v)
-            return out
-        if isinstance(e, sympy.Max):
-            vals = [self(a) for a in e.args]
-            out = vals[0]
-            for v in vals[1:]:
-                out = torch.maximum(self._t(out), self._t(v)) if _any_tensor(out, v) else max(out, v)
-            return out
-        if isinstance(e, sympy.floor):
-            return _floordiv_expr(self, e.args[0])
-        if isinstance(e, sympy.Mod):
-            return _mod(self(e.args[0]), self(e.args[1]))
-        if e.func.__name__ in ("FloorDiv", "floordiv"):
-            return _floordiv(self(e.args[0]), self(e.args[1]))
-        if e.func.__name__ == "ModularIndexing":
-            x, d, m = (self(a) for a in e.args)
-            return _mod(_floordiv(x, d), m)
-        raise ValueError(f"cannot evaluate index expression {e} ({type(e).__name__})")
-
-
-def _floordiv_expr(ev, arg):
-    n, d = sympy.fraction(sympy.together(arg))
-    return _floordiv(ev(n), ev(d))
-
-
-def _any_tensor(*xs):
-    return any(isinstance(x, torch.Tensor) for x in xs)
-
-
-def _floordiv(a, b):
-    if _any_tensor(a, b):
-        return torch.div(a, b, rounding_mode="floor")
-    return a // b
-
-
-def _mod(a, b):
-    if _any_tensor(a, b):
-        return torch.remainder(a, b)
-    return a % b
+__all__ = ["interpret", "Interpreter"]
 
 
 class _Handler:
@@ -143,7 +45,7 @@ class _Handler:
         self.n_outer = n_outer
         self.device = interp.device
         self._ind = 0
-        self.ev = _Eval(env, self.device)
+        self.ev = IndexEvaluator(env, self.device)
 
     def _idx(self, index):
         v = self.ev(sympy.sympify(index))
@@ -245,8 +147,6 @@ class _Handler:
 
 
 def _ident(rtype, dtype):
-    from .ops_spec import reduction_identity
-
     return reduction_identity(rtype, dtype)
 
 
@@ -331,7 +231,7 @@ class Interpreter:
         return outs
 
     def size(self, e) -> int:
-        v = _Eval(self.sym_env, None)(sympy.sympify(e))
+        v = IndexEvaluator(self.sym_env, None)(sympy.sympify(e))
         return int(v)
 
     def run_group(self, group: FusedGroup):
@@ -407,8 +307,6 @@ class Interpreter:
 def interpret(sched: Schedule | LoopGraph) -> Callable[..., list[torch.Tensor]]:
     """A callable running ``sched`` (a Schedule, or a LoopGraph which is scheduled first)."""
     if isinstance(sched, LoopGraph):
-        from .scheduler import schedule
-
         sched = schedule(sched)
     interp = Interpreter(sched)
 

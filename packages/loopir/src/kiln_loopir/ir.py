@@ -32,6 +32,8 @@ from typing import Any
 import sympy
 import torch
 
+from .analysis import MemoryDep, body_deps
+from .ops_spec import OPS
 from .sizevars import (
     SizeVarSource,
     contiguous_strides,
@@ -61,6 +63,7 @@ __all__ = [
     "Reduction",
     "LoopGraph",
     "MemoryDep",
+    "collect_deps",
     "SchedNode",
     "FusedGroup",
     "ExternNode",
@@ -587,6 +590,16 @@ class GenericView(IRNode):
 
         return loader
 
+    def realize_via_base(self, stride=None) -> ReinterpretView | None:
+        """What realizing this view gives instead of a copy (a view of its base's buffer), or
+        None: a copy. Views of loops say otherwise (``lowerings.views.ViewOfLoop``)."""
+        return None
+
+    def broadcast_via_base(self) -> ReinterpretView | None:
+        """A stride-0 view of the base's buffer for an extern's input, or None: a copy
+        (``lowerings.views.ViewOfLoop``)."""
+        return None
+
     def __repr__(self) -> str:
         return f"GenericView({self.data!r}, size={[sexpr(s) for s in self.size]})"
 
@@ -674,8 +687,6 @@ class PrintHandler:
         return self._emit("store_reduction", (name, index, value), returns=False)
 
     def __getattr__(self, name):
-        from .ops_spec import OPS
-
         if name not in OPS:
             raise AttributeError(name)
 
@@ -807,8 +818,6 @@ class LoopGraph:
 
     def lint(self) -> None:
         """Check the graph: names unique, loads/stores name known buffers defined earlier."""
-        from .analysis import collect_deps
-
         seen = {b.name for b in self.inputs} | set(self.constants)
         for b in self.buffers:
             if isinstance(b, ComputedBuffer):
@@ -833,23 +842,23 @@ class LoopGraph:
                 raise AssertionError(f"output reads undefined {o.data.name}")
 
 
+def collect_deps(buf: ComputedBuffer) -> tuple[list[MemoryDep], list[MemoryDep]]:
+    """(reads, writes) of a ComputedBuffer over its own symbols i*/r*."""
+    d = buf.data
+    idx = [index_symbol(k) for k in range(len(d.ranges))]
+    vr = dict(zip(idx, d.ranges, strict=False))
+    if isinstance(d, Reduction):
+        ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
+        vr.update(zip(ridx, d.reduction_ranges, strict=False))
+        h = body_deps(buf.store_body(), idx, ridx, var_ranges=vr)
+    else:
+        h = body_deps(buf.store_body(), idx, var_ranges=vr)
+    return h.reads, h.writes
+
+
 # ============================================================================================
 # Schedule
 # ============================================================================================
-
-
-@dataclass(frozen=True)
-class MemoryDep:
-    """One memory access: buffer ``name`` at ``index`` (over the group's outer symbols
-    ``i0, i1, ...`` and the node's inner symbols ``r0, r1, ...``); ``mode`` is the store mode."""
-
-    name: str
-    index: sympy.Expr
-    mode: str | None = None
-
-    def __str__(self) -> str:
-        m = f" ({self.mode})" if self.mode else ""
-        return f"{self.name}[{sexpr(self.index)}]{m}"
 
 
 @dataclass

@@ -1,28 +1,13 @@
-"""ATen FX graph -> LoopGraph: the lowering registry and the graph walker.
+"""The lowering registry and what lowerings build with.
 
     @lowering(aten.sin.default)
     def sin(x): ...            # receives IRNodes / Python values / SymPy exprs, returns an IRNode
 
-``lower(aten_gm)`` walks the graph: placeholders become ``InputBuffer``s (``arg0, arg1, ...``),
-``get_attr`` tensors ``ConstantBuffer``s, each ``call_function`` goes through its lowering, and
-the output node realizes the outputs. Values flowing between lowerings are IRNodes: unrealized
-``Pointwise`` loops (so pointwise producers inline into their consumers), views
-(``ReinterpretView`` / ``GenericView``: index arithmetic), or buffers.
-
-Realization policy (when a value gets its own buffer; everything else is inlined):
-  1. graph outputs;
-  2. every Reduction (a reduction is always its own ComputedBuffer);
-  3. inputs of extern kernels (matmul, conv, the aten fallback, ...);
-  4. a pointwise value used by more than one FX user whose body is "heavy": more than
-     ``REALIZE_READS_THRESHOLD`` (4) loads or more than ``REALIZE_OPS_THRESHOLD`` (40) ops,
-     or a ``COSTLY_OPS`` op (sin, exp, ...) while some user broadcasts it (rotary
-     embeddings' cos/sin: computed once, not once per head and layer);
-  5. any pointwise value whose body exceeds ``MAX_INLINE_OPS`` (200) ops (bounds code size).
-Cheap producers used several times are recomputed in each consumer (the scheduler then fuses
-consumers that share inputs). Extern inputs computed by loops are written in eager's layout
-where that is dense with the last dim innermost (``_eager_input_strides``: SDPA then returns
-eager's layout and the transpose after it stays a view), and several strided views of one
-loop realize the loop once (``lowerings.views.ViewOfLoop``), not one copy per view.
+This module knows no particular lowering and does not walk graphs: the families in
+``lowerings/`` register into its tables (``lowerings``, ``fallbacks``) and build their values
+with its helpers (``realize``, ``make_pointwise``, ``make_extern``, ``broadcast_*``,
+``to_dtype``, ...); ``graph_lowering`` (``lower()``, ``GraphLowering``) walks an ATen graph and
+calls them, and lowerings reach the graph being built through ``current()``.
 
 One lowering per op (``@lowering`` refuses a second). The aten fallback, an ``ExternKernel``
 calling the aten op (logged once per op, counted in ``counters["aten_fallbacks"]``), is taken
@@ -39,27 +24,23 @@ An extern's result gets the layout the op returns for its inputs' real layouts
 from __future__ import annotations
 
 import logging
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .counters import counters
 from .ir import (
     Buffer,
     ComputedBuffer,
-    ConstantBuffer,
     ExternKernel,
     GenericView,
-    InputBuffer,
     IRNode,
     Layout,
-    LoopGraph,
     MultiOutput,
     Pointwise,
     Reduction,
@@ -67,10 +48,8 @@ from .ir import (
     compute_dtype,
 )
 from .sizevars import (
-    SizeVarAllocator,
     SizeVarSource,
     contiguous_strides,
-    index_symbol,
     statically_known_equal,
     sympify,
 )
@@ -88,10 +67,11 @@ __all__ = [
     "fallbacks",
     "MissingLowering",
     "LoweringBug",
-    "lower",
     "LoweringError",
-    "GraphLowering",
     "current",
+    "lowering_graph",
+    "op_name",
+    "tensors_in",
     "realize",
     "realize_input",
     "make_pointwise",
@@ -101,53 +81,13 @@ __all__ = [
     "to_dtype",
     "constant_value",
     "broadcast_to",
-    "REALIZE_READS_THRESHOLD",
-    "REALIZE_OPS_THRESHOLD",
-    "MAX_INLINE_OPS",
 ]
 
-REALIZE_READS_THRESHOLD = 4
-REALIZE_OPS_THRESHOLD = 40
-MAX_INLINE_OPS = 200
-#: math ops worth tens of simple ones: a value computing one that several consumers broadcast
-#: (rotary embeddings' cos/sin, read once per head in every layer) is computed once, not per
-#: consumer element
-COSTLY_OPS = frozenset({"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log2", "log10",
-                        "log1p", "tanh", "erf", "erfc", "pow", "sigmoid", "atan", "atan2",
-                        "asin", "acos", "sinh", "cosh"})
 
 #: op -> lowering function
 lowerings: dict[Any, Callable] = {}
 #: op -> why it runs as a call of the aten op (declared with ``fallback(op, reason=...)``)
 fallbacks: dict[Any, str] = {}
-
-
-#: namespaces of torch's own operators: a missing lowering of one of theirs is loopir's gap
-TORCH_NAMESPACES = frozenset({
-    "aten", "prims", "rngprims", "quantized", "_quantized", "quantized_decomposed", "mkldnn",
-    "onednn", "c10d", "_c10d_functional", "_c10d_functional_autograd", "profiler",
-    "debugprims", "inductor",
-})
-
-
-def _library_op(target) -> bool:
-    """An operator another library registered (``torch.library``: transformers'
-    ``grouped_mm_fallback``, torchvision's ``nms``): loopir can never have a lowering for it,
-    so it runs as an aten fallback (an extern call to its kernel) instead of failing the graph."""
-    return isinstance(target, torch._ops.OpOverload) and target.namespace not in TORCH_NAMESPACES
-
-
-#: in-place view ops (they change a tensor's size/strides, not its values) -> the view op
-#: computing the same view, for values the graph computed
-METADATA_MUTATIONS = {
-    getattr(getattr(aten, inplace), ov): getattr(getattr(aten, functional), ov)
-    for inplace, functional, ov in [("as_strided_", "as_strided", "default"),
-                                    ("unsqueeze_", "unsqueeze", "default"),
-                                    ("squeeze_", "squeeze", "dim"),
-                                    ("transpose_", "transpose", "int"),
-                                    ("t_", "t", "default")]
-    if hasattr(getattr(aten, inplace, None), ov) and hasattr(getattr(aten, functional, None), ov)
-}
 
 
 class LoweringError(NotImplementedError):
@@ -187,10 +127,10 @@ def _overloads(op) -> list:
 def _refuse_duplicate(op) -> None:
     if op in lowerings:
         fn = lowerings[op]
-        raise ValueError(f"{_op_name(op)} already has a lowering "
+        raise ValueError(f"{op_name(op)} already has a lowering "
                          f"({fn.__module__}.{fn.__qualname__}): one lowering per op")
     if op in fallbacks:
-        raise ValueError(f"{_op_name(op)} is already declared an aten fallback ({fallbacks[op]})")
+        raise ValueError(f"{op_name(op)} is already declared an aten fallback ({fallbacks[op]})")
 
 
 def lowering(*ops_: Any) -> Callable:
@@ -223,13 +163,24 @@ def fallback(*ops_: Any, reason: str) -> None:
 # the current GraphLowering (lowerings reach the graph being built through ``current()``)
 # --------------------------------------------------------------------------------------------
 
-_current: list[GraphLowering] = []
+_current: list = []
 
 
-def current() -> GraphLowering:
+def current():
+    """The ``graph_lowering.GraphLowering`` being run."""
     if not _current:
         raise RuntimeError("no graph is being lowered")
     return _current[-1]
+
+
+@contextmanager
+def lowering_graph(g) -> Iterator:
+    """``current()`` is ``g`` inside."""
+    _current.append(g)
+    try:
+        yield g
+    finally:
+        _current.pop()
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,9 +210,7 @@ def realize(x: IRNode, stride=None) -> Buffer | ReinterpretView:
         x.realized = buf
         return buf
     if isinstance(x, GenericView):
-        from .lowerings.views import ViewOfLoop
-
-        if isinstance(x, ViewOfLoop) and (via := x.realize_via_base(stride)) is not None:
+        if (via := x.realize_via_base(stride)) is not None:  # lowerings.views.ViewOfLoop
             return via
         loader = x.make_loader()
         return realize(Pointwise(x.get_device(), x.get_dtype(), x.get_size(), loader), stride)
@@ -271,9 +220,7 @@ def realize(x: IRNode, stride=None) -> Buffer | ReinterpretView:
 def realize_input(x: IRNode, stride=None) -> Buffer | ReinterpretView:
     """For extern inputs: a buffer or a strided view of one (a fresh buffer gets ``stride``,
     default contiguous; a broadcast of a loop stays a stride-0 view of the loop's buffer)."""
-    from .lowerings.views import ViewOfLoop
-
-    if stride is None and isinstance(x, ViewOfLoop) and (via := x.broadcast_via_base()) is not None:
+    if stride is None and isinstance(x, GenericView) and (via := x.broadcast_via_base()) is not None:
         return via
     r = realize(x, stride)
     if isinstance(r, ReinterpretView) and r.is_whole():
@@ -469,373 +416,12 @@ def pointwise_from(x: IRNode, fn: Callable, dtype=None) -> Pointwise:
     return Pointwise(x.get_device(), dtype or x.get_dtype(), x.get_size(), lambda idx: fn(loader(idx)))
 
 
-# --------------------------------------------------------------------------------------------
-# the graph walker
-# --------------------------------------------------------------------------------------------
-
-_logged_fallbacks: set[str] = set()
-
-
-def _op_name(op) -> str:
+def op_name(op) -> str:
     """``aten::mul.Tensor`` / ``aten::sin.default`` / a Python callable's name."""
     schema = getattr(op, "_schema", None)
     if schema is not None:
         return f"{schema.name}.{getattr(op, '_overloadname', '') or 'default'}"
     return str(getattr(op, "__name__", op))
-
-
-class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs=None):
-        self.gm = gm
-        self.example_inputs = list(example_inputs) if example_inputs is not None else None
-        self.graph = LoopGraph()
-        self.sizevars = SizeVarAllocator()
-        self.env: dict[torch.fx.Node, Any] = {}
-        self._const_count = 0
-        self.current_node: torch.fx.Node | None = None
-        self.pending_copies: list = []  # (input buffer, new value, meta) of copy_ write-backs
-        self.random_state = None  # the seed buffer and next offset of philox ops (lowerings/random.py)
-
-    # ---- helpers -------------------------------------------------------------------------
-    def expr(self, x):
-        return self.sizevars.to_expr(x)
-
-    def layout_of(self, val: torch.Tensor) -> Layout:
-        """Layout of a tensor value; offset 0: buffers are addressed from their data pointer."""
-        return Layout(val.device, val.dtype, [self.expr(s) for s in val.shape],
-                      [self.expr(s) for s in val.stride()], 0)
-
-    def _meta(self, node):
-        if "val" in node.meta:
-            return node.meta["val"]
-        return node.meta.get("example_value")
-
-    # ---- main ----------------------------------------------------------------------------
-    def run(self) -> LoopGraph:
-        _current.append(self)
-        try:
-            self._run()
-        finally:
-            _current.pop()
-        counters["graphs_lowered"] += 1
-        return self.graph
-
-    def _run(self):
-        nodes = list(self.gm.graph.nodes)
-        placeholders = [n for n in nodes if n.op == "placeholder"]
-        self.graph.num_placeholders = len(placeholders)
-        # first pass: bind every symbol readable from the inputs' sizes (in placeholder order)
-        vals = []
-        for pos, n in enumerate(placeholders):
-            val = self._meta(n)
-            if val is None and self.example_inputs is not None and pos < len(self.example_inputs):
-                val = self.example_inputs[pos]
-            vals.append(val)
-            if isinstance(val, torch.Tensor):
-                for d, s in enumerate(val.shape):
-                    self.sizevars.bind(s, SizeVarSource(pos, d))
-            elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
-                self.sizevars.bind(val, SizeVarSource(pos, None))
-        for pos, val in enumerate(vals):
-            if isinstance(val, torch.Tensor):
-                for d, st in enumerate(val.stride()):
-                    self.sizevars.bind(st, SizeVarSource(pos, d, stride=True))
-        devices = set()
-        for pos, (n, val) in enumerate(zip(placeholders, vals, strict=False)):
-            if isinstance(val, torch.Tensor):
-                buf = InputBuffer(f"arg{pos}", self.layout_of(val), pos)
-                self.graph.add_input(buf)
-                self.graph.input_positions.append(len(self.graph.inputs) - 1)
-                self.env[n] = buf
-                devices.add(val.device)
-            elif isinstance(val, (torch.SymInt, torch.SymFloat, int, float, bool)):
-                self.graph.input_positions.append(None)
-                self.env[n] = self.expr(val) if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) else val
-            elif val is None:
-                raise LoweringError(f"placeholder {n.name} has no meta['val'] and no example input")
-            else:
-                self.graph.input_positions.append(None)
-                self.env[n] = val
-        for n in nodes:
-            if n.op == "call_function":
-                v = self._meta(n)
-                for t in _tensors_in(v):
-                    devices.add(t.device)
-        non_cpu = [d for d in devices if d.type != "cpu"]
-        self.graph.device = non_cpu[0] if non_cpu else torch.device("cpu")
-
-        self.users = {n: len(n.users) for n in nodes}
-        for n in nodes:
-            if n.op in ("placeholder",):
-                continue
-            self.current_node = n
-            if n.op == "get_attr":
-                self.env[n] = self._get_attr(n)
-            elif n.op == "call_function":
-                self.env[n] = self._call_function(n)
-            elif n.op == "output":
-                self._output(n)
-            elif n.op == "call_module" or n.op == "call_method":
-                raise LoweringError(f"{n.op} nodes are not ATen-level ({n.format_node()})")
-        self.current_node = None
-        self.graph.sizevars = dict(self.sizevars.sources)
-        hints = {}
-        for sym, src in self.graph.sizevars.items():
-            h = self.sizevars.hint(sym)
-            if h is None and src.input is not None and src.buffer is None:
-                v = vals[src.input] if src.input < len(vals) else None
-                try:
-                    if isinstance(v, torch.Tensor) and src.dim is not None:
-                        h = int(v.stride(src.dim) if src.stride else v.size(src.dim))
-                    elif src.dim is None and v is not None:
-                        h = int(v)
-                except Exception:
-                    h = None
-            if h is not None:
-                hints[sym] = h
-        self.graph.size_hints = hints
-        self.graph.meta["size_hints"] = {s.name: v for s, v in hints.items()}
-        self.graph.guards = [g for g in self.sizevars.guards if g is not sympy.true]
-        unbound = [s for s in self.sizevars.unbound() if _used_symbol(self.graph, s)]
-        if unbound:  # e.g. an int read out of a tensor (t.item()) used as a size: no code
-            # binds it at run time, so the graph cannot run compiled (the caller runs it eagerly)
-            raise LoweringError(f"size symbols {sorted(map(str, unbound))} have no source (sizes "
-                                "computed from tensor data, e.g. t.item(), are not bound yet)")
-        self.graph.lint()
-
-    # ---- node kinds ----------------------------------------------------------------------
-    def new_constant_name(self) -> str:
-        """``constN``: the next graph constant's name (``get_attr`` tensors, derived ones)."""
-        self._const_count += 1
-        return f"const{self._const_count - 1}"
-
-    def _get_attr(self, n):
-        obj = self.gm
-        for part in n.target.split("."):
-            obj = getattr(obj, part)
-        if isinstance(obj, torch.Tensor):
-            name = self.new_constant_name()
-            t = obj.detach()
-            # positions count from the constant's first element, as everything that binds it
-            # does (its data_ptr in kernels, reinterpret_tensor from its own storage offset):
-            # a parameter that is a view into a shared buffer (cuDNN's flattened RNN weights)
-            # has a storage offset of its own, which must not count twice
-            buf = ConstantBuffer(name, Layout(t.device, t.dtype, list(t.shape), list(t.stride()), 0),
-                                 t, n.target)
-            return self.graph.add_constant(buf)
-        return obj
-
-    def _map_arg(self, a):
-        if isinstance(a, torch.fx.Node):
-            return self.env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(self._map_arg(x) for x in a)
-        if isinstance(a, dict):
-            return {k: self._map_arg(v) for k, v in a.items()}
-        if isinstance(a, (torch.SymInt,)):
-            return self.expr(a)
-        return a
-
-    def _call_function(self, n):
-        target = n.target
-        meta = self._meta(n)
-        if target is operator.getitem:
-            base = self.env[n.args[0]]
-            return self._post(n, base[n.args[1]])
-        # size arithmetic on SymInts (sym_size, operator.mul, ...): read from meta
-        if isinstance(meta, (torch.SymInt, int)) and not isinstance(meta, bool) and not _tensors_in(meta):
-            if isinstance(meta, torch.SymInt) or target not in lowerings:
-                try:
-                    return self.expr(meta)
-                except Exception:
-                    pass
-        if isinstance(meta, (torch.SymFloat, torch.SymBool, float, bool)) and not isinstance(meta, torch.Tensor):
-            if not (isinstance(meta, (float, bool)) and target in lowerings):
-                raise LoweringError(f"{n.format_node()}: symbolic float/bool values are not supported")
-        args = self._map_arg(n.args)
-        kwargs = self._map_arg(n.kwargs)
-        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
-            return self._mutation(n, target, args, kwargs, meta)
-        fn = lowerings.get(target)
-        if (fn is None and target not in fallbacks and _supported_dtypes(n, meta)
-                and not _library_op(target)):
-            raise MissingLowering(f"no lowering for {_op_name(target)} ({n.format_node()}): add "
-                                  "one with @lowering, or declare fallback(op, reason=...) in "
-                                  "kiln_loopir/lowerings/fallbacks.py")
-        if fn is not None and not _supported_dtypes(n, meta):
-            fn = None  # complex, float8, wide unsigned...: the aten op handles them
-        if fn is not None and self._off_device(meta, args, kwargs):
-            fn = None  # computed on another device than the kernels': the aten op runs it there
-        out = None
-        if fn is not None:
-            try:
-                out = fn(*args, **kwargs)
-            except LoweringError as e:  # the lowering declines these arguments
-                log.debug("lowering of %s declined (%s): aten fallback", _op_name(target), e)
-                out = None
-            except Exception as e:
-                raise LoweringBug(f"lowering of {_op_name(target)} failed on {n.format_node()}: "
-                                  f"{type(e).__name__}: {e}") from e
-            else:
-                self._check(n, out, meta)
-        if out is None:
-            out = self.fallback(target, args, kwargs, meta)
-        return self._post(n, out)
-
-    def _off_device(self, meta, args, kwargs) -> bool:
-        """Does this op compute on, or read, a device other than the graph's (a CUDA graph's
-        ``torch.arange(n)`` made on the CPU, position buckets computed from it, a CPU scalar
-        tensor multiplied into a CUDA one)? Its kernel would run on the graph's device and
-        could not read that memory (Triton: "Pointer argument cannot be accessed"), so such
-        ops stay aten calls, which run where their tensors are."""
-        device = self.graph.device
-        if any(t.device != device for t in _tensors_in(meta)):
-            return True
-        return any(isinstance(a, IRNode) and a.get_device() != device
-                   for a in pytree.tree_leaves((args, kwargs)))
-
-    def _mutation(self, n, target, args, kwargs, meta):
-        """A mutating op. Only the functional graphs' write-back ``copy_(input, new_value)`` is
-        supported; it is deferred to the end of the graph (after the outputs are realized, so
-        nothing reads the input after it changes)."""
-        if target is aten.copy_.default:
-            dst, src = args[0], args[1]
-            if isinstance(dst, InputBuffer):
-                self.pending_copies.append((dst, src, meta))
-                return dst
-        view_op = METADATA_MUTATIONS.get(target)
-        if view_op is not None and not isinstance(args[0], InputBuffer):
-            # ``x.as_strided_(...)`` on a value the graph computed (a decomposition restriding
-            # a pooled result): the view op's value, which every later reader of x sees too
-            out = lowerings[view_op](*args, **kwargs)
-            self._check(n, out, meta)
-            self.env[n.args[0]] = out
-            return out
-        raise LoweringError(f"{n.format_node()}: the graph mutates a value that is not a graph "
-                            "input (functionalize it first)")
-
-    def _check(self, n, out, meta):
-        """The lowering's value agrees with the traced one (dtype, sizes), else LoweringBug."""
-        where = f"lowering of {_op_name(n.target)} ({n.format_node()})"
-        if isinstance(meta, torch.Tensor) and isinstance(out, IRNode):
-            if out.get_dtype() != meta.dtype:
-                raise LoweringBug(f"{where}: dtype {out.get_dtype()} != meta {meta.dtype}")
-            want = [self.expr(s) for s in meta.shape]
-            have = out.get_size()
-            if len(want) != len(have) or not all(self._same_size(a, b) for a, b in zip(want, have, strict=False)):
-                raise LoweringBug(f"{where}: size {have} != meta {want}")
-        elif isinstance(meta, (tuple, list)) and isinstance(out, (tuple, list)):
-            for m, o in zip(meta, out, strict=False):
-                if isinstance(o, IRNode) or o is None:
-                    if isinstance(o, IRNode):
-                        self._check(n, o, m)
-        elif isinstance(meta, torch.Tensor) and not isinstance(out, IRNode):
-            raise LoweringBug(f"{where}: returned {type(out).__name__}, expected a tensor")
-
-    def _same_size(self, a, b) -> bool:
-        if statically_known_equal(a, b):
-            return True
-        ha, hb = self.sizevars.hint(a), self.sizevars.hint(b)
-        return ha is not None and ha == hb
-
-    def _post(self, n, out):
-        """Apply the realization policy to the value of node ``n``."""
-        if isinstance(out, Reduction):
-            return realize(out, self._preferred_stride(n, out))
-        if isinstance(out, Pointwise) and out.realized is None:
-            h = _cost(out)
-            heavy = (len(h.reads) > REALIZE_READS_THRESHOLD or sum(h.ops.values()) > REALIZE_OPS_THRESHOLD
-                     or (not COSTLY_OPS.isdisjoint(h.ops) and _broadcast_by_users(n)))
-            nusers = len(n.users)
-            if sum(h.ops.values()) > MAX_INLINE_OPS or (nusers > 1 and heavy):
-                realize(out, self._preferred_stride(n, out))
-        elif isinstance(out, GenericView) and len(n.users) > 1:
-            base = out.data  # a view (``cos[None, None]``) several users broadcast: its loop once
-            while isinstance(base, GenericView):
-                base = base.data
-            if (isinstance(base, Pointwise) and base.realized is None
-                    and not COSTLY_OPS.isdisjoint(_cost(base).ops) and _broadcast_by_users(n)):
-                realize(base)
-        return out
-
-    def _preferred_stride(self, n, out):
-        from .lowerings.extern import channels_last_strides, runs_channels_last
-
-        if (len(out.get_size()) == 4 and all(u.op != "output" for u in n.users)
-                and any(runs_channels_last(u) and u.args[0] is n for u in n.users)):
-            return channels_last_strides(out.get_size())  # the input of a channels-last conv
-        meta = self._meta(n)
-        if isinstance(meta, torch.Tensor) and len(meta.shape) == len(out.get_size()):
-            try:
-                stride = [self.expr(s) for s in meta.stride()]
-                size = out.get_size()
-                if is_dense(size, stride):
-                    return stride
-            except Exception:
-                pass
-        return None
-
-    def _needs_eager_strides(self, sv, meta) -> bool:
-        """A storage-backed output whose strides differ from eager's (dense, or with gaps:
-        ``is_storable``), dims of size 1 aside."""
-        if not isinstance(meta, torch.Tensor) or len(meta.shape) != len(sv.layout.size):
-            return False
-        try:
-            want = [self.expr(st) for st in meta.stride()]
-        except Exception:
-            return False
-        if not is_storable(sv.layout.size, want):
-            return False
-        return any(not statically_known_equal(sz, 1) and not statically_known_equal(a, b)
-                   for sz, a, b in zip(sv.layout.size, sv.layout.stride, want, strict=True))
-
-    def _output(self, n):
-        """Outputs, flattened (pytree order) into ``graph.outputs``."""
-        outs = pytree.tree_leaves(n.args[0])
-        res = []
-        for o in outs:
-            v = self.env[o] if isinstance(o, torch.fx.Node) else o
-            if isinstance(v, IRNode):
-                meta = self._meta(o) if isinstance(o, torch.fx.Node) else None
-                sv = as_storage_view(v)
-                if sv is not None and self._needs_eager_strides(sv, meta):
-                    # e.g. a channels-last conv's result: the graph returns eager's layout
-                    v, sv = Pointwise(v.get_device(), v.get_dtype(), v.get_size(), sv.make_loader()), None
-                if sv is None:
-                    # eager's strides, also where they leave gaps: a training graph's backward
-                    # was traced with them for the tensors its forward saves
-                    stride = None
-                    if isinstance(meta, torch.Tensor):
-                        st = [self.expr(s) for s in meta.stride()]
-                        if is_storable(v.get_size(), st):
-                            stride = st
-                    r = realize(v, stride)
-                    sv = as_storage_view(r)
-                res.append(sv)
-            else:
-                res.append(v)
-        self.graph.outputs = res
-        for dst, src, meta in self.pending_copies:
-            src_val = src
-            if isinstance(src, IRNode):
-                size = [sympify(x) for x in dst.get_size()]
-                loader = broadcast_loader(src, size)
-                s_dt, d_dt = src.get_dtype(), dst.get_dtype()
-                if s_dt != d_dt or [sympify(x) for x in src.get_size()] != size:
-                    src_val = Pointwise(dst.get_device(), d_dt, size,
-                                        lambda idx, ld=loader, a=s_dt, b=d_dt: to_dtype(ld(idx), a, b))
-            make_extern(aten.copy_.default, [dst, src_val], {}, meta, fallback=False)
-
-    # ---- fallback ------------------------------------------------------------------------
-    def fallback(self, op, args, kwargs, meta, fallback=True) -> Any:
-        """An ExternKernel calling ``op`` on realized inputs; output layouts from meta."""
-        name = _op_name(op)
-        if fallback:
-            counters["aten_fallbacks"][name] += 1
-            if name not in _logged_fallbacks:
-                _logged_fallbacks.add(name)
-                log.info("no lowering for %s: calling the aten op (ExternKernel fallback)", name)
-        return make_extern(op, args, kwargs, meta, fallback=fallback)
 
 
 def make_extern(op, args, kwargs, meta, fallback=False):
@@ -882,7 +468,7 @@ def make_extern(op, args, kwargs, meta, fallback=False):
     raise LoweringError(f"cannot call {op} as an extern kernel: result {type(meta).__name__}")
 
 
-def _eager_input_strides(g: GraphLowering, args, kwargs) -> dict:
+def _eager_input_strides(g, args, kwargs) -> dict:
     """id(unrealized input) -> eager's strides for it, where those are dense, not contiguous
     and keep the last dim innermost (the kernel writing it still stores rows contiguously): an
     extern input computed by a loop is written in eager's layout, so the extern
@@ -923,7 +509,7 @@ class _NoFakeInput(Exception):
     """An extern input whose real layout cannot be given to a fake tensor."""
 
 
-def extern_result_meta(g: GraphLowering, op, cargs, ckwargs, meta):
+def extern_result_meta(g, op, cargs, ckwargs, meta):
     """``(meta, cargs, ckwargs)`` with ``meta`` describing what ``op`` really returns for the
     layouts its realized inputs have.
 
@@ -937,7 +523,7 @@ def extern_result_meta(g: GraphLowering, op, cargs, ckwargs, meta):
     is copied into eager's layout instead, so that the traced ``meta`` holds."""
     node = g.current_node
     if (node is None or node.op != "call_function" or node.target is not op
-            or not _tensors_in(meta)):
+            or not tensors_in(meta)):
         return meta, cargs, ckwargs
     pairs: list = []  # (realized input, its traced fake tensor) of inputs whose layout differs
     _mismatched_inputs(cargs, list(node.args), pairs)
@@ -954,22 +540,22 @@ def extern_result_meta(g: GraphLowering, op, cargs, ckwargs, meta):
         _same_sizes(g, new_meta, meta)  # e.g. a fresh unbacked size: keep the traced one
     except Exception as e:  # noqa: BLE001  (any failure: fall back to eager's layouts below)
         log.debug("%s: cannot rerun on the real input layouts (%s: %s); copying the inputs "
-                  "into eager's layouts", _op_name(op), type(e).__name__, e)
+                  "into eager's layouts", op_name(op), type(e).__name__, e)
     else:
         return new_meta, cargs, ckwargs
     copies = {id(c): _copy_into_layout(g, c, f, op) for c, f in pairs}
     return meta, _replace_inputs(cargs, copies), _replace_inputs(ckwargs, copies)
 
 
-def _same_sizes(g: GraphLowering, new_meta, meta) -> None:
+def _same_sizes(g, new_meta, meta) -> None:
     """The rerun's results have the traced results' sizes (else _NoFakeInput)."""
-    new, old = _tensors_in(new_meta), _tensors_in(meta)
+    new, old = tensors_in(new_meta), tensors_in(meta)
     if len(new) != len(old) or any(
             [g.expr(s) for s in a.shape] != [g.expr(s) for s in b.shape] for a, b in zip(new, old, strict=True)):
         raise _NoFakeInput("the rerun's result sizes differ from the traced ones")
 
 
-def has_eager_strides(g: GraphLowering, layout: Layout, fake: torch.Tensor) -> bool:
+def has_eager_strides(g, layout: Layout, fake: torch.Tensor) -> bool:
     """``layout`` has the traced tensor ``fake``'s strides on every dim of size > 1 (a size-1 dim's stride is never multiplied by a
     nonzero index); tensors without elements have no layout to disagree on."""
     size = [g.expr(s) for s in fake.shape]
@@ -1015,7 +601,7 @@ def _mismatched_inputs(cargs, fx_args, out: list) -> None:
 def _fake_mode_of(meta):
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    for t in _tensors_in(meta):
+    for t in tensors_in(meta):
         if isinstance(t, FakeTensor):
             return t.fake_mode
     return FakeTensorMode(allow_non_fake_inputs=True)
@@ -1070,12 +656,12 @@ def _fake_args(cargs, fx_args, fakes: dict):
     return fx_args
 
 
-def _copy_into_layout(g: GraphLowering, c, fake: torch.Tensor, op) -> Buffer:
+def _copy_into_layout(g, c, fake: torch.Tensor, op) -> Buffer:
     """``c`` copied into a new buffer with ``fake``'s (eager's) strides."""
     stride = [g.expr(s) for s in fake.stride()]
     if not is_dense(c.get_size(), stride):
         raise NotImplementedError(
-            f"extern {_op_name(op)}: input {c.name} has layout {c.layout}, eager's strides "
+            f"extern {op_name(op)}: input {c.name} has layout {c.layout}, eager's strides "
             f"{stride} are not dense, and the op cannot be rerun on the real layout")
     return realize(Pointwise(c.get_device(), c.get_dtype(), c.get_size(), c.make_loader()), stride)
 
@@ -1090,42 +676,11 @@ def _replace_inputs(cargs, copies: dict):
     return cargs
 
 
-#: dtypes loop bodies compute in; nodes touching others take the aten fallback
-SUPPORTED_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
-                              torch.int64, torch.float16, torch.bfloat16, torch.float32,
-                              torch.float64})
-
-
-def _supported_dtypes(n: torch.fx.Node, meta) -> bool:
-    vals = _tensors_in(meta)
-    for a in n.all_input_nodes:
-        v = a.meta.get("val", a.meta.get("example_value"))
-        vals += _tensors_in(v)
-    return all(t.dtype in SUPPORTED_DTYPES for t in vals)
-
-
-def _bind_data_dependent_sizes(g: GraphLowering, buf: Buffer) -> None:
+def _bind_data_dependent_sizes(g, buf: Buffer) -> None:
     """A size only known once an extern ran (nonzero, unique, ...): read it from its result."""
     for d, sz in enumerate(buf.layout.size):
         if isinstance(sz, sympy.Symbol) and sz not in g.sizevars.sources:
             g.sizevars.sources[sz] = SizeVarSource(buffer=buf.name, dim=d)
-
-
-def is_storable(size, stride) -> bool:
-    """size/stride can be written by a kernel and allocated by ``empty_strided``: dense, or
-    static, positive and non-overlapping with gaps (eager's layout for a slice of a wider
-    tensor, e.g. one gate's chunk of a GRU's [N, 3H] projection: stride 3H, not H)."""
-    if is_dense(size, stride):
-        return True
-    dims = [(sympify(st), sympify(sz)) for sz, st in zip(size, stride, strict=True) if sympify(sz) != 1]
-    if not all(st.is_Integer and sz.is_Integer for st, sz in dims):
-        return False
-    reach = 1  # every position a dim of smaller stride reaches is below the next stride
-    for st, sz in sorted((int(st), int(sz)) for st, sz in dims):
-        if st < reach:
-            return False
-        reach = st * sz
-    return True
 
 
 def is_dense(size, stride) -> bool:
@@ -1154,68 +709,15 @@ def _ordering_hints(exprs) -> dict:
     return {s: 10007 + 1009 * k for k, s in enumerate(syms)}
 
 
-def _numel_hint(n) -> int | None:
-    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
-    if not isinstance(v, torch.Tensor):
-        return None
-    numel = v.numel()
-    if isinstance(numel, torch.SymInt):  # its hint, never int(): that would specialize the size
-        numel = numel.node.hint
-    return numel if isinstance(numel, int) else None
-
-
-def _broadcast_by_users(n: torch.fx.Node, depth: int = 4) -> bool:
-    """Some consumer of ``n`` (looking through up to ``depth`` nodes of the same size, e.g.
-    ``unsqueeze``) has more elements than ``n``: it reads each element of ``n`` several times."""
-    own = _numel_hint(n)
-    if own is None:
-        return False
-    frontier = list(n.users)
-    for _ in range(depth):
-        nxt = []
-        for u in frontier:
-            k = _numel_hint(u)
-            if k is None:
-                continue
-            if k > own:
-                return True
-            if k == own:
-                nxt.extend(u.users)
-        frontier = nxt
-    return False
-
-
-def _cost(pw: Pointwise):
-    from .analysis import body_deps
-
-    idx = [index_symbol(k) for k in range(len(pw.ranges))]
-    return body_deps(pw.inner_fn, idx)
-
-
-def _tensors_in(v) -> list:
+def tensors_in(v) -> list:
     if isinstance(v, torch.Tensor):
         return [v]
     if isinstance(v, (list, tuple)):
         out = []
         for x in v:
-            out += _tensors_in(x)
+            out += tensors_in(x)
         return out
     return []
-
-
-def _used_symbol(graph: LoopGraph, s) -> bool:
-    for b in graph.buffers:
-        if b.layout is not None and any(s in sympify(e).free_symbols for e in b.layout.size):
-            return True
-    return False
-
-
-def lower(aten_gm: torch.fx.GraphModule, example_inputs=None) -> LoopGraph:
-    """ATen FX GraphModule (nodes with ``meta["val"]``) -> LoopGraph."""
-    from . import lowerings as _families  # noqa: F401  (registers every lowering)
-
-    _ensure_meta(aten_gm, example_inputs)
-    return GraphLowering(aten_gm, example_inputs).run()
 
 
 def meta_val():
@@ -1225,23 +727,3 @@ def meta_val():
     return None if n is None else g._meta(n)
 
 
-def _ensure_meta(gm, example_inputs) -> None:
-    """Hand-built graphs may lack ``meta["val"]``: propagate fake tensors from the inputs."""
-    missing = [n for n in gm.graph.nodes
-               if n.op in ("placeholder", "call_function", "get_attr")
-               and "val" not in n.meta and "example_value" not in n.meta]
-    if not missing:
-        return
-    if example_inputs is None:
-        raise LoweringError("the graph lacks meta['val']; pass example_inputs to lower()")
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    fake_mode = None
-    for x in example_inputs:
-        if isinstance(x, FakeTensor):
-            fake_mode = x.fake_mode
-            break
-    if fake_mode is None:
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    FakeTensorProp(gm, mode=fake_mode).propagate(*example_inputs)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from .analysis import DepsHandler, collect_deps
+from .analysis import DepsHandler
 from .counters import counters
 from .ir import (
     Allocation,
@@ -58,6 +58,7 @@ from .ir import (
     ScatterBuffer,
     SchedNode,
     Schedule,
+    collect_deps,
 )
 from .sizevars import (
     index_symbol,

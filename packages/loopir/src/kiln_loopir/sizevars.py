@@ -18,6 +18,7 @@ import functools
 from collections.abc import Iterable, Sequence
 
 import sympy
+import torch
 from sympy.printing.str import StrPrinter
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "sexpr",
     "SizeVarAllocator",
     "SizeVarSource",
+    "eval_index",
+    "IndexEvaluator",
 ]
 
 Expr = sympy.Expr
@@ -563,8 +566,6 @@ class SizeVarAllocator:
                 return None
             subs[s] = int(vals[t])
         try:
-            from .interpreter import eval_index
-
             return int(eval_index(expr, subs))
         except Exception:
             return None
@@ -658,3 +659,109 @@ def _torch_to_sympy(x):
         return sympy.Integer(int(x))
     except Exception:
         return None
+
+
+# --------------------------------------------------------------------------------------------
+# evaluating index expressions (the interpreter's indexing, size hints)
+# --------------------------------------------------------------------------------------------
+
+
+def eval_index(expr, env: dict, device=None):
+    """Evaluate an integer SymPy expression with ``env`` {symbol: int | LongTensor}."""
+    return IndexEvaluator(env, device)(expr)
+
+
+class IndexEvaluator:
+    """Evaluates integer SymPy index expressions over ints or LongTensors (memoized)."""
+
+    def __init__(self, env, device):
+        self.env = env
+        self.device = device
+        self.cache = {}
+
+    def __call__(self, e):
+        if isinstance(e, (int, bool)):
+            return int(e)
+        key = e
+        if key in self.cache:
+            return self.cache[key]
+        v = self._eval(e)
+        self.cache[key] = v
+        return v
+
+    def _t(self, v):
+        if isinstance(v, torch.Tensor):
+            return v
+        return torch.tensor(v, dtype=torch.int64, device=self.device)
+
+    def _eval(self, e):
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            if e not in self.env:
+                raise KeyError(f"no value for symbol {e}")
+            return self.env[e]
+        if isinstance(e, sympy.Add):
+            out = 0
+            for a in e.args:
+                out = out + self(a)
+            return out
+        if isinstance(e, sympy.Mul):
+            out = 1
+            for a in e.args:
+                out = out * self(a)
+            return out
+        if isinstance(e, sympy.Pow):
+            b, p = e.args
+            if p.is_Integer and int(p) >= 0:
+                return self(b) ** int(p)
+            raise ValueError(f"non-integer power in index: {e}")
+        if isinstance(e, FloorDiv):
+            a, b = self(e.args[0]), self(e.args[1])
+            return _floordiv(a, b)
+        if isinstance(e, ModularIndexing):
+            x, d, m = (self(a) for a in e.args)
+            return _mod(_floordiv(x, d), m)
+        if isinstance(e, sympy.Min):
+            vals = [self(a) for a in e.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = torch.minimum(self._t(out), self._t(v)) if _any_tensor(out, v) else min(out, v)
+            return out
+        if isinstance(e, sympy.Max):
+            vals = [self(a) for a in e.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = torch.maximum(self._t(out), self._t(v)) if _any_tensor(out, v) else max(out, v)
+            return out
+        if isinstance(e, sympy.floor):
+            return _floordiv_expr(self, e.args[0])
+        if isinstance(e, sympy.Mod):
+            return _mod(self(e.args[0]), self(e.args[1]))
+        if e.func.__name__ in ("FloorDiv", "floordiv"):
+            return _floordiv(self(e.args[0]), self(e.args[1]))
+        if e.func.__name__ == "ModularIndexing":
+            x, d, m = (self(a) for a in e.args)
+            return _mod(_floordiv(x, d), m)
+        raise ValueError(f"cannot evaluate index expression {e} ({type(e).__name__})")
+
+
+def _floordiv_expr(ev, arg):
+    n, d = sympy.fraction(sympy.together(arg))
+    return _floordiv(ev(n), ev(d))
+
+
+def _any_tensor(*xs):
+    return any(isinstance(x, torch.Tensor) for x in xs)
+
+
+def _floordiv(a, b):
+    if _any_tensor(a, b):
+        return torch.div(a, b, rounding_mode="floor")
+    return a // b
+
+
+def _mod(a, b):
+    if _any_tensor(a, b):
+        return torch.remainder(a, b)
+    return a % b

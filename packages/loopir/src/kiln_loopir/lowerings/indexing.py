@@ -10,18 +10,20 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import Pointwise
+from ..ir import ComputedBuffer, Layout, Pointwise, ScatterBuffer
 from ..lowering import (
     LoweringError,
     broadcast_loader,
     broadcast_shapes,
     constant_value,
     current,
+    is_dense,
     lowering,
     meta_val,
+    realize,
     to_dtype,
 )
-from ..sizevars import contiguous_strides, sympify
+from ..sizevars import FloorDiv, contiguous_strides, sympify
 from ..virtualized import ops
 from .extern import _VIEW_OPS, EXTERN_OPS
 
@@ -133,9 +135,6 @@ def _cat_into_slices(parts, out_size, dim: int, dtype):
     copying it into its slice of the result (a where-chain over all inputs would load every
     input at every element). The first loop owns the result buffer, the others are
     ScatterBuffers writing into it; each input's pointwise producer fuses into its loop."""
-    from ..ir import ComputedBuffer, Layout, ScatterBuffer
-    from ..lowering import is_dense
-
     g = current()
     m = meta_val()
     stride = [g.expr(st) for st in m.stride()]
@@ -328,8 +327,6 @@ def _slice_scatter(self, src, dim=0, start=None, end=None, step=1):
         i = index[dim]
         local = sympy.Max(i - start, S0)
         if step != 1:
-            from ..sizevars import FloorDiv
-
             local = FloorDiv(local, step)
         local = sympy.Min(local, length - 1)
         sidx = list(index)
@@ -368,9 +365,6 @@ def _select_scatter(self, src, dim, index):
 
 
 def _scatter_into(self, ranges, value_fn, out_indexer, mode):
-    from ..ir import ScatterBuffer
-    from ..lowering import realize
-
     g = current()
     copy = Pointwise(self.get_device(), self.get_dtype(), self.get_size(), self.make_loader())
     target = realize(copy)

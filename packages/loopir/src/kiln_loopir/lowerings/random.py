@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from ..codegen_registry import CodegenUnavailable, codegen_for_device_type
 from ..counters import counters
 from ..ir import Buffer, ExternKernel, IRNode, Layout, Pointwise, compute_dtype
 from ..lowering import (
@@ -77,8 +78,6 @@ def philox_applies(device: torch.device) -> bool:
     policy = _policy.get()
     if policy != "auto":
         return policy == "philox"
-    from ..codegen_registry import CodegenUnavailable, codegen_for_device_type
-
     try:
         return bool(getattr(codegen_for_device_type(device.type), "philox", False))
     except CodegenUnavailable:
