@@ -14,7 +14,7 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 from kiln.backend import kiln_backend
-from kiln.training import aot_eager_backend
+from kiln.backend import aot_eager_backend
 
 
 class Net(nn.Module):

@@ -1,4 +1,6 @@
-"""kiln's backends: ``kiln`` (the compiler) and ``loopir_interpret`` (the reference).
+"""kiln's backends: ``kiln`` (the compiler), ``loopir_interpret`` (the reference) and
+``aot_eager`` (aotgrad's graphs on torch ops, for debugging: it separates tracing and
+partitioning bugs from code generation bugs).
 
 Both have the backend signature of torch's ``compile(backend=...)``, ``(gm, example_inputs,
 options=None) -> callable``, and are offered to every frontend through the entry-point group
@@ -26,9 +28,9 @@ frontend then runs the frame eagerly with one warning (``kiln_frontend.config.su
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import kiln_aotgrad
 import kiln_loopir
@@ -41,17 +43,26 @@ from kiln_loopir.lowerings.random import random_numbers
 from kiln_runtime.profile import profiled
 
 from . import cache, reduce_overhead
+from .codegens import (
+    codegen_by_name,
+    codegen_for_device,
+    prepare_codegen,
+    random_policy,
+)
 from .debug import NO_TRACE, DebugTrace
 from .options import Options
 from .passes import fold_conv_batchnorm
+from .recording import record_compiled, record_folded
 from .stats import counters
 from .training import compile_training
+from .wrappers import inference_only, needs_autograd, run_eagerly, with_output_structure
 
 log = logging.getLogger("kiln")
 
 __all__ = [
     "kiln_backend",
     "loopir_interpret_backend",
+    "aot_eager_backend",
     "compile_inference",
     "compile_aten",
     "interpret_aten",
@@ -125,11 +136,13 @@ def compile_inference(
         if needs_autograd(gm, example_inputs):  # training: compiled forward and backward
             with pipeline_step("training (kiln_aotgrad.compile_joint)"):
                 return compile_training(
-                    gm, example_inputs, config, back_half=back_half, trace=trace
+                    gm, example_inputs, config, back_half=back_half, trace=trace,
+                    compile_piece=functools.partial(compile_inference, config=config,
+                                                    back_half=back_half),
                 )
         with pipeline_step("fold batchnorm (kiln.passes.fold_conv_batchnorm)"):
             folded_gm, folded = fold_conv_batchnorm(gm, example_inputs)  # eval BN into conv weights, guarded
-            cache.record_folded(getattr(folded_gm, "meta", {}).get("kiln_folded_recipes"))
+            record_folded(getattr(folded_gm, "meta", {}).get("kiln_folded_recipes"))
         with pipeline_step("trace (kiln_aotgrad.trace_inference)"):
             aten_gm = kiln_aotgrad.trace_inference(folded_gm, example_inputs)
         compiled = back_half(aten_gm, config, trace=trace)
@@ -168,7 +181,7 @@ def compile_aten(
     except _codegen_compile_errors() as e:  # e.g. g++ failed: run the IR on the interpreter
         compiled = _interpret_instead(schedule, e)
     trace.write_output_code(module, compiled, aten_gm)
-    cache.record_compiled(aten_gm, module, compiled)  # what the graph-level cache stores
+    record_compiled(aten_gm, module, compiled)  # what the graph-level cache stores
     compiled = profiled(compiled, aten_gm)  # KILN_LOGS=perf: time each kernel vs eager's ops
     compiled = _interpret_if_first_launch_fails(compiled, schedule)  # Triton compiles lazily
     compiled = reduce_overhead.for_mode(compiled, aten_gm, config)  # CUDA graphs per mode
@@ -239,57 +252,6 @@ def pipeline_step(step: str) -> Iterator[None]:
         raise KilnCompileError(step, e) from e
 
 
-# ---------------------------------------------------------------------------------- codegens
-
-
-def codegen_by_name(name: str, config: Options | None = None):
-    """A fresh codegen instance, built by the codegen registered as ``name`` in the entry-point
-    group ``kiln.codegens`` (kiln_loopir.codegen_registry). An unknown name raises ValueError
-    listing the known ones; a declared codegen that cannot load raises CodegenUnavailable."""
-    return codegen_registry.get_codegen(name).build(config if config is not None else Options())
-
-
-def random_policy(config: Options) -> str:
-    """How random ops lower (kiln_loopir.lowerings.random): eager's generator with
-    ``fallback_random``; with a chosen codegen, philox numbers if it has them; otherwise
-    ``"auto"``: philox where the device's codegen has them (CUDA), eager's generator elsewhere."""
-    if config.fallback_random:
-        return "eager"
-    if config.codegen:
-        return "philox" if codegen_registry.get_codegen(config.codegen).philox else "eager"
-    return "auto"
-
-
-def prepare_codegen(gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options) -> None:
-    """Let the graph's codegen start slow resources before tracing (``CodegenEntry.prepare``).
-    Best effort: a failure here only costs the time it would have saved."""
-    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), None)
-    device = device or next((p.device for p in gm.parameters()), None)
-    if device is None:
-        return
-    try:
-        entry = codegen_entry_for_device(device, config)
-        if entry.prepare is not None:
-            entry.prepare(len(gm.graph.nodes))
-    except Exception as e:  # noqa: BLE001
-        log.debug("kiln: codegen prepare skipped: %s: %s", type(e).__name__, e)
-
-
-def codegen_entry_for_device(device, config: Options | None = None) -> codegen_registry.CodegenEntry:
-    """The registered codegen for a device: ``options["codegen"]`` when given, else the one
-    declaring the device type (CPU -> cpp, CUDA -> triton)."""
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    name = config.codegen if config is not None and config.codegen else None
-    if name is None:
-        name = codegen_registry.codegen_for_device_type(device.type).name
-    return codegen_registry.get_codegen(name)
-
-
-def codegen_for_device(device, config: Options | None = None):
-    """A fresh codegen for a device (``codegen_entry_for_device``), built from ``config``."""
-    return codegen_entry_for_device(device, config).build(config if config is not None else Options())
-
-
 # ---------------------------------------------------------------------------------- helpers
 
 
@@ -336,83 +298,29 @@ def _interpret_if_first_launch_fails(compiled, schedule) -> Callable:
     return compiled
 
 
-def needs_autograd(gm, example_inputs: Sequence) -> bool:
-    """True when grad mode is on and an input, or a parameter of ``gm``, requires grad: the
-    result must then carry autograd history: the training path (``kiln.training``, compiled
-    forward and backward graphs) handles the graph."""
-    if not torch.is_grad_enabled():
-        return False
-    if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
-        return True
-    if isinstance(gm, torch.nn.Module):
-        return any(p.requires_grad for p in gm.parameters())
-    return False
+# ---------------------------------------------------------------------------------- aot_eager
 
 
-_warned_eager = False
+def _run_aten_eagerly(graph: torch.fx.GraphModule, config: Options, *, trace=NO_TRACE):
+    trace.write("aten_graph.txt", graph)
+    return graph.forward
 
 
-def run_eagerly(gm, reason: str) -> Callable:
-    """The graph's own forward, with one log line saying why (logger ``kiln``)."""
-    global _warned_eager
-    level = logging.INFO if _warned_eager else logging.WARNING
-    _warned_eager = True
-    log.log(level, "kiln: running this graph eagerly: %s", reason)
-    cache.record_eager(reason)
-    counters["eager_fallbacks"] += 1
-    counters[f"eager_fallback:{_reason_key(reason)}"] += 1
-    return gm.forward
-
-
-def _reason_key(reason: str) -> str:
-    if "requires grad" in reason:
-        return "mutated input requiring grad"
-    if "share memory" in reason:
-        return "mutated aliased inputs"
-    if reason.startswith("loopir cannot lower"):
-        return "loopir cannot lower"
-    return reason.split(":")[0][:60]
-
-
-def with_output_structure(aten_gm, flat_fn: Callable, *, derived_from=(), reads=()) -> Callable:
-    """Wrap a callable returning the ATen graph's flat outputs so that it returns the
-    torch-level graph's own structure (tuple, single tensor, nested, constants).
-    ``derived_from``: tensors the compiled code holds copies of; ``reads``: tensors it reads
-    in place as constants (``compile_inference`` guards both), kept on the result as
-    ``.derived_from`` and ``.reads``."""
-    if "kiln" not in getattr(aten_gm, "meta", {}) and not derived_from and not reads:
-        return flat_fn
-    if "kiln" not in getattr(aten_gm, "meta", {}):
-        def compiled_graph(*args):
-            return flat_fn(*args)
-    else:  # the restore is chosen once (a plain tuple of outputs: ``tuple``)
-        restore = cache.structure_restorer(cache.out_structure(aten_gm))
-
-        def compiled_graph(*args):
-            return restore(flat_fn(*args))
-
-    compiled_graph.flat = flat_fn
-    compiled_graph.aten_gm = aten_gm
-    compiled_graph.derived_from = list(derived_from)
-    compiled_graph.reads = list(reads)
-    return compiled_graph
-
-
-def inference_only(gm, compiled: Callable) -> Callable:
-    """Guard a compiled inference graph: a call that needs autograd (grad mode on and an input
-    or parameter requiring grad) runs ``gm`` eagerly instead, so results keep their history."""
-    params_need_grad = isinstance(gm, torch.nn.Module) and any(
-        p.requires_grad for p in gm.parameters()
-    )
-
-    is_grad_enabled = torch.is_grad_enabled
-
-    def call(*args: Any):
-        if is_grad_enabled() and (
-            params_need_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-        ):
-            return gm(*args)
-        return compiled(*args)
-
-    call.compiled = compiled
-    return call
+def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=None):
+    """The ``aot_eager`` backend: aotgrad's graphs (inference, or forward and backward) run
+    with torch ops, no loopir and no codegen."""
+    config = Options.from_user(options)
+    trace = DebugTrace.for_compile(config)
+    trace.write("fx_graph.txt", gm)
+    try:
+        if needs_autograd(gm, example_inputs):
+            return compile_training(
+                gm, example_inputs, config, back_half=_run_aten_eagerly, trace=trace,
+                compile_piece=functools.partial(compile_inference, config=config,
+                                                back_half=_run_aten_eagerly),
+            )
+        aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
+    except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
+        return run_eagerly(gm, str(e))
+    trace.write("aten_graph.txt", aten_gm)
+    return with_output_structure(aten_gm, aten_gm.forward)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -50,7 +49,6 @@ import importlib.util
 import io
 import itertools
 import logging
-import operator
 import os
 import sys
 import threading
@@ -62,13 +60,18 @@ from typing import Any
 
 import kiln_runtime
 import torch
-import torch.utils._pytree as pytree
 from kiln_loopir.derived_constants import THREAD_TUNED, derive
 from kiln_runtime import compile_timer, disk_cache
+from kiln_runtime.cudagraphs import run_before_capture
 from kiln_runtime.guards import WeightsGuard
 
+from .codegens import codegen_by_name
 from .options import Options
+from .passes.fold_batchnorm import batch_counters, folded_value
+from .recording import Recording, recording_scope
+from .reduce_overhead import for_mode
 from .stats import counters
+from .wrappers import graph_facts, inference_only, out_structure, run_eagerly, structure_restorer
 
 log = logging.getLogger("kiln.cache")
 
@@ -79,13 +82,7 @@ __all__ = [
     "compile_cached",
     "enabled",
     "flush",
-    "graph_facts",
     "graph_key",
-    "record_compiled",
-    "record_eager",
-    "out_structure",
-    "restore_structure",
-    "structure_restorer",
 ]
 
 #: the disk-cache kind of graph-level artifacts
@@ -438,56 +435,6 @@ def _tracing_state_text() -> str:
 # ============================================================================ recording
 
 
-@dataclasses.dataclass
-class _Recording:
-    """What one backend call produced, reported by the pipeline's hooks."""
-
-    compiled: list[tuple[Any, Any, Any]] = dataclasses.field(default_factory=list)
-    eager_reason: str | None = None
-    folded: dict[str, tuple] = dataclasses.field(default_factory=dict)
-    not_cacheable: str | None = None
-
-
-_recording: contextvars.ContextVar[_Recording | None] = contextvars.ContextVar(
-    "kiln_cache_recording", default=None
-)
-
-
-def record_compiled(aten_gm, module, compiled) -> None:
-    """Hook in ``compile_aten``: the generated module behind a compiled graph."""
-    rec = _recording.get()
-    if rec is None:
-        return
-    if not isinstance(compiled, kiln_runtime.CompiledGraph):
-        rec.not_cacheable = "its kernels did not compile (interpreter fallback)"
-    rec.compiled.append((aten_gm, module, compiled))
-
-
-def record_folded(recipes: dict[str, tuple] | None) -> None:
-    """Hook in ``compile_inference``: the buffers ``fold_conv_batchnorm`` computed, each with
-    its recipe (``kiln.passes.folded_value``'s arguments by qualified name)."""
-    rec = _recording.get()
-    if rec is not None and recipes:
-        rec.folded.update(recipes)
-
-
-def record_eager(reason: str) -> None:
-    """Hook in ``run_eagerly``: the graph runs eagerly, and why."""
-    rec = _recording.get()
-    if rec is not None:
-        rec.eager_reason = reason
-
-
-@contextlib.contextmanager
-def _recording_scope():
-    rec = _Recording()
-    token = _recording.set(rec)
-    try:
-        yield rec
-    finally:
-        _recording.reset(token)
-
-
 # ============================================================================ the backend hook
 
 _graph_ids = itertools.count()
@@ -526,7 +473,7 @@ def compile_cached(
             return hit
         env = _shape_env(gm)
         before = _shape_env_state(env)
-        with _recording_scope() as rec:
+        with recording_scope() as rec:
             compiled = compile_fn()
         with compile_timer.phase("cache store"):
             reason = _why_not_stored(rec, before, _shape_env_state(env))
@@ -541,7 +488,7 @@ def compile_cached(
         return compiled
 
 
-def _why_not_stored(rec: _Recording, shapes_before: str, shapes_after: str) -> str | None:
+def _why_not_stored(rec: Recording, shapes_before: str, shapes_after: str) -> str | None:
     if rec.not_cacheable:
         return rec.not_cacheable
     if shapes_before != shapes_after:
@@ -557,61 +504,6 @@ def _why_not_stored(rec: _Recording, shapes_before: str, shapes_after: str) -> s
 
 
 # ============================================================================ store / load
-
-
-def graph_facts(aten_gm) -> dict:
-    """What the CUDA-graph wrapper needs to know of a compiled graph (stored with it)."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
-    info = aten_gm.meta.get("kiln")
-    devices, data_dependent = set(), False
-    for n in aten_gm.graph.nodes:
-        v = n.meta.get("val")
-        for t in v if isinstance(v, tuple | list) else [v]:
-            if isinstance(t, torch.Tensor):
-                devices.add(str(t.device))
-            if t is not None and not isinstance(t, int | float | bool | str):
-                try:
-                    data_dependent = data_dependent or bool(free_unbacked_symbols(t))
-                except Exception:
-                    pass
-    return {
-        "devices": sorted(devices),
-        "data_dependent": data_dependent,
-        "mutated_inputs": list(getattr(info, "mutated_inputs", []) or []),
-        "symbolic": bool(getattr(info, "symbolic", False)),
-        "num_inputs": getattr(info, "num_inputs", None),
-    }
-
-
-def out_structure(aten_gm) -> tuple[Any, list]:
-    """(pytree spec, [(is_graph_output, constant leaf)]) of the torch-level output."""
-    from kiln_aotgrad.inference import _GRAPH_OUTPUT  # the template's marker of graph outputs
-
-    info = aten_gm.meta["kiln"]
-    template = [(leaf is _GRAPH_OUTPUT, None if leaf is _GRAPH_OUTPUT else leaf)
-                for leaf in info.out_template]
-    return info.out_spec, template
-
-
-def restore_structure(out_structure, flat_outputs: Sequence) -> Any:
-    spec, template = out_structure
-    it = iter(flat_outputs)
-    return pytree.tree_unflatten([next(it) if is_out else v for is_out, v in template], spec)
-
-
-def structure_restorer(out_structure) -> Callable[[Sequence], Any]:
-    """``restore_structure`` for one output structure, made once: a graph returning a plain
-    tuple, list or single tensor of its outputs (no constants) gets ``tuple``, ``list`` or
-    ``itemgetter(0)`` (one C call per call instead of a pytree walk)."""
-    spec, template = out_structure
-    if all(is_out for is_out, _ in template):
-        if spec.is_leaf():
-            return operator.itemgetter(0)
-        if spec.type in (tuple, list) and all(spec.child(i).is_leaf()
-                                               for i in range(spec.num_children)):
-            return spec.type
-    return functools.partial(restore_structure, out_structure)
 
 
 def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None,
@@ -705,8 +597,6 @@ def _folded_source(name: str, value: torch.Tensor, recipe: tuple, gm, names: Gra
 
 
 def _fold_again(recipe: tuple, gm, names: GraphNames, stride: tuple) -> torch.Tensor:
-    from .passes.fold_batchnorm import folded_value
-
     which, norms, eps = recipe
     tensors = []
     for norm in norms:
@@ -759,6 +649,7 @@ def _in_background(fn: Callable[[], None]) -> None:
     with _pending_lock:
         if _writer is None:
             _writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kiln-cache-store")
+            run_before_capture(flush)  # no write may touch the device during a CUDA graph capture
         _pending[:] = [f for f in _pending if not f.done()]
         _pending.append(_writer.submit(fn))
 
@@ -771,7 +662,7 @@ def flush() -> None:
     concurrent.futures.wait(pending)
 
 
-def _store(key: str, rec: _Recording, gm, names: GraphNames) -> None:
+def _store(key: str, rec: Recording, gm, names: GraphNames) -> None:
     """Write the entry. An artifact holding tensors the compile computed (folded weights, a
     weight in another layout of a value we cannot tie to a parameter) is valid only for these
     weights: it goes under a key that adds their hash, and ``key`` holds a pointer to that.
@@ -839,8 +730,6 @@ def _load(key, gm, names, config, compile_fn) -> Callable | None:
             return None
         artifact = _read(entry)
         if artifact["kind"] == "eager":
-            from .backend import run_eagerly
-
             fn = run_eagerly(gm, artifact["reason"])
         else:
             fn = _rebuild(artifact, gm, names, config)
@@ -867,8 +756,6 @@ def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list, l
     ``num_batches_tracked`` of those BatchNorms: their statistics change in training mode
     without a version bump), and the module tensors it binds as constants and reads in place
     (``attr``: a new memory for one, ``p.data = other``, must compile again)."""
-    from .passes.fold_batchnorm import batch_counters
-
     tensors, owners, seen, stats = [], [], set(), []
     views = {}
     for where, ref, *rest in constants.values():
@@ -906,8 +793,6 @@ def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list, l
 
 def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable:
     from kiln_loopir.codegen_protocol import GeneratedModule, KernelDef
-
-    from .backend import codegen_by_name
 
     codegen = codegen_by_name(artifact["codegen"], config)
     kernels = [KernelDef(n, src, list(args), meta=dict(meta))
@@ -999,9 +884,6 @@ def _one_thread():
 def _finish(gm, compiled, facts: dict, out_structure, config: Options) -> Callable:
     """What ``compile_inference`` returns around a loaded graph: CUDA graphs (per mode), the
     torch-level output structure, the grad-mode guard."""
-    from .backend import inference_only
-    from .reduce_overhead import for_mode
-
     try:  # KILN_LOGS=perf: per-kernel times (no eager comparison: the ATen graph was skipped)
         from kiln_runtime.profile import profiled
 

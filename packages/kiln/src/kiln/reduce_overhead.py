@@ -3,7 +3,7 @@
 ``for_mode(compiled, facts, config)`` returns ``compiled`` untouched unless the mode asks for
 CUDA graphs; then it returns a ``CudaGraphRunner`` around it (``.compiled``; it calls the
 generated wrapper's entry directly), told what the compiled graph's facts
-(``kiln.cache.graph_facts``) say: a graph that touches the CPU or has data-dependent shapes is
+(``kiln.wrappers.graph_facts``) say: a graph that touches the CPU or has data-dependent shapes is
 not recorded (the runner logs why), mutated inputs are copied back after each replay, and a
 graph compiled with symbolic sizes may pad dim 0 to ``kiln_runtime.cudagraphs.config.buckets``.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .options import Options
+from .wrappers import graph_facts
 
 __all__ = ["CUDAGRAPH_MODES", "for_mode"]
 
@@ -36,11 +37,8 @@ def for_mode(compiled: Callable, facts, config: Options) -> Callable:
     if config.mode not in CUDAGRAPH_MODES:
         return compiled
     from kiln_runtime import CompiledGraph
-    from kiln_runtime.cudagraphs import CudaGraphRunner, run_before_capture
+    from kiln_runtime.cudagraphs import CudaGraphRunner
 
-    from .cache import flush, graph_facts
-
-    run_before_capture(flush)  # no graph-cache write may touch the device during a capture
     if not isinstance(facts, dict):
         facts = graph_facts(facts)
     runner = CudaGraphRunner(

@@ -1,14 +1,14 @@
 """The training path of kiln's backends: graphs whose inputs or parameters require grad.
 
-``compile_training(gm, example_inputs, config, back_half=compile_aten)`` hands the graph to
+``compile_training(gm, example_inputs, config, back_half=compile_aten, compile_piece=...)``
+hands the graph to
 ``kiln_aotgrad.compile_joint``: one joint forward+backward trace, a partition (``min_cut`` or
 ``save_all``, ``activation_memory_budget``), then the forward and the backward graphs each go
 through ``back_half`` (loopir + the device's codegen for the ``kiln`` backend). The debug
 folder gets ``joint_graph.txt``, ``forward_graph.txt``, ``backward_graph.txt``,
 ``partition.txt`` and one subfolder per compiled graph (``forward/``, ``backward/``).
 
-``aot_eager_backend``: the same trace and partition, both graphs run with torch ops (for
-debugging: it separates tracing/partitioning bugs from code generation bugs).
+``kiln.backend.aot_eager_backend`` runs this path with both graphs on torch ops.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .debug import NO_TRACE, DebugTrace
 from .options import Options
 from .stats import counters
 
-__all__ = ["compile_training", "aot_eager_backend"]
+__all__ = ["compile_training"]
 
 
 def compile_training(
@@ -33,18 +33,15 @@ def compile_training(
     config: Options,
     *,
     back_half: Callable,
+    compile_piece: Callable[[torch.fx.GraphModule, list], Callable],
     trace: DebugTrace = NO_TRACE,
 ) -> Callable:
     """A callable with ``gm``'s signature running compiled forward and backward graphs.
     Under DDP, the graph is first split at bucket boundaries (``kiln.ddp``), each piece
-    compiled through the same front half at its first call."""
+    compiled with ``compile_piece(piece, example_inputs)`` at its first call (the caller's
+    front half: ``kiln.backend.compile_inference``)."""
     bucket_bytes = active_ddp_bucket_bytes()
     if bucket_bytes is not None:
-        from .backend import compile_inference
-
-        def compile_piece(piece, inputs):
-            return compile_inference(piece, inputs, config, back_half=back_half)
-
         split = split_at_ddp_buckets(gm, bucket_bytes, compile_piece)
         if split is not None:
             counters["ddp_split_graphs"] += 1
@@ -89,28 +86,3 @@ def _subtrace(trace: DebugTrace, name: str) -> DebugTrace:
     folder = trace.folder / name
     folder.mkdir(parents=True, exist_ok=True)
     return DebugTrace(folder)
-
-
-def _run_aten_eagerly(graph: torch.fx.GraphModule, config: Options, *, trace=NO_TRACE):
-    trace.write("aten_graph.txt", graph)
-    return graph.forward
-
-
-def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, options=None):
-    """The ``aot_eager`` backend: aotgrad's graphs (inference, or forward and backward) run
-    with torch ops, no loopir and no codegen."""
-    from .backend import needs_autograd, run_eagerly, with_output_structure
-
-    config = Options.from_user(options)
-    trace = DebugTrace.for_compile(config)
-    trace.write("fx_graph.txt", gm)
-    try:
-        if needs_autograd(gm, example_inputs):
-            return compile_training(
-                gm, example_inputs, config, back_half=_run_aten_eagerly, trace=trace
-            )
-        aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
-    except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
-        return run_eagerly(gm, str(e))
-    trace.write("aten_graph.txt", aten_gm)
-    return with_output_structure(aten_gm, aten_gm.forward)
