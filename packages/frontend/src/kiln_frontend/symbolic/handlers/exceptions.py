@@ -11,7 +11,7 @@ from ..variables.exceptions import (
     ExceptionVariable,
     TracedException,
     exception_matches,
-    is_builtin_exception,
+    is_traced_exception_class,
 )
 
 
@@ -23,38 +23,62 @@ def _as_exception(tx, value) -> ExceptionVariable:
         cls = value.as_python_constant()
     except Exception:  # noqa: BLE001 - not a class known at trace time
         cls = None
-    if is_builtin_exception(cls):  # ``raise ValueError``
-        return ExceptionVariable(cls, [])
+    if is_traced_exception_class(cls):  # ``raise ValueError``
+        return ExceptionVariable.construct(tx, cls, [], {})
     raise Unsupported(f"raising {value.describe()} in captured code")
+
+
+def handled_exceptions(tx) -> list[ExceptionVariable]:
+    """The exceptions being handled (``sys.exc_info()``'s stack, innermost last): one
+    stack for the frame and what it inlines, as CPython keeps one per thread."""
+    root = tx.root()
+    if not hasattr(root, "handled_exceptions"):
+        root.handled_exceptions = []
+    return root.handled_exceptions
 
 
 @handler("RAISE_VARARGS")
 def RAISE_VARARGS(tx, inst):
-    if inst.arg == 0:
-        raise Unsupported("bare `raise` in captured code")
+    if inst.arg == 0:  # bare ``raise``: the exception being handled, as it is
+        handled = handled_exceptions(tx)
+        if not handled:
+            raise Unsupported("bare `raise` with no exception being handled")
+        raise TracedException(handled[-1])
+    cause = None
     if inst.arg == 2:
-        tx.pop()  # the cause of ``raise X from Y``: not observable in the traced code
-    raise TracedException(_as_exception(tx, tx.pop()))
+        cause = tx.realize(tx.pop())
+    exc = _as_exception(tx, tx.pop())
+    if cause is not None:  # ``raise X from Y`` (``from None``: no cause, context hidden)
+        exc.cause = None if cause.is_python_constant() and \
+            cause.as_python_constant() is None else _as_exception(tx, cause)
+        exc.suppress_context = True
+    handled = handled_exceptions(tx)
+    if handled and handled[-1] is not exc and exc.context is None:
+        exc.context = handled[-1]  # raised while handling another: its __context__
+    raise TracedException(exc)
 
 
 @handler("RERAISE")
 def RERAISE(tx, inst):
-    exc = tx.pop()
-    if inst.arg:
-        tx.pop()  # the offset of the raising instruction (CPython restores f_lasti)
+    exc = tx.pop()  # (with an arg, CPython only peeks at the offset below to set f_lasti)
     raise TracedException(_as_exception(tx, exc))
 
 
 @handler("PUSH_EXC_INFO")
 def PUSH_EXC_INFO(tx, inst):
     exc = tx.pop()
-    tx.push(ConstantVariable(None))  # the exception handled before (none while tracing)
+    handled = handled_exceptions(tx)
+    tx.push(handled[-1] if handled else ConstantVariable(None))  # restored by POP_EXCEPT
     tx.push(exc)
+    handled.append(_as_exception(tx, exc))
 
 
 @handler("POP_EXCEPT")
 def POP_EXCEPT(tx, inst):
     tx.pop()
+    handled = handled_exceptions(tx)
+    if handled:
+        handled.pop()
 
 
 @handler("CHECK_EXC_MATCH")
@@ -64,22 +88,32 @@ def CHECK_EXC_MATCH(tx, inst):
     tx.push(ConstantVariable(exception_matches(exc, match)))
 
 
+@handler("WITH_EXCEPT_START")
+def WITH_EXCEPT_START(tx, inst):
+    """A ``with`` block left by an exception: ``__exit__(type, value, None)`` (inlined for
+    Python managers; torch's own restore their mode and never suppress)."""
+    from ..variables.misc import wrap_class
+
+    exc = tx.realize(tx.peek())
+    exit_fn = tx.peek(4)
+    if not isinstance(exc, ExceptionVariable):
+        raise Unsupported(f"leaving a `with` block with {exc.describe()}")
+    tx.push(tx.call_function(exit_fn, [wrap_class(exc.cls), exc, ConstantVariable(None)],
+                             {}))
+
+
 def handle_traced_exception(tx, inst, error: TracedException) -> bool:
     """Jump to the handler of ``inst`` for ``error`` (True), or leave it to the caller
-    (False: no handler here, or one that is not a plain ``except``/``finally``)."""
+    (False: no handler in this code).  Any handler: an ``except``/``finally`` body, the
+    cleanup that unbinds ``except ... as e``, a ``with`` block's ``__exit__``."""
     entry = getattr(inst, "exn_tab_entry", None)
     if entry is None:
         return False
-    target = tx.index_of[id(entry.target)]
-    following = tx.instructions[target + 1:target + 2]
-    if tx.instructions[target].opname != "PUSH_EXC_INFO" or \
-            (following and following[0].opname == "WITH_EXCEPT_START"):
-        return False  # the cleanup of a ``with`` (its __exit__ would see the exception)
     if len(tx.stack) < entry.depth:
         return False
     del tx.stack[entry.depth:]
     if entry.lasti:
         tx.push(ConstantVariable(inst.offset if inst.offset is not None else -1))
     tx.push(error.exc)
-    tx.ip = target
+    tx.ip = tx.index_of[id(entry.target)]
     return True

@@ -143,6 +143,18 @@ def _b_len(tx, args, kwargs):
     return None
 
 
+@builtin_handler(str)
+def _b_str(tx, args, kwargs):
+    """``str(obj)`` of a tracker that knows its text (``str_value()``: an exception made
+    while tracing); constants fold as before."""
+    if len(args) != 1 or kwargs:
+        return None
+    x = tx.realize(args[0])
+    if hasattr(x, "str_value"):
+        return ConstantVariable(x.str_value())
+    return None
+
+
 def _python_type_of(tx, v: VariableTracker) -> type:
     return v.python_type()
 

@@ -44,6 +44,11 @@ class ContextManagerVariable(VariableTracker):
     def undo_real(self) -> None:
         raise NotImplementedError
 
+    def exit_on_exception(self, tx, exc: VariableTracker | None) -> None:
+        """The block was left by an exception: torch's managers restore their mode the
+        same way and never suppress it."""
+        self.exit(tx)
+
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name == "__enter__":
             return _BoundEnter(self)
@@ -80,8 +85,9 @@ class ContextExitVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if any(not (a.is_python_constant() and a.as_python_constant() is None) for a in args):
-            raise Unsupported("leaving a context manager with an exception")
-        self.ctx.exit(tx)
+            self.ctx.exit_on_exception(tx, args[1] if len(args) > 1 else None)
+        else:
+            self.ctx.exit(tx)
         return ConstantVariable(False)
 
     def reconstruct(self, codegen):
@@ -231,6 +237,184 @@ class AutocastVariable(ContextManagerVariable):
         return f"AutocastVariable({self.device_type}, {self.dtype}, {self.enabled})"
 
 
+class InferenceModeVariable(ContextManagerVariable):
+    """``torch.inference_mode(mode=True)``: ``_enter_inference_mode(mode)`` /
+    ``_exit_inference_mode(ctx)`` nodes, as torch.compile records.  While tracing only the
+    real grad mode is switched (inference mode implies no grad; fake tensors are not made
+    inference tensors)."""
+
+    def __init__(self, mode: bool):
+        super().__init__()
+        self.mode = mode
+        self.node: Any = None
+        self.prev_grad: bool | None = None
+
+    @classmethod
+    def create(cls, tx, klass: type, args, kwargs) -> InferenceModeVariable:
+        mode = args[0] if args else kwargs.get("mode", ConstantVariable(True))
+        return cls(bool(_const(mode, "torch.inference_mode")))
+
+    def python_type(self) -> type:
+        return torch.inference_mode
+
+    def enter(self, tx) -> VariableTracker:
+        from torch.autograd.grad_mode import _enter_inference_mode
+
+        self.node = tx.output.tracer.create_proxy("call_function", _enter_inference_mode,
+                                                  (self.mode,), {})
+        self.node.node.meta["example_value"] = None
+        self.prev_grad = torch.is_grad_enabled()
+        if self.mode:
+            torch._C._set_grad_enabled(False)
+        self.active(tx).append(self)
+        return ConstantVariable(None)
+
+    def exit(self, tx) -> None:
+        from torch.autograd.grad_mode import _exit_inference_mode
+
+        proxy = tx.output.tracer.create_proxy("call_function", _exit_inference_mode,
+                                              (self.node,), {})
+        proxy.node.meta["example_value"] = None
+        self.undo_real()
+        active = self.active(tx)
+        if self in active:
+            active.remove(self)
+
+    def undo_real(self) -> None:
+        if self.prev_grad is not None:
+            torch._C._set_grad_enabled(self.prev_grad)
+            self.prev_grad = None
+
+    def reconstruct(self, codegen):
+        codegen.push_null()
+        codegen.load_const_object(torch.inference_mode)
+        codegen.load_const(self.mode)
+        codegen.call_function(1)
+
+    def describe(self) -> str:
+        return f"InferenceModeVariable({self.mode})"
+
+
+def _enter_sdpa_kernel(backends: list[int], set_priority: bool) -> Any:
+    """What ``sdpa_kernel(backends)`` does on entry, as one graph node: the previous
+    backends (and priority order) for ``_exit_sdpa_kernel``."""
+    from torch.nn.attention import SDPBackend, _cur_sdpa_kernel_backends, _sdpa_kernel
+
+    prev = (_cur_sdpa_kernel_backends(with_priority=set_priority),
+            torch._C._get_sdp_priority_order())
+    _sdpa_kernel([SDPBackend(b) for b in backends], set_priority)
+    return prev
+
+
+def _exit_sdpa_kernel(prev: Any, set_priority: bool) -> None:
+    from torch.nn.attention import _sdpa_kernel
+
+    _sdpa_kernel(prev[0], set_priority)
+    if set_priority:
+        torch._C._set_sdp_priority_order(prev[1])
+
+
+class SdpaKernelVariable(ContextManagerVariable):
+    """``torch.nn.attention.sdpa_kernel(backends, set_priority=False)``: enter/exit graph
+    nodes that switch the enabled attention backends where eager does (the fake
+    propagation does not depend on them, so tracing switches nothing)."""
+
+    def __init__(self, backends: list[int], set_priority: bool):
+        super().__init__()
+        self.backends = backends
+        self.set_priority = set_priority
+        self.node: Any = None
+
+    @classmethod
+    def create(cls, tx, args, kwargs) -> SdpaKernelVariable:
+        from torch.nn.attention import SDPBackend
+
+        def real(v):
+            v = tx.realize(v)
+            try:
+                return v.as_python_constant()
+            except NotConstant:
+                if hasattr(v, "value"):
+                    return v.value
+                if hasattr(v, "items"):
+                    return [real(i) for i in v.items]
+                raise Unsupported("sdpa_kernel with a non-constant argument") from None
+
+        names = ("backends", "set_priority")
+        values = dict(zip(names, args, strict=False)) | dict(kwargs)
+        backends = real(values["backends"]) if "backends" in values else None
+        set_priority = bool(real(values["set_priority"])) if "set_priority" in values \
+            else False
+        if isinstance(backends, SDPBackend):
+            backends = [backends]
+        if not isinstance(backends, (list, tuple)) or \
+                not all(isinstance(b, SDPBackend) for b in backends):
+            raise Unsupported(f"sdpa_kernel({backends!r})")
+        return cls([int(b) for b in dict.fromkeys(backends)], set_priority)
+
+    def python_type(self) -> type:
+        import contextlib
+
+        return contextlib._GeneratorContextManager
+
+    def enter(self, tx) -> VariableTracker:
+        from .containers import ConstDictVariable
+
+        self.node = tx.output.tracer.create_proxy(
+            "call_function", _enter_sdpa_kernel, (self.backends, self.set_priority), {})
+        self.node.node.meta["example_value"] = None
+        return ConstDictVariable({})
+
+    def exit(self, tx) -> None:
+        proxy = tx.output.tracer.create_proxy("call_function", _exit_sdpa_kernel,
+                                              (self.node, self.set_priority), {})
+        proxy.node.meta["example_value"] = None
+
+    def undo_real(self) -> None:
+        pass  # nothing real was switched
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild an sdpa_kernel context object")
+
+    def describe(self) -> str:
+        return f"SdpaKernelVariable({self.backends})"
+
+
+class _RealStateUndo(ContextManagerVariable):
+    """What tracing switched for real with no ``with`` to switch it back (a plain
+    ``torch.set_default_dtype(...)`` call): restored when tracing stops; the graph's own
+    node does it for real when the graph runs."""
+
+    def __init__(self, restore: Any):
+        super().__init__()
+        self.restore = restore
+
+    def undo_real(self) -> None:
+        self.restore()
+
+
+def _set_default_dtype(tx, args, kwargs) -> VariableTracker:
+    """``torch.set_default_dtype(d)``: a graph node (factories after it in the graph read
+    the default at run time) and, while tracing, the real default (their fake results)."""
+    if len(args) != 1 or kwargs:
+        raise Unsupported("torch.set_default_dtype with keyword arguments")
+    dtype = _const(args[0], "torch.set_default_dtype")
+    prev = torch.get_default_dtype()
+    tx.output.create_graph_op("call_function", torch.set_default_dtype,
+                              [ConstantVariable(dtype)], {}, mutation=True)
+    torch.set_default_dtype(dtype)
+    ContextManagerVariable.active(tx).append(
+        _RealStateUndo(lambda: torch.set_default_dtype(prev)))
+    return ConstantVariable(None)
+
+
+#: torch functions that switch global state, captured as graph nodes: fn -> handler(tx,
+#: args, kwargs) (consulted before torch.py's list of blocked global-state calls)
+GLOBAL_STATE_CALLS: dict[Any, Any] = {
+    torch.set_default_dtype: _set_default_dtype,
+}
+
+
 def context_manager_classes() -> dict[type, Any]:
     """class -> factory(tx, cls, args, kwargs) for the context managers captured."""
     table: dict[type, Any] = {
@@ -238,6 +422,7 @@ def context_manager_classes() -> dict[type, Any]:
         torch.enable_grad: GradModeVariable.create,
         torch.set_grad_enabled: GradModeVariable.create,
         torch.autocast: AutocastVariable.create,
+        torch.inference_mode: InferenceModeVariable.create,
     }
     for mod in ("cpu", "cuda"):
         amp = getattr(getattr(torch, mod, None), "amp", None)

@@ -16,38 +16,107 @@ from ...exc import Unsupported
 from .base import NotConstant, VariableTracker
 
 
-class ExceptionVariable(VariableTracker):
-    """An exception object made while tracing: a builtin exception class and its args."""
+def _frame_object_base():
+    from .misc import FrameObjectVariable
+
+    return FrameObjectVariable
+
+
+class ExceptionVariable(_frame_object_base()):
+    """An exception object made while tracing: its class (a builtin one, or a user class
+    of plain Python deriving from one), ``args``, instance attributes (a user ``__init__``
+    is inlined on it), ``__cause__``/``__context__``/``__suppress_context__``."""
 
     def __init__(self, cls: type, args: list[VariableTracker]):
-        super().__init__()
-        self.cls = cls
+        super().__init__(cls)
         self.args = list(args)
+        self.cause: ExceptionVariable | None = None
+        self.context: ExceptionVariable | None = None
+        self.suppress_context = False
 
     @classmethod
     def construct(cls, tx, exc_cls: type, args, kwargs) -> ExceptionVariable:
-        if kwargs:
-            raise Unsupported(f"{exc_cls.__name__}() with keyword arguments")
-        return cls(exc_cls, list(args))
+        import inspect
+        import types
 
-    def python_type(self) -> type:
-        return self.cls
+        from .functions import method_of_pinned_class
+
+        init = inspect.getattr_static(exc_cls, "__init__")
+        var = cls(exc_cls, list(args))
+        if isinstance(init, types.FunctionType):  # a user __init__: inlined on the object
+            result = tx.call_function(method_of_pinned_class(tx, exc_cls, "__init__", init,
+                                                             var), list(args), dict(kwargs))
+            if not (result.is_python_constant() and result.as_python_constant() is None):
+                raise Unsupported(f"{exc_cls.__qualname__}.__init__ returned a value")
+        elif kwargs:
+            raise Unsupported(f"{exc_cls.__name__}() with keyword arguments")
+        return var
 
     def children(self):
-        return list(self.args)
+        return [*self.args, *self.attrs.values(),
+                *(e for e in (self.cause, self.context) if e is not None)]
+
+    def builtin_method(self, tx, name: str) -> VariableTracker:
+        """``BaseException.__init__`` reached through ``super()``: sets ``args``."""
+        if name == "__init__":
+            return _ExceptionInit(self)
+        return super().builtin_method(tx, name)
+
+    _SPECIAL = ("args", "__cause__", "__context__", "__suppress_context__", "__traceback__",
+                "__class__")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .constant import ConstantVariable
         from .containers import TupleVariable
 
+        if name not in self._SPECIAL:
+            return super().var_getattr(tx, name)
         if name == "args":
             return TupleVariable(list(self.args))
         if name == "__class__":
             from .misc import wrap_class
 
             return wrap_class(self.cls)
-        raise Unsupported(f"attribute {name!r} of an exception made while tracing")
+        if name == "__suppress_context__":
+            return ConstantVariable(self.suppress_context)
+        if name == "__traceback__":
+            raise Unsupported("the traceback of an exception raised while tracing")
+        linked = self.cause if name == "__cause__" else self.context
+        return linked if linked is not None else ConstantVariable(None)
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if name in self._SPECIAL:
+            raise Unsupported(f"setting {name!r} of an exception made while tracing")
+        super().store_attr(tx, name, value)
+
+    def str_value(self) -> str:
+        """``str(exc)`` when its class's ``__str__`` is BaseException's and the args are
+        constants."""
+        if self.cls.__str__ is not BaseException.__str__ and \
+                getattr(builtins, self.cls.__name__, None) is not self.cls:
+            raise Unsupported(f"str() of a {self.cls.__qualname__} (custom __str__)")
+        try:
+            values = [a.as_python_constant() for a in self.args]
+        except NotConstant:
+            raise Unsupported("str() of an exception with non-constant args") from None
+        return str(BaseException(*values)) if self.cls is not KeyError else \
+            str(KeyError(*values))
 
     def reconstruct(self, codegen):
+        if self.cause is not None or self.context is not None or \
+                getattr(builtins, self.cls.__name__, None) is not self.cls or self.attrs:
+            codegen.push_null()
+            codegen.load_const_object(rebuild_exception)
+            codegen.load_const_object(self.cls)
+            for a in self.args:
+                codegen(a)
+            codegen.build_tuple(len(self.args))
+            for k, v in self.attrs.items():
+                codegen.load_const(k)
+                codegen(v)
+            codegen.build_map(len(self.attrs))
+            codegen.call_function(3)
+            return
         codegen.push_null()
         codegen.load_const_object(self.cls)
         for a in self.args:
@@ -58,11 +127,58 @@ class ExceptionVariable(VariableTracker):
         return f"ExceptionVariable({self.cls.__name__})"
 
 
+class _ExceptionInit(VariableTracker):
+    def __init__(self, exc: ExceptionVariable):
+        super().__init__()
+        self.exc = exc
+
+    def call_function(self, tx, args, kwargs):
+        from .constant import ConstantVariable
+
+        if kwargs:
+            raise Unsupported("BaseException.__init__ with keyword arguments")
+        self.exc.args = list(args)
+        return ConstantVariable(None)
+
+
+def rebuild_exception(cls: type, args: tuple, attrs: dict) -> BaseException:
+    """What generated code calls to rebuild an exception made while tracing (no
+    ``__init__`` re-run: its attributes are set as traced)."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(attrs)
+    return exc
+
+
+def is_user_exception(cls: Any) -> bool:
+    """A user class deriving from a builtin exception, plain enough to build while tracing:
+    default metaclass and ``__new__``, no ``__slots__``, no C ``__init__`` but
+    BaseException's, no ``__setattr__``."""
+    if not isinstance(cls, type) or not issubclass(cls, Exception) or type(cls) is not type:
+        return False
+    if cls.__setattr__ is not BaseException.__setattr__:
+        return False
+    for klass in cls.__mro__:
+        if klass.__module__ == "builtins":
+            if not is_builtin_exception(klass) and klass not in (BaseException, object):
+                return False
+            continue
+        if "__slots__" in klass.__dict__ or "__new__" in klass.__dict__ or \
+                klass.__module__.split(".")[0] == "torch":
+            return False
+    return True
+
+
 def is_builtin_exception(cls: Any) -> bool:
     """A class of ``builtins`` deriving from ``Exception`` (their ``__init__`` only stores
     ``args``: nothing to trace)."""
     return isinstance(cls, type) and issubclass(cls, Exception) and \
         getattr(builtins, cls.__name__, None) is cls
+
+
+def is_traced_exception_class(cls: Any) -> bool:
+    """Exceptions built while tracing: builtin ones and plain user subclasses."""
+    return is_builtin_exception(cls) or is_user_exception(cls)
 
 
 class TracedException(Unsupported):

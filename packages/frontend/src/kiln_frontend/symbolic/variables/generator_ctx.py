@@ -45,6 +45,9 @@ class GeneratorContextVariable(ContextManagerVariable):
 
         if not isinstance(fkwargs, ConstDictVariable):
             return None
+        special = _special_generator_contexts().get(getattr(func, "fn", None))
+        if special is not None:  # torch's own: graph nodes, not its generator's code
+            return special(tx, tx.unpack_sequence(fargs), dict(fkwargs.items))
         return cls(func, tx.unpack_sequence(fargs), dict(fkwargs.items))
 
     def children(self):
@@ -67,6 +70,9 @@ class GeneratorContextVariable(ContextManagerVariable):
         if resume_generator(self.gen_tx) is not None:
             raise Unsupported("@contextmanager generator didn't stop")
 
+    def exit_on_exception(self, tx, exc) -> None:
+        raise Unsupported("throwing an exception into a @contextmanager generator")
+
     def undo_real(self) -> None:
         pass  # nothing real was switched: the generator's effects are traced
 
@@ -76,3 +82,19 @@ class GeneratorContextVariable(ContextManagerVariable):
     def describe(self) -> str:
         name = getattr(getattr(self.func, "fn", None), "__qualname__", "?")
         return f"GeneratorContextVariable({name})"
+
+
+def _special_generator_contexts() -> dict:
+    """``@contextmanager`` generator functions of torch captured as graph nodes (their
+    bodies switch global flags through C calls): generator function -> factory(tx, args,
+    kwargs)."""
+    if not _SPECIAL:
+        import torch.nn.attention as attention
+
+        from .ctx_managers import SdpaKernelVariable
+
+        _SPECIAL[attention.sdpa_kernel.__wrapped__] = SdpaKernelVariable.create
+    return _SPECIAL
+
+
+_SPECIAL: dict = {}

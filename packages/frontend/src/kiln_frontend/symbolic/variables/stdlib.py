@@ -50,9 +50,9 @@ def constructor_for(cls: type) -> Handler | None:
     hit = CLASS_CONSTRUCTORS.get(cls)
     if hit is not None:
         return hit
-    from .exceptions import ExceptionVariable, is_builtin_exception
+    from .exceptions import ExceptionVariable, is_traced_exception_class
 
-    if is_builtin_exception(cls):
+    if is_traced_exception_class(cls):
         return ExceptionVariable.construct
     from .numpy_values import construct_numpy_scalar, is_numpy_scalar_class
 

@@ -134,6 +134,11 @@ class TorchFunctionVariable(KnownCallableVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.fn
+        from .ctx_managers import GLOBAL_STATE_CALLS
+
+        state_call = GLOBAL_STATE_CALLS.get(fn)
+        if state_call is not None:
+            return state_call(tx, list(args), dict(kwargs))
         if self.name in _BLOCKED:
             raise Unsupported(f"call to torch.{self.name} (global state)")
         if _is_foldable(fn):
