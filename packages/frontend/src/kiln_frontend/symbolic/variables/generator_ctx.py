@@ -14,15 +14,44 @@ from .base import VariableTracker
 from .ctx_managers import ContextManagerVariable
 
 
-def resume_generator(gen_tx) -> VariableTracker | None:
-    """Run a paused generator translator to its next ``yield``: the yielded value, or None
-    when it returned."""
+def resume_generator(gen_tx, sent: VariableTracker | None = None) -> VariableTracker | None:
+    """Run a paused generator translator to its next ``yield`` (``sent``: what the paused
+    ``yield`` evaluates to, None by default): the yielded value, or None when it
+    returned."""
+    from .constant import ConstantVariable
+
+    if getattr(gen_tx, "paused_at_yield", False):
+        gen_tx.paused_at_yield = False
+        gen_tx.push(sent if sent is not None else ConstantVariable(None))
+    return _run_to_yield(gen_tx)
+
+
+def _run_to_yield(gen_tx) -> VariableTracker | None:
     before = len(gen_tx.yielded)
     gen_tx.done = False
     gen_tx.run()
     if len(gen_tx.yielded) > before:
         return gen_tx.yielded[-1]
     return None
+
+
+def throw_into_generator(gen_tx, exc, started: bool) -> VariableTracker | None:
+    """``gen.throw(exc)``: ``exc`` raised at the paused ``yield`` (at the start of a
+    generator not started yet), to the body's handler for it, then on to the next
+    ``yield``; with no handler it propagates (TracedException)."""
+    from ..handlers.exceptions import handle_traced_exception
+    from .exceptions import TracedException
+
+    error = TracedException(exc)
+    if not started or not getattr(gen_tx, "paused_at_yield", False):
+        raise error
+    at = gen_tx.instructions[gen_tx.ip - 1]  # the YIELD_VALUE it is paused after
+    if gen_tx.ip >= 2 and gen_tx.instructions[gen_tx.ip - 2].opname == "SEND":
+        raise Unsupported("throw()/close() into a generator paused in `yield from`")
+    gen_tx.paused_at_yield = False
+    if not handle_traced_exception(gen_tx, at, error):
+        raise error
+    return _run_to_yield(gen_tx)
 
 
 class GeneratorContextVariable(ContextManagerVariable):

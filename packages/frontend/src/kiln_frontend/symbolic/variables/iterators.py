@@ -18,7 +18,9 @@ from .exceptions import TracedException, raise_traced
 
 class GeneratorVariable(IteratorVariable):
     """A generator made by calling an inlined generator function: an inlining translator
-    paused before its first instruction, run to its next ``yield`` per item."""
+    paused before its first instruction, run to its next ``yield`` per item; ``send``,
+    ``throw`` and ``close`` resume it as CPython does (a value for the paused ``yield``, an
+    exception raised at it)."""
 
     def __init__(self, gen_tx, fn_var: VariableTracker, args: list[VariableTracker],
                  kwargs: dict[str, VariableTracker]):
@@ -29,6 +31,8 @@ class GeneratorVariable(IteratorVariable):
         self.kwargs = dict(kwargs)
         self.started = False
         self.finished = False
+        #: what the body returned (``StopIteration.value``, ``yield from``'s result)
+        self.return_value: VariableTracker = ConstantVariable(None)
 
     def python_type(self) -> type:
         return types.GeneratorType
@@ -39,13 +43,25 @@ class GeneratorVariable(IteratorVariable):
         return [self.fn_var, *self.args, *self.kwargs.values()]
 
     def next_item(self, tx) -> VariableTracker | None:
-        from .generator_ctx import resume_generator
+        return self.resume(tx)
+
+    def resume(self, tx, sent: VariableTracker | None = None,
+               exc: VariableTracker | None = None) -> VariableTracker | None:
+        """Run the body to its next ``yield`` (``sent`` the paused ``yield``'s value, or
+        ``exc`` raised at it): the yielded value, or None once the body returned
+        (``return_value``). An exception escaping the body finishes the generator."""
+        from .generator_ctx import resume_generator, throw_into_generator
 
         if self.finished:
+            if exc is not None:
+                raise TracedException(exc)
             return None
-        self.started = True
+        started, self.started = self.started, True
         try:
-            value = resume_generator(self.gen_tx)
+            if exc is not None:
+                value = throw_into_generator(self.gen_tx, exc, started)
+            else:
+                value = resume_generator(self.gen_tx, sent)
         except TracedException as e:
             self.finished = True  # a generator that raised is finished
             if issubclass(e.exc.cls, StopIteration):  # PEP 479
@@ -56,9 +72,13 @@ class GeneratorVariable(IteratorVariable):
             raise
         if value is None:
             self.finished = True
+            self.return_value = getattr(self.gen_tx, "return_value", None) or \
+                ConstantVariable(None)
         return value
 
     def var_getattr(self, tx, name):
+        if name in _GENERATOR_METHODS:
+            return GeneratorMethodVariable(self, name)
         raise Unsupported(f"attribute {name!r} of a generator made while tracing")
 
     def reconstruct(self, codegen):
@@ -77,6 +97,94 @@ class GeneratorVariable(IteratorVariable):
 
     def describe(self) -> str:
         return f"GeneratorVariable({self.fn_var.describe()})"
+
+
+_GENERATOR_METHODS = ("send", "throw", "close", "__next__", "__iter__")
+
+
+def stop_iteration(value: VariableTracker) -> TracedException:
+    """``StopIteration(value)`` as the traced code sees it (``e.value``)."""
+    from .exceptions import ExceptionVariable
+
+    exc = ExceptionVariable(StopIteration, [] if _is_none(value) else [value])
+    exc.var_getattr = _stop_iteration_getattr(exc, value)
+    return TracedException(exc)
+
+
+def _stop_iteration_getattr(exc, value: VariableTracker):
+    """``e.value`` of a StopIteration a generator's ``return`` raised: what it returned."""
+    base = exc.var_getattr
+
+    def var_getattr(tx, name):
+        return value if name == "value" else base(tx, name)
+
+    return var_getattr
+
+
+def _is_none(v: VariableTracker) -> bool:
+    return isinstance(v, ConstantVariable) and v.value is None
+
+
+class GeneratorMethodVariable(VariableTracker):
+    """``gen.send`` / ``gen.throw`` / ``gen.close`` / ``gen.__next__`` of a traced
+    generator."""
+
+    def __init__(self, gen: GeneratorVariable, name: str):
+        super().__init__()
+        self.gen = gen
+        self.name = name
+
+    def children(self):
+        return [self.gen]
+
+    def describe(self) -> str:
+        return f"generator.{self.name}"
+
+    def call_function(self, tx, args, kwargs):
+        gen, name = self.gen, self.name
+        if kwargs:
+            raise Unsupported(f"generator.{name} with keyword arguments")
+        if name == "__iter__" and not args:
+            return gen
+        if name in ("send", "__next__"):
+            if len(args) != (1 if name == "send" else 0):
+                raise Unsupported(f"generator.{name} with {len(args)} arguments")
+            sent = tx.realize(args[0]) if args else ConstantVariable(None)
+            if not gen.started and not _is_none(sent):
+                raise_traced(TypeError, "can't send non-None value to a just-started generator")
+            value = gen.resume(tx, sent if gen.started else None)
+            if value is None:
+                raise stop_iteration(gen.return_value)
+            return value
+        if name == "throw" and len(args) == 1:
+            from ..handlers.exceptions import _as_exception
+
+            value = gen.resume(tx, exc=_as_exception(tx, args[0]))
+            if value is None:
+                raise stop_iteration(gen.return_value)
+            return value
+        if name == "close" and not args:
+            return close_generator(tx, gen)
+        raise Unsupported(f"generator.{name} with {len(args)} arguments")
+
+
+def close_generator(tx, gen: GeneratorVariable) -> VariableTracker:
+    """``gen.close()``: GeneratorExit raised at the paused ``yield``; the body may run its
+    ``finally``/``except GeneratorExit`` but must not yield again."""
+    from .exceptions import ExceptionVariable
+
+    if not gen.started or gen.finished:
+        gen.started = gen.finished = True
+        return ConstantVariable(None)
+    try:
+        value = gen.resume(tx, exc=ExceptionVariable(GeneratorExit, []))
+    except TracedException as e:
+        if issubclass(e.exc.cls, GeneratorExit):
+            return ConstantVariable(None)
+        raise
+    if value is not None:
+        raise_traced(RuntimeError, "generator ignored GeneratorExit")
+    return ConstantVariable(None)
 
 
 class _BuiltinIterator(IteratorVariable):
