@@ -23,13 +23,26 @@ of torch.compile's.
     python benchmarks/capture.py                 # every model
     python benchmarks/capture.py --only bert,gpt2
     python benchmarks/capture.py --json out.json
+    python benchmarks/capture.py --features      # the "Python features" table instead
+
+``--features``: small programs per Python feature family (generators, exceptions, context
+managers, closures, recompiles, builtins/stdlib), from the frontend's test modules: every
+``packages/frontend/tests/test_capture_*.py`` that defines a module-level ``CASES`` list of
+``(name, family, fn, args)`` is imported by path (``args``: one call's arguments, or a
+``Calls`` list of argument tuples, a sequence of calls; see ``tests/_capture_cases.py``).
+Each case runs under kiln and torch.compile in the same process; per family the table
+gives the cases, how many each compiler captures as one graph (no error, one graph per
+compile: a sequence of calls may compile again), and how many kiln matches torch.compile's
+graph and cache-entry counts on.  torch.compile's counts come from a child process.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
+import io
 import json
 import statistics
 import sys
@@ -259,11 +272,137 @@ def _fmt_s(s: float | None) -> str:
     return "-" if s is None else f"{s * 1e3:.0f} ms"
 
 
+FEATURE_FAMILIES = ("generators", "exceptions", "context managers", "closures", "recompiles",
+                    "builtins")
+
+
+def feature_cases() -> list[tuple[str, str, Callable[[str], tuple]]]:
+    """``(key, family, run)`` for the cases of every ``packages/frontend/tests/
+    test_capture_*.py``, imported by path: its module-level ``CASES`` list, and any
+    ``_reference_cases.Cases`` registry in it (a case ``case(C)`` compiles with ``C``; its
+    family is the module's name after ``test_capture_``).  ``run(kind)`` runs the case
+    under ``"kiln"`` or ``"torch"`` and gives ``(graphs, cache entries or None, error)``."""
+    import importlib.util
+
+    tests = ROOT / "packages" / "frontend" / "tests"
+    if str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    import _capture_cases as cc
+    from _counting_backend import CountingBackend
+
+    def run_case_list(fn, args):
+        def run(kind):
+            out = (cc.run_kiln if kind == "kiln" else cc.run_torch)(fn, args)
+            return out.graphs, out.entries, out.error is not None
+        return run
+
+    def run_registry_case(case):
+        def run(kind):
+            backend = CountingBackend()
+            if kind == "kiln":
+                kiln_frontend.reset()
+                compile_ = lambda fn: kiln_frontend.compile(fn, backend=backend)  # noqa: E731
+            else:
+                _dynamo().reset()
+                compile_ = lambda fn: torch.compile(fn, backend=backend)  # noqa: E731
+            torch.manual_seed(0)
+            try:
+                case(compile_)
+            except Exception:  # noqa: BLE001 - counted as "not one graph"
+                return len(backend.graphs), None, True
+            return len(backend.graphs), None, False
+        return run
+
+    cases = []
+    for path in sorted(tests.glob("test_capture_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_features_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # (dataclasses look their module up there)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:  # noqa: BLE001 - one broken module does not stop the table
+            print(f"{path.name}: not imported ({first_line(e)})", file=sys.stderr)
+            continue
+        for name, family, fn, args in getattr(mod, "CASES", ()):
+            cases.append((f"{path.stem}::{name}", family, run_case_list(fn, args)))
+        family = path.stem[len("test_capture_"):].replace("_", " ")
+        for value in vars(mod).values():
+            if type(value).__name__ == "Cases" and hasattr(value, "cases"):
+                for name, case in value.cases.items():
+                    cases.append((f"{path.stem}::{name}", family, run_registry_case(case)))
+    return cases
+
+
+def feature_counts(kind: str) -> dict[str, tuple]:
+    """``{case key: (graphs, entries, error)}`` under one compiler, with a progress bar."""
+    import logging
+
+    logging.disable(logging.CRITICAL)  # the cases' own graph-break chatter
+    cases = feature_cases()
+    progress = Progress(len(cases), f"features under {kind}")
+    out = {}
+    for key, _family, run in cases:
+        progress.step(key)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the cases' own prints
+                out[key] = run(kind)
+        except Exception:  # noqa: BLE001
+            out[key] = (0, None, True)
+        progress.done()
+    progress.close()
+    return out
+
+
+def _one_graph(counts: tuple) -> bool:
+    """No error and one graph per compile (a sequence of calls may compile again)."""
+    graphs, entries, error = counts
+    return not error and graphs == max(1, entries or 1)
+
+
+def features_table() -> int:
+    """Per family: cases, one-graph counts of kiln and torch.compile, same counts.
+    torch.compile's counts come from a child process of this run: TorchDynamo's eval-frame
+    hook can stay installed after a generator frame, and kiln (rightly) stays out of the
+    way of a foreign hook."""
+    import subprocess
+
+    child = subprocess.run([sys.executable, __file__, "--features-reference"],
+                           stdout=subprocess.PIPE, text=True, check=True)
+    ref = {k: tuple(v) for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
+    got = feature_counts("kiln")
+    families = {key: family for key, family, _run in feature_cases()}
+    rows: dict[str, list[int]] = {}
+    for key, family in families.items():
+        g, r = got[key], ref.get(key, (0, None, True))
+        row = rows.setdefault(family, [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += _one_graph(g)
+        row[2] += _one_graph(r)
+        row[3] += g[:2] == r[:2]
+    order = [f for f in FEATURE_FAMILIES if f in rows] + sorted(set(rows) - set(FEATURE_FAMILIES))
+    total = [sum(rows[f][i] for f in order) for i in range(4)]
+    table = [[f, *rows[f]] for f in order] + [["total", *total]]
+    print(markdown_table(["family", "cases", "kiln one graph", "torch.compile one graph",
+                          "kiln = torch.compile counts"], table))
+    print("one graph: no error and one graph per compile (a case that is a sequence of "
+          "calls may compile again); counts: graphs and cache entries of the function")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--json", default=str(RESULTS_DIR / "capture.json"))
+    parser.add_argument("--features", action="store_true",
+                        help="the Python features table (CASES of the frontend's "
+                             "test_capture_*.py modules) instead of the models")
+    parser.add_argument("--features-reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.features_reference:  # the child process of --features: torch.compile's counts
+        print(json.dumps(feature_counts("torch")))
+        return 0
+    if args.features:
+        return features_table()
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     unknown = sorted(set(names) - set(MODELS))
     if unknown:

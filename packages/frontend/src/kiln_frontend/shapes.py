@@ -55,6 +55,8 @@ from .symbolic.variables.base import NotConstant, VariableTracker
 DYNAMIC_DIMS_ATTR = "_kiln_dynamic_dims"
 #: key of the automatic-dynamic record in a code's ``frame_state``
 FRAME_STATE_KEY = "kiln_input_sizes"
+#: key of the automatic-dynamic record of int/float inputs (source name -> value or None)
+SCALAR_STATE_KEY = "kiln_input_scalars"
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -105,6 +107,9 @@ class KilnShapeEnv(ShapeEnv):
         # symbols ``u0, zuf0, ...``: computed by the graph, never guarded (no input holds
         # them); a branch on one is a graph break (GuardOnDataDependentSymNode)
         super().__init__(allow_scalar_outputs=True, allow_dynamic_output_shape_ops=True)
+        #: symbols of dynamic int/float inputs (not sizes): specialized where Python needs
+        #: their value (SymNodeVariable.as_python_constant)
+        self.scalar_symbols: set[sympy.Symbol] = set()
 
     def _generate_unique_id(self, source_name: str) -> int:
         uid = len(self.unique_ids)
@@ -173,6 +178,22 @@ class Binding:
 
 
 @dataclasses.dataclass
+class ScalarBinding:
+    """Symbol ``symbol`` is the int or float found at ``source`` itself."""
+
+    source: Source
+
+    def code(self) -> str:
+        return self.source.guard_expr()
+
+    def text(self) -> str:
+        return self.source.name()
+
+    def size_source(self) -> Source:
+        return self.source
+
+
+@dataclasses.dataclass
 class StrideCheck:
     """A dynamic input's strides, as expressions of the symbols."""
 
@@ -215,6 +236,50 @@ def dynamic_dims_for(output: Any, source: Source, value: torch.Tensor) -> tuple[
         else:
             record[key] = sizes
     return tuple(sorted(d for d in dims if 0 <= d < ndim))
+
+
+def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
+    """Whether an int/float input at ``source`` is a symbol rather than a constant.  As
+    torch.compile's automatic dynamic (``specialize_int``/``specialize_float`` off): the
+    first compile specializes on its value; once a change of it makes the frame recompile
+    it is a symbol from then on, so a loop over ``n`` compiles twice, not once per value.
+    ``dynamic=True`` makes it a symbol at once, ``dynamic=False`` never.  Only values
+    reached from the frame's arguments (locals): a global int stays a constant."""
+    if output.dynamic is True:
+        return True
+    if output.dynamic is not None or output.frame_state is None:
+        return False
+    from .sources import LocalSource
+
+    if not isinstance(source.root(), LocalSource):  # globals stay specialized, as in torch
+        return False
+    record = output.frame_state.setdefault(SCALAR_STATE_KEY, {})
+    key = source.name()
+    if key not in record:
+        record[key] = (type(value), value)
+        return False
+    prev = record[key]
+    if prev is None or prev != (type(value), value):
+        record[key] = None
+        return True
+    return False
+
+
+def make_dynamic_scalar(output: Any, source: Source, value: int | float) -> VariableTracker:
+    """The tracker of a dynamic int/float input: its ``Sym(s0)`` placeholder (the
+    transformed code passes the value itself); every condition the trace puts on it
+    (``if n > 3``, ``range(n)``) becomes a SHAPE_ENV guard over the source."""
+    if output.shape_state is None:
+        raise NeedsShapeEnv(source.name())
+    state: ShapeState = output.shape_state
+    env = state.shape_env
+    expr = env.create_unspecified_symbol(value, SymbolSource(source.name()),
+                                         DimDynamic.DYNAMIC)
+    state.bindings.setdefault(expr, []).append(ScalarBinding(source))
+    env.scalar_symbols.add(expr)
+    var = _placeholder_for_symbol(output, expr, float if isinstance(value, float) else int)
+    assert var is not None
+    return var
 
 
 def _symbolic_strides(value: torch.Tensor, sizes: Sequence[Any]) -> list[Any]:
@@ -327,7 +392,20 @@ class SymNodeVariable(VariableTracker):
         return self.value
 
     def as_python_constant(self) -> Any:
-        raise NotConstant(f"symbolic size {self.value}")
+        """A dynamic int/float input used where Python needs its value (``range(n)``,
+        ``lst[n]``, a builtin folded on constants): specialized, as torch.compile does, with
+        a guard that it keeps this value.  Sizes stay symbolic (a NotConstant), and a value
+        read out of a tensor has no value to specialize on."""
+        node = self.value.node
+        scalars = getattr(node.shape_env, "scalar_symbols", ())
+        free = node.expr.free_symbols
+        if free and not free <= scalars:
+            raise NotConstant(f"symbolic size {self.value}")
+        return self.evaluate()
+
+    def is_python_constant(self) -> bool:
+        """A probe: never specializes (``x[:n]`` stays a symbolic slice)."""
+        return False
 
     def truth_value(self, tx) -> bool:
         return self.evaluate(bool)
@@ -358,7 +436,8 @@ class SymNodeVariable(VariableTracker):
         return f"SymNodeVariable({self.node.name}: {self.value})"
 
 
-def _placeholder_for_symbol(output: Any, symbol: sympy.Symbol) -> VariableTracker | None:
+def _placeholder_for_symbol(output: Any, symbol: sympy.Symbol,
+                            kind: type = int) -> VariableTracker | None:
     state: ShapeState | None = output.shape_state
     if state is None or symbol not in state.bindings:
         return None
@@ -367,7 +446,12 @@ def _placeholder_for_symbol(output: Any, symbol: sympy.Symbol) -> VariableTracke
         return var
     binding = state.bindings[symbol][0]
     size_source = binding.size_source()
-    value = state.shape_env.create_symintnode(symbol, hint=None)
+    hint = state.shape_env.backed_var_to_val.get(symbol)
+    if kind is float:
+        value = state.shape_env.create_symfloatnode(symbol, hint=float(hint),
+                                                    source=SymbolSource(binding.text()))
+    else:
+        value = state.shape_env.create_symintnode(symbol, hint=None)
     placeholders = [n for n in output.graph.nodes if n.op == "placeholder"]
     ctx = (output.graph.inserting_after(placeholders[-1]) if placeholders
            else output.graph.inserting_before(None))

@@ -2,6 +2,7 @@
 
 Importing this package registers every tracker with ``@tracker_for``."""
 
+from . import itertools_vars  # noqa: F401  (registers itertools/operator constructors)
 from .base import NotConstant, VariableTracker, lookup_tracker, registered_types, tracker_for
 from .builder import VariableBuilder
 from .builtins import BuiltinVariable

@@ -351,11 +351,11 @@ def _b_hasattr(tx, args, kwargs):
 
 @builtin_handler(sum)
 def _b_sum(tx, args, kwargs):
-    if kwargs or not args or len(args) > 2:
+    if set(kwargs) - {"start"} or not args or len(args) + len(kwargs) > 2:
         return None
     from .containers import iterate
 
-    acc = args[1] if len(args) == 2 else ConstantVariable(0)
+    acc = args[1] if len(args) == 2 else kwargs.get("start", ConstantVariable(0))
     for it in iterate(tx, args[0]):  # item by item, as eager adds them
         acc = call_operator(tx, operator.add, [acc, tx.realize(it)], {})
     return acc
@@ -363,10 +363,31 @@ def _b_sum(tx, args, kwargs):
 
 def _b_minmax(fn):
     def handler(tx, args, kwargs):
-        if kwargs:
+        if set(kwargs) - {"key", "default"} or ("default" in kwargs and len(args) != 1):
             return None
         items = tx.unpack_sequence(args[0]) if len(args) == 1 else list(args)
         items = [tx.realize(it) for it in items]
+        if not items and "default" in kwargs:
+            return kwargs["default"]
+        key = kwargs.get("key")
+        if items and key is not None and not (key.is_python_constant() and
+                                    key.as_python_constant() is None):
+            # the key function is traced per item (as eager calls it); the winner is
+            # chosen on the keys' values, first one on ties as in eager
+            keys = [tx.realize(tx.call_function(key, [it], {})) for it in items]
+            try:
+                kvals = [k.as_python_constant() for k in keys]
+            except NotConstant:
+                raise Unsupported(f"{fn.__name__}(key=...) whose keys are not "
+                                  "constants") from None
+            return items[fn(range(len(items)), key=kvals.__getitem__)]
+        if len(items) == 2 and not has_tensor(items) and any(
+                type(it).__name__ == "SymNodeVariable" for it in items):
+            # max(n, 3) on a dynamic int stays symbolic: torch.sym_max in the graph
+            from .builder import VariableBuilder
+
+            sym = torch.sym_max if fn is max else torch.sym_min
+            return tx.call_function(VariableBuilder(tx, None, guard=False)(sym), items, {})
         if has_tensor(items):
             raise Unsupported(f"{fn.__name__}() over tensors (data-dependent)")
         try:

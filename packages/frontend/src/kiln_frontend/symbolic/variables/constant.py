@@ -50,6 +50,14 @@ class ConstantVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
+        if type(value) in (int, float) and builder.source is not None and builder.guard:
+            from ... import shapes
+
+            output = builder.tx.output
+            if shapes.scalar_is_dynamic(output, builder.source, value):
+                # automatic dynamic (shapes.py): a symbol guarded by its type, not its value
+                builder.install_guard(GuardKind.TYPE_MATCH, type(value))
+                return shapes.make_dynamic_scalar(output, builder.source, value)
         builder.install_guard(GuardKind.CONSTANT_MATCH, value)
         return cls(value, source=builder.source)
 

@@ -363,6 +363,8 @@ class ConstDictVariable(VariableTracker):
         """``dict.<name>`` bound to this dict (also what ``super().get`` reaches)."""
         if name in ("keys", "values", "items", "get", "update", "pop", "copy", "setdefault"):
             return DictMethodVariable(self, name)
+        if name == "move_to_end" and self.dict_cls is collections.OrderedDict:
+            return DictMethodVariable(self, name)
         raise Unsupported(f"attribute {name!r} of a dict")
 
     def reconstruct(self, codegen):
@@ -432,6 +434,22 @@ class DictMethodVariable(VariableTracker):
                 obj.check_mutable("dict.setdefault")
                 obj.items[k] = args[1] if len(args) == 2 else ConstantVariable(None)
             return obj.items[k]
+        if name == "move_to_end" and len(args) == 1 and set(kwargs) <= {"last"}:
+            # an OrderedDict reordered: the replay rebuilds it in the new key order
+            k = _const_index(tx, args[0])
+            last = kwargs["last"].as_python_constant() if kwargs else True
+            if k not in obj.items:
+                from .exceptions import raise_traced
+
+                raise_traced(KeyError, k)
+            obj.check_mutable("OrderedDict.move_to_end")
+            v = obj.items.pop(k)
+            rest = {} if last else dict(obj.items)
+            if not last:
+                obj.items.clear()  # (in place: iterators over the dict see the same items)
+            obj.items[k] = v
+            obj.items.update(rest)
+            return ConstantVariable(None)
         raise Unsupported(f"dict.{name} with these arguments")
 
 

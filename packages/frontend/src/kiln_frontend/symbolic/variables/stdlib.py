@@ -86,7 +86,18 @@ MATH_FUNCTIONS = tuple(
 
 
 def _fold_math(fn):
+    sym_fn = getattr(torch, f"_sym_{fn.__name__}", None)
+
     def handler(tx, args, kwargs):
+        if sym_fn is not None and len(args) == 1 and not kwargs and \
+                type(tx.realize(args[0])).__name__ == "SymNodeVariable":
+            # math.sqrt(n) on a dynamic int stays symbolic (a torch._sym_sqrt node), as in
+            # torch.compile, rather than specializing n
+            from ...shapes import wrap_symbolic
+
+            arg = tx.realize(args[0])
+            return wrap_symbolic(tx.output, lambda: tx.output.tracer.create_proxy(
+                "call_function", sym_fn, (arg.as_proxy(),), {}), sym_fn(arg.as_example()))
         cargs, ckwargs = _constants(args, kwargs, f"math.{fn.__name__}")
         try:
             result = fn(*cargs, **ckwargs)
@@ -101,6 +112,7 @@ def _fold_math(fn):
 
 for _fn in MATH_FUNCTIONS:
     register_builtin(_fn, _fold_math(_fn))
+register_builtin(math.sqrt, _fold_math(math.sqrt))  # (also symbolic: torch._sym_sqrt)
 del _fn
 
 

@@ -159,7 +159,28 @@ class TorchFunctionVariable(KnownCallableVariable):
             tensor = tensor_from_array(tx, fn, list(args), dict(kwargs))
             if tensor is not None:
                 return tensor
+        variant = SYMBOLIC_VARIANTS.get(fn)
+        if variant is not None and _holds_symbol(args):
+            fn = variant
         return tx.output.create_graph_op("call_function", fn, args, kwargs)
+
+
+#: torch callables whose fake-tensor run specializes a SymInt argument (``torch.tensor(n)``
+#: reads ``int(n)``, a guard that recompiles per value), and the variant that keeps it
+#: symbolic in the graph (what torch.compile calls there too)
+SYMBOLIC_VARIANTS: dict[Any, Any] = {torch.tensor: torch._refs.tensor}
+
+
+def _holds_symbol(args) -> bool:
+    from ...shapes import SymNodeVariable
+
+    def holds(a):
+        if isinstance(a, SymNodeVariable):
+            return True
+        items = getattr(a, "items", None)
+        return isinstance(items, list) and any(holds(i) for i in items)
+
+    return any(holds(a) for a in args)
 
 
 @tracker_for(types.ModuleType)

@@ -1,0 +1,233 @@
+"""``itertools`` iterators and ``operator.itemgetter``/``attrgetter``/``methodcaller``
+built inside a frame (issue 27): registered constructors in ``stdlib.CLASS_CONSTRUCTORS``.
+
+Why it works without re-implementing itertools: the structural ones (chain, islice,
+product, combinations, pairwise...) never look at their items, so the real itertools
+function is run over *trackers*; the ones that call a function (accumulate, starmap,
+takewhile, groupby...) get a Python callable that traces the call.  Items are produced
+lazily (``next_item``), so what producing them does happens in eager's order.  Such an
+iterator still alive at a graph break is not rebuilt: a clean graph break of the frame."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ...exc import Unsupported
+from .base import NotConstant, VariableTracker
+from .constant import ConstantVariable
+from .containers import IteratorVariable, ListIteratorVariable, TupleVariable
+from .stdlib import register_constructor
+
+
+class TracedIteratorVariable(IteratorVariable):
+    """An itertools iterator over trackers; ``make(cell)`` gives the Python iterator,
+    which reads the current translator from ``cell[0]``."""
+
+    def __init__(self, cls: type, make: Callable[[list], Iterator[VariableTracker]],
+                 parts: list[VariableTracker], tx: Any):
+        super().__init__()
+        self.cls = cls
+        self.cell: list[Any] = [tx]  # (product, combinations... read their input at once)
+        self.it = make(self.cell)
+        self.parts = parts
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def children(self):
+        return list(self.parts)
+
+    def next_item(self, tx) -> VariableTracker | None:
+        self.cell[0] = tx
+        return next(self.it, None)
+
+    def reconstruct(self, codegen) -> None:
+        raise Unsupported(f"an itertools.{self.cls.__name__} iterator made while tracing "
+                          "is alive at a graph break")
+
+    def describe(self) -> str:
+        return f"TracedIteratorVariable({self.cls.__name__})"
+
+
+def _items(cell: list, vt: VariableTracker) -> Iterator[VariableTracker]:
+    tx = cell[0]
+    it = tx.realize(vt).iter_var(tx)
+    while (item := it.next_item(cell[0])) is not None:
+        yield item
+
+
+def _const(vt: VariableTracker | None, what: str) -> Any:
+    if vt is None:
+        return None
+    try:
+        return vt.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"itertools.{what} with a non-constant count") from None
+
+
+def _tuple(t: tuple) -> VariableTracker:
+    return TupleVariable(list(t))
+
+
+def _call(cell: list, fn: VariableTracker, *args: VariableTracker) -> VariableTracker:
+    tx = cell[0]
+    return tx.realize(tx.call_function(fn, list(args), {}))
+
+
+def _truth(cell: list, vt: VariableTracker) -> bool:
+    return cell[0].realize(vt).truth_value(cell[0])
+
+
+def _fn_var(tx, fn: Any) -> VariableTracker:
+    from .builder import VariableBuilder
+
+    return VariableBuilder(tx, None, guard=False)(fn)
+
+
+def _construct(cls: type, build: Callable[..., Callable[[list], Iterator]]) -> None:
+    """Register ``cls(*args, **kwargs)`` as a TracedIteratorVariable; ``build(tx, *args,
+    **kwargs)`` returns ``make(cell)`` (or raises TypeError on a signature it refuses)."""
+
+    def construct(tx, _cls, args, kwargs):
+        try:
+            make = build(tx, *args, **kwargs)
+        except TypeError as e:
+            raise Unsupported(f"itertools.{cls.__name__} called as {e}") from None
+        return TracedIteratorVariable(cls, make, [*args, *kwargs.values()], tx)
+
+    register_constructor(cls, construct)
+
+
+_construct(itertools.chain, lambda tx, *its: lambda c: itertools.chain(
+    *[_items(c, i) for i in its]))
+_construct(itertools.islice, lambda tx, it, *bounds: lambda c: itertools.islice(
+    _items(c, it), *[_const(b, "islice") for b in bounds]))
+_construct(itertools.repeat, lambda tx, obj, times=None: lambda c: (
+    itertools.repeat(obj) if times is None else itertools.repeat(obj, _const(times, "repeat"))))
+_construct(itertools.count, lambda tx, start=None, step=None: lambda c: map(
+    ConstantVariable, itertools.count(_const(start, "count") or 0,
+                                      1 if step is None else _const(step, "count"))))
+_construct(itertools.cycle, lambda tx, it: lambda c: itertools.cycle(_items(c, it)))
+_construct(itertools.pairwise, lambda tx, it: lambda c: map(
+    _tuple, itertools.pairwise(_items(c, it))))
+_construct(itertools.zip_longest, lambda tx, *its, fillvalue=None: lambda c: map(
+    _tuple, itertools.zip_longest(*[_items(c, i) for i in its],
+                                  fillvalue=fillvalue or ConstantVariable(None))))
+_construct(itertools.product, lambda tx, *its, repeat=None: lambda c: map(
+    _tuple, itertools.product(*[list(_items(c, i)) for i in its],
+                              repeat=1 if repeat is None else _const(repeat, "product"))))
+for _combi in (itertools.combinations, itertools.combinations_with_replacement):
+    _construct(_combi, lambda tx, it, r, _f=_combi: lambda c: map(
+        _tuple, _f(_items(c, it), _const(r, _f.__name__))))
+_construct(itertools.permutations, lambda tx, it, r=None: lambda c: map(
+    _tuple, itertools.permutations(_items(c, it), _const(r, "permutations"))))
+_construct(itertools.starmap, lambda tx, fn, it: lambda c: (
+    _call(c, fn, *c[0].unpack_sequence(args)) for args in _items(c, it)))
+_construct(itertools.takewhile, lambda tx, fn, it: lambda c: itertools.takewhile(
+    lambda v: _truth(c, _call(c, fn, v)), _items(c, it)))
+_construct(itertools.dropwhile, lambda tx, fn, it: lambda c: itertools.dropwhile(
+    lambda v: _truth(c, _call(c, fn, v)), _items(c, it)))
+_construct(itertools.filterfalse, lambda tx, fn, it: lambda c: itertools.filterfalse(
+    lambda v: _truth(c, v if fn.is_python_constant() and fn.as_python_constant() is None
+                     else _call(c, fn, v)), _items(c, it)))
+
+
+def _accumulate(tx, it, func=None, *, initial=None):
+    fn = func if func is not None and not (func.is_python_constant() and
+                                          func.as_python_constant() is None) \
+        else _fn_var(tx, operator.add)
+    init = None if initial is None or (initial.is_python_constant() and
+                                       initial.as_python_constant() is None) else initial
+    return lambda c: itertools.accumulate(_items(c, it), lambda a, b: _call(c, fn, a, b),
+                                          initial=init)
+
+
+_construct(itertools.accumulate, _accumulate)
+
+
+def _groupby(tx, it, key=None):
+    """Keys are compared in Python, so they must be constants (or the items themselves)."""
+    def make(c):
+        def keyed(v):
+            k = v if key is None or (key.is_python_constant() and
+                                    key.as_python_constant() is None) else _call(c, key, v)
+            try:
+                return c[0].realize(k).as_python_constant()
+            except NotConstant:
+                raise Unsupported("itertools.groupby with keys that are not constants") \
+                    from None
+
+        for k, group in itertools.groupby(_items(c, it), keyed):
+            yield TupleVariable([ConstantVariable.create(k), ListIteratorVariable(list(group))])
+
+    return make
+
+
+_construct(itertools.groupby, _groupby)
+
+
+# -- operator.itemgetter / attrgetter / methodcaller ----------------------------------------------
+
+class OperatorGetterVariable(VariableTracker):
+    """``operator.itemgetter(*keys)``, ``attrgetter(*names)``, ``methodcaller(name, ...)``
+    with constant arguments: calling it traces the item/attribute/method access."""
+
+    def __init__(self, value: Any, kind: type, args: list[Any], kwargs: dict[str, Any]):
+        super().__init__()
+        self.value = value  # the real object (rebuilt as a constant)
+        self.kind = kind
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"operator.{self.kind.__name__} object called with "
+                              f"{len(args)} arguments")
+        obj = tx.realize(args[0])
+        if self.kind is operator.methodcaller:
+            name, *margs = self.args
+            return obj.call_method(tx, name, [ConstantVariable.create(a) for a in margs],
+                                   {k: ConstantVariable.create(v)
+                                    for k, v in self.kwargs.items()})
+        results = []
+        for key in self.args:
+            if self.kind is operator.itemgetter:
+                results.append(tx.getitem(obj, ConstantVariable.create(key)))
+            else:
+                r = obj
+                for part in key.split("."):
+                    r = tx.realize(r).var_getattr(tx, part)
+                results.append(r)
+        return results[0] if len(results) == 1 else TupleVariable(results)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_const_object(self.value)
+
+    def describe(self) -> str:
+        return f"OperatorGetterVariable({self.value!r})"
+
+
+def _getter(kind: type):
+    def construct(tx, _cls, args, kwargs):
+        try:
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        except NotConstant:
+            raise Unsupported(f"operator.{kind.__name__} with non-constant arguments") \
+                from None
+        return OperatorGetterVariable(kind(*cargs, **ckw), kind, cargs, ckw)
+
+    return construct
+
+
+for _kind in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
+    register_constructor(_kind, _getter(_kind))
