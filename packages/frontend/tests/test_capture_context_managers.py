@@ -261,13 +261,36 @@ def test_contextmanager_exception_finally_runs():
     check(f, x4(), [])
 
 
-@pytest.mark.xfail(strict=True, reason='an exception thrown into a @contextmanager generator paused at its yield is not traced (generator_ctx.py: exit_on_exception); the block runs in Python')
 def test_contextmanager_handles_exception():
     def f(x, log):
         with catching(log):
             x = x + 1
             raise ValueError("handled")
         return x * 2
+
+    check(f, x4(), [])
+
+
+def test_contextmanager_without_try_exception_escapes():
+    def f(x, log):
+        with plain(log):
+            raise KeyError("no finally")
+        return x
+
+    check(f, x4(), [])
+
+
+def test_contextmanager_handles_exception_caught_in_frame():
+    def f(x, log):
+        try:
+            with tagged(log, "z"):
+                x = x * 2
+                raise ValueError("out")
+        except ValueError:
+            x = x + 1
+        with catching(log):
+            raise ValueError("in")
+        return x
 
     check(f, x4(), [])
 
@@ -435,7 +458,6 @@ def test_autocast_nested_in_no_grad():
     check(f, torch.randn(4, 4, requires_grad=True), torch.randn(4, 4))
 
 
-@pytest.mark.xfail(strict=True, reason='torch.compile skips the frame (it cannot enter a torch.device context: 0 graphs); kiln breaks at the `with` and captures two graphs')
 def test_device_context():
     def f(x):
         with torch.device("cpu"):
@@ -601,7 +623,7 @@ def test_set_default_dtype_then_raise():
 # -- the outcome of the cases above that kiln does not yet capture as torch.compile does ------
 
 @pytest.mark.parametrize("name", [
-    "test_reentered_manager", "test_device_context", "test_contextmanager_handles_exception",
+    "test_reentered_manager",
     "test_exit_stack_enter_context", "test_exit_stack_callback",
     "test_no_grad_across_graph_break", "test_autocast_across_graph_break",
 ])

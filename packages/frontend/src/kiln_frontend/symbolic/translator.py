@@ -461,9 +461,10 @@ class InstructionTranslator(InstructionTranslatorBase):
                 e.with_location(*self.location(inst))
                 if self.nopython:
                     raise
-                if isinstance(e, TracedException):
+                if isinstance(e, TracedException) or inst.opname == "BEFORE_WITH":
                     # raised here and caught by no traced handler: it leaves the frame,
-                    # which then runs as is (as under TorchDynamo: no graph before it)
+                    # which then runs as is (as under TorchDynamo: no graph before it);
+                    # so does a `with` on a context manager that cannot be entered here
                     raise Unsupported(str(e)) from e
                 if not self.can_break_at(inst):
                     start = self.block_start(index)

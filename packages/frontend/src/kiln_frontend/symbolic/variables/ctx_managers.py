@@ -44,10 +44,11 @@ class ContextManagerVariable(VariableTracker):
     def undo_real(self) -> None:
         raise NotImplementedError
 
-    def exit_on_exception(self, tx, exc: VariableTracker | None) -> None:
-        """The block was left by an exception: torch's managers restore their mode the
-        same way and never suppress it."""
+    def exit_on_exception(self, tx, exc: VariableTracker | None) -> bool:
+        """The block was left by an exception: True to suppress it.  torch's managers
+        restore their mode the same way and never suppress it."""
         self.exit(tx)
+        return False
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name == "__enter__":
@@ -85,9 +86,9 @@ class ContextExitVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if any(not (a.is_python_constant() and a.as_python_constant() is None) for a in args):
-            self.ctx.exit_on_exception(tx, args[1] if len(args) > 1 else None)
-        else:
-            self.ctx.exit(tx)
+            suppress = self.ctx.exit_on_exception(tx, args[1] if len(args) > 1 else None)
+            return ConstantVariable(bool(suppress))
+        self.ctx.exit(tx)
         return ConstantVariable(False)
 
     def reconstruct(self, codegen):

@@ -99,8 +99,33 @@ class GeneratorContextVariable(ContextManagerVariable):
         if resume_generator(self.gen_tx) is not None:
             raise Unsupported("@contextmanager generator didn't stop")
 
-    def exit_on_exception(self, tx, exc) -> None:
-        raise Unsupported("throwing an exception into a @contextmanager generator")
+    def exit_on_exception(self, tx, exc) -> bool:
+        """``gen.throw(exc)`` at the paused ``yield``, as ``_GeneratorContextManager``'s
+        ``__exit__`` does: suppressed (True) when the generator handles it and stops; not
+        (False) when it propagates unchanged (a ``finally`` runs on the way)."""
+        from ..handlers.exceptions import handle_traced_exception
+        from .exceptions import ExceptionVariable, TracedException
+
+        exc = tx.realize(exc) if exc is not None else None
+        gen_tx = self.gen_tx
+        if gen_tx is None or not isinstance(exc, ExceptionVariable):
+            raise Unsupported("throwing into a @contextmanager generator")
+        at = gen_tx.instructions[gen_tx.ip - 1]
+        if at.opname != "YIELD_VALUE" or (
+                gen_tx.ip >= 2 and gen_tx.instructions[gen_tx.ip - 2].opname == "SEND"):
+            raise Unsupported("throwing into a @contextmanager generator not paused at its "
+                              "own yield")
+        gen_tx.paused_at_yield = False
+        if not handle_traced_exception(gen_tx, at, TracedException(exc)):
+            return False  # no handler around the yield: it propagates as it is
+        try:
+            if resume_generator(gen_tx) is not None:
+                raise Unsupported("@contextmanager generator didn't stop after throw()")
+        except TracedException as e:
+            if e.exc is exc:
+                return False  # re-raised (a finally ran): not suppressed
+            raise
+        return True
 
     def undo_real(self) -> None:
         pass  # nothing real was switched: the generator's effects are traced
