@@ -381,3 +381,32 @@ def test_a_hit_packs_gemm_weights_with_the_graphs_threads(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert threads_seen and set(threads_seen) == {2}, threads_seen
+
+
+def test_a_cache_folder_others_can_write_is_not_loaded_from(graph_cache_on, monkeypatch):
+    """A warm cache in a folder group or others can write (a shared KILN_CACHE_DIR under
+    /tmp) is refused with one warning: no graph entry, no kernel library is loaded from it,
+    and the graph still compiles (cold, into this process's own folder)."""
+    import os
+
+    m = _net(0)
+    expected = m(X)
+    _compile(m, X)  # warm: graph entry and kernel .so in the folder
+    os.chmod(graph_cache_on, 0o777)
+    import kiln_aotgrad
+
+    traced = []
+    real_trace = kiln_aotgrad.trace_inference
+    monkeypatch.setattr(kiln_aotgrad, "trace_inference",
+                        lambda *a, **k: traced.append(1) or real_trace(*a, **k))
+    before = kiln.stats()
+    with pytest.warns(kiln_runtime.UnsafeCacheDirWarning, match=f"chmod 700 {graph_cache_on}"):
+        compiled = _compile(m, X)
+    after = kiln.stats()
+    assert traced  # the pipeline ran: nothing came from the refused folder
+    assert _delta(before, after, "graph_cache_hits", "kernel_cache_hits") == {
+        "graph_cache_hits": 0, "kernel_cache_hits": 0}
+    assert kiln_runtime.cache_dir() != graph_cache_on
+    got = compiled(X)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1], expected[1])

@@ -72,7 +72,10 @@ def save_cache_artifacts() -> bytes:
 
 def load_cache_artifacts(blob: bytes) -> int:
     """Install a ``save_cache_artifacts`` blob into this machine's cache (``KILN_CACHE_DIR``):
-    later compiles of the same graphs are warm. Returns the number of entries installed."""
+    later compiles of the same graphs are warm. Returns the number of entries installed.
+
+    This runs what the blob holds: its entries are pickles and shared libraries that later
+    compiles load and execute. Load only blobs you would run as a program."""
     import kiln_runtime
 
     return len(kiln_runtime.load_cache_artifacts(blob))

@@ -1,11 +1,13 @@
 """kiln-runtime: running kiln-compiled graphs.
 
-- ``cache_dir()``: ``$KILN_CACHE_DIR`` or ``~/.cache/kiln``.
+- ``cache_dir()``: ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created 0700; a folder others could
+  write is refused with one ``UnsafeCacheDirWarning``: it holds code kiln runs).
 - ``disk_cache``: artifacts by (kind, key) on disk; atomic writes; corrupt entries rebuilt.
 - ``load(module, config=None)``: exec a generated wrapper with its kernels -> callable.
 - ``launch``: helpers generated wrappers call (``empty_strided_cpu``, ``reinterpret_tensor``).
 - ``counters``: cache hits/misses/corrupt entries (also per kind), wrappers loaded.
-- ``save_cache_artifacts()`` / ``load_cache_artifacts(blob)``: ship the entries a process used.
+- ``save_cache_artifacts()`` / ``load_cache_artifacts(blob)``: ship the entries a process used
+  (loading a blob runs what it holds).
 - ``compile_timer``: named compile phases per graph (``KILN_LOGS=perf`` prints them).
 - ``cudagraphs``: CUDA-graph record/replay (``mode="reduce-overhead"``), imported on use.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 from . import compile_timer, disk_cache, launch
 from .artifacts import load_cache_artifacts, save_cache_artifacts
 from .counters import counters, reset_counters
-from .disk_cache import DiskCache, cache_dir, hash_key
+from .disk_cache import DiskCache, UnsafeCacheDir, UnsafeCacheDirWarning, cache_dir, hash_key
 from .launch import (
     assert_size_stride,
     empty_strided,
@@ -30,6 +32,8 @@ from .loader import CompiledGraph, load
 __all__ = [
     "CompiledGraph",
     "DiskCache",
+    "UnsafeCacheDir",
+    "UnsafeCacheDirWarning",
     "assert_size_stride",
     "cache_dir",
     "compile_timer",

@@ -24,7 +24,11 @@ def save_cache_artifacts() -> bytes:
 
 def load_cache_artifacts(blob: bytes) -> list[tuple[str, str]]:
     """Install a ``save_cache_artifacts`` blob into ``cache_dir()``; returns the (kind, key)
-    entries now present. Raises ``ValueError`` for bytes that are not such a blob."""
+    entries now present. Raises ``ValueError`` for bytes that are not such a blob.
+
+    This runs what the blob holds: its entries are pickles and shared libraries that later
+    compiles load and execute (the manifests catch damage, not malice). Load only blobs you
+    would run as a program."""
     if not isinstance(blob, bytes | bytearray | memoryview):
         raise TypeError(f"load_cache_artifacts() takes bytes, not {type(blob).__name__}")
     try:

@@ -17,11 +17,26 @@ Counters (``kiln_runtime.counters``): ``disk_cache_hits``, ``disk_cache_misses``
 
 ``touched()`` lists the (kind, key) entries this process read or wrote: ``pack(entries)``
 turns them into one blob (a deployment ships it) and ``unpack(blob)`` installs a blob's
-entries into this machine's cache (each checked against its manifest).
+entries into this machine's cache (each checked against its manifest: that catches damage,
+not malice; what a blob holds is code kiln runs).
+
+**The folder is trusted like code.** Its entries are pickles loaded with
+``torch.load(weights_only=False)`` and shared libraries loaded with ctypes, so whoever can
+write the folder can run code in every process that uses it. As ssh treats a key file,
+``cache_dir()`` refuses a folder owned by another user or writable by group or others (a
+shared ``KILN_CACHE_DIR`` under /tmp): ``check_cache_dir`` raises ``UnsafeCacheDir`` naming
+the folder and the fix (``chmod 700 <folder>``, or another folder). kiln then warns once
+(``UnsafeCacheDirWarning``) and uses a fresh private folder for this process instead: nothing
+is loaded from the refused folder, compiles still work, only without a warm cache (a warning,
+not an error: torch.compile users expect a compile to work without its cache). Every reader
+of the cache goes through ``cache_dir()`` (``DiskCache`` with an explicit root checks that
+root the same way). Folders kiln creates (the cache folder and its missing parents) are
+made 0700.
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import hashlib
 import io
@@ -29,9 +44,12 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
+import threading
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -51,12 +69,94 @@ def _count(what: str, kind: str) -> None:
     counters[f"disk_cache_{what}:{kind}"] += 1
 
 
+class UnsafeCacheDir(PermissionError):
+    """A cache folder others could write: kiln loads nothing from it."""
+
+
+class UnsafeCacheDirWarning(UserWarning):
+    """kiln refused its cache folder and compiles without the on-disk cache."""
+
+
+def _euid() -> int:
+    return os.geteuid()
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents, each 0700 (``mkdir -p`` would give the
+    parents the umask's mode)."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it: check_cache_dir judges it
+            continue
+        os.chmod(p, 0o700)  # whatever the umask
+
+
+def check_cache_dir(path: Path) -> None:
+    """Raise ``UnsafeCacheDir`` unless ``path`` is a folder owned by this user that neither
+    group nor others can write (ssh's rule for key files)."""
+    st = os.stat(path)  # follows a symlink: the folder it names is judged
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCacheDir(f"kiln's cache folder {path} is not a folder")
+    if st.st_uid != _euid():
+        raise UnsafeCacheDir(
+            f"kiln's cache folder {path} belongs to another user (uid {st.st_uid}; you are uid "
+            f"{_euid()}), who could put code in it that kiln would run. Set KILN_CACHE_DIR to a "
+            "folder of your own.")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = " and ".join(w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH))
+                           if st.st_mode & bit)
+        raise UnsafeCacheDir(
+            f"kiln's cache folder {path} is writable by {who} (mode "
+            f"{stat.S_IMODE(st.st_mode):o}), who could put code in it that kiln would run. "
+            f"Fix: `chmod 700 {path}`, or set KILN_CACHE_DIR to a folder of your own.")
+
+
+_refused: set[str] = set()
+_private: Path | None = None
+_private_lock = threading.Lock()
+
+
+def _private_dir() -> Path:
+    """This process's own cache folder (0700, removed at exit), used instead of a refused one."""
+    global _private
+    with _private_lock:
+        if _private is None:
+            _private = Path(tempfile.mkdtemp(prefix="kiln-cache-"))
+            atexit.register(shutil.rmtree, _private, True)
+        return _private
+
+
+def safe_root(root: Path) -> Path:
+    """``root`` (created 0700 when missing) if ``check_cache_dir`` accepts it; else, after one
+    warning per folder, this process's private folder: nothing is read from ``root``."""
+    try:
+        make_private_dirs(root)
+        check_cache_dir(root)
+        return root
+    except OSError as e:  # UnsafeCacheDir, or a folder we cannot make or stat
+        if str(root) not in _refused:
+            _refused.add(str(root))
+            msg = str(e) if isinstance(e, UnsafeCacheDir) else f"kiln's cache folder {root}: {e}"
+            warnings.warn(f"{msg} This process compiles without the on-disk cache.",
+                          UnsafeCacheDirWarning, stacklevel=3)
+            log.warning("kiln: %s This process compiles without the on-disk cache.", msg)
+        return _private_dir()
+
+
 def cache_dir() -> Path:
-    """The root of kiln's caches: ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created on use)."""
+    """The root of kiln's caches: ``$KILN_CACHE_DIR`` or ``~/.cache/kiln`` (created 0700 on
+    use), or, when that folder is refused (``check_cache_dir``), this process's private one."""
     env = os.environ.get("KILN_CACHE_DIR")
     root = Path(env).expanduser() if env else Path.home() / ".cache" / "kiln"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    return safe_root(root)
 
 
 def hash_key(*parts: str | bytes) -> str:
@@ -92,8 +192,7 @@ class DiskCache:
     def root(self) -> Path:
         if self._root is None:
             return cache_dir()
-        self._root.mkdir(parents=True, exist_ok=True)
-        return self._root
+        return safe_root(self._root)
 
     def entry_dir(self, kind: str, key: str) -> Path:
         _check_key(kind)
