@@ -883,6 +883,31 @@ def free_variable_cell_shared_with_eager_reader(C):
     return read()
 
 
+@case
+def comprehension_closures_over_a_variable_also_set_outside(C):
+    """3.12 inlines the comprehension: its ``i`` is a new cell, the outer ``i`` (10) comes
+    back after it; the lambdas keep the comprehension's cell (2)."""
+
+    def f(x):
+        i = 10
+        fns = [lambda: x + i for i in range(3)]  # noqa: B023
+        return [fn() for fn in fns], x * i
+
+    return C(f)(_x())
+
+
+@case
+def comprehension_closure_cell_then_outer_loop_variable(C):
+    def f(x):
+        fns = [lambda: x * j for j in (1, 2)]  # noqa: B023
+        out = []
+        for j in range(3):
+            out.append(x + j)
+        return [fn() for fn in fns], out
+
+    return C(f)(_x())
+
+
 @pytest.mark.parametrize("name", case.params())
 def test_matches_torch_compile(name):
     check_matches_torch(case.cases[name], __file__)

@@ -101,6 +101,9 @@ class InstructionTranslatorBase:
         self.f_builtins = f_builtins
         self.symbolic_locals = symbolic_locals
         self.closure_cells = closure_cells
+        #: cells MAKE_CELL made after the prologue (3.12's inlined comprehensions), by name,
+        #: while the frame's slot holds them (``FreshCellVariable``)
+        self.fresh_cells: dict[str, VariableTracker] = {}
         self.output = output
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
@@ -307,7 +310,7 @@ class InstructionTranslatorBase:
     # -- variables in cells -----------------------------------------------------------
 
     def load_deref(self, name: str) -> VariableTracker:
-        cell = self.closure_cells.get(name)
+        cell = self.fresh_cells.get(name) or self.closure_cells.get(name)
         if cell is not None:
             return cell.load(self)
         try:
@@ -316,14 +319,14 @@ class InstructionTranslatorBase:
             raise Unsupported(f"free variable {name!r} referenced before assignment") from None
 
     def store_deref(self, name: str, value: VariableTracker) -> None:
-        cell = self.closure_cells.get(name)
+        cell = self.fresh_cells.get(name) or self.closure_cells.get(name)
         if cell is not None:
             cell.store(self, value)
         else:
             self.symbolic_locals[name] = value
 
     def load_closure(self, name: str) -> VariableTracker:
-        cell = self.closure_cells.get(name)
+        cell = self.fresh_cells.get(name) or self.closure_cells.get(name)
         if cell is not None:
             return cell
         return LocalCellVariable(self, name)

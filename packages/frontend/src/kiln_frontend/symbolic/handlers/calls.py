@@ -88,8 +88,28 @@ def MAKE_FUNCTION(tx, inst):
                                        kwdefaults_items, closure_items))
 
 
+_INTRINSIC_STOPITERATION_ERROR = 3
 _INTRINSIC_UNARY_POSITIVE = 5
 _INTRINSIC_LIST_TO_TUPLE = 6
+
+
+def _stop_iteration_error(tx, exc):
+    """3.12's handler around a generator's body (PEP 479): a StopIteration escaping it
+    becomes RuntimeError('generator raised StopIteration'); any other exception passes."""
+    import inspect
+
+    from ..variables.constant import ConstantVariable
+    from ..variables.exceptions import ExceptionVariable
+
+    if not (tx.code.co_flags & inspect.CO_GENERATOR):
+        raise Unsupported("StopIteration conversion outside a generator")
+    if isinstance(exc, ExceptionVariable) and issubclass(exc.cls, StopIteration):
+        new = ExceptionVariable(RuntimeError,
+                                [ConstantVariable("generator raised StopIteration")])
+        new.cause = new.context = exc
+        new.suppress_context = True
+        return new
+    return exc
 
 
 @handler("CALL_INTRINSIC_1", versions=(3, 12))
@@ -103,6 +123,8 @@ def CALL_INTRINSIC_1(tx, inst):
         tx.push(TupleVariable(tx.unpack_sequence(tx.pop())))
     elif which == _INTRINSIC_UNARY_POSITIVE:
         tx.push(call_operator(tx, operator.pos, [tx.pop()], {}))
+    elif which == _INTRINSIC_STOPITERATION_ERROR:
+        tx.push(_stop_iteration_error(tx, tx.pop()))
     else:
         raise Unsupported(f"CALL_INTRINSIC_1 {which}")
 

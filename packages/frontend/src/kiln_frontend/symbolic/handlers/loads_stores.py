@@ -33,6 +33,7 @@ def LOAD_FAST_AND_CLEAR(tx, inst):
 @handler("STORE_FAST")
 def STORE_FAST(tx, inst):
     value = tx.pop()
+    tx.fresh_cells.pop(inst.argval, None)  # the slot holds a value again, not that cell
     if isinstance(value, DeletedVariable):
         tx.symbolic_locals.pop(inst.argval, None)
     else:
@@ -72,8 +73,25 @@ def DELETE_GLOBAL(tx, inst):
 
 @handler("MAKE_CELL", "COPY_FREE_VARS")
 def MAKE_CELL(tx, inst):
-    # cells are modelled by name: a cell variable lives in the symbolic locals
-    pass
+    # cells are modelled by name: a cell variable lives in the symbolic locals; a
+    # MAKE_CELL after the prologue (3.12's inlined comprehension) makes a new cell
+    if inst.opname == "MAKE_CELL" and _after_prologue(tx):
+        from ..variables.misc import FreshCellVariable
+
+        value = tx.symbolic_locals.pop(inst.argval, None)
+        if isinstance(value, LazyVariable):
+            value = value.realize(tx)
+        if isinstance(value, DeletedVariable):
+            value = None
+        tx.fresh_cells[inst.argval] = FreshCellVariable(inst.argval, value)
+
+
+def _after_prologue(tx) -> bool:
+    """The running instruction comes after the code's RESUME."""
+    for i in range(tx.ip - 1):
+        if tx.instructions[i].opname == "RESUME":
+            return True
+    return False
 
 
 @handler("LOAD_DEREF")

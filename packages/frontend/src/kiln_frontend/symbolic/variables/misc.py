@@ -103,6 +103,29 @@ class LocalCellVariable(VariableTracker):
         raise Unsupported("cannot rebuild a closure cell")
 
 
+class FreshCellVariable(VariableTracker):
+    """A cell MAKE_CELL makes after the prologue: 3.12 inlines a comprehension whose
+    variable a closure captures as ``LOAD_FAST_AND_CLEAR i; MAKE_CELL i; ...; STORE_FAST
+    i`` (the outer value back in the slot). Closures made in the comprehension keep this
+    cell and its last value, apart from the frame's local of that name."""
+
+    def __init__(self, name: str, value: VariableTracker | None):
+        super().__init__()
+        self.name = name
+        self.value = value
+
+    def load(self, tx) -> VariableTracker:
+        if self.value is None:
+            raise Unsupported(f"free variable {self.name!r} referenced before assignment")
+        return self.value
+
+    def store(self, tx, value: VariableTracker) -> None:
+        self.value = value
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild a comprehension's closure cell")
+
+
 def wrap_class(cls: type, source=None) -> VariableTracker:
     from .builtins import BUILTIN_CLASSES, BuiltinVariable
 
