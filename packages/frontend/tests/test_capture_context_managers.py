@@ -496,7 +496,6 @@ def test_set_default_dtype_leaks_like_eager():
     check(f, x4())
 
 
-@pytest.mark.xfail(strict=True, reason='kiln records the mode switch of a torch.no_grad() object from outside but does not set its `prev` attribute as its __enter__ does')
 def test_no_grad_ctx_object_from_outside():
     def f(x, ctx):
         with ctx:

@@ -12,7 +12,6 @@ import unittest
 import pytest
 import torch
 from _eager_reference import check
-from _eager_reference import check as _check
 from torch import nn
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
@@ -501,6 +500,32 @@ def test_escaping_from_inlined_function():
     check(f, x4())
 
 
+def test_conditional_raise_then_other_branch():
+    """The frame a raise left runs as is afterwards too, as under torch.compile (its
+    graph count over both calls)."""
+    from _counting_backend import CountingBackend
+    from kiln_frontend import compile as kiln_compile
+
+    def f(x, flag):
+        if flag:
+            raise ValueError("flagged")
+        return x + 1
+
+    def graphs(compiled, backend):
+        with pytest.raises(ValueError, match="flagged"):
+            compiled(x4(), True)
+        x = x4()
+        torch.testing.assert_close(compiled(x, False), x + 1)
+        return len(backend.graphs)
+
+    torch._dynamo.reset()
+    ref = CountingBackend()
+    expected = graphs(torch.compile(f, backend=ref), ref)
+    torch._dynamo.reset()
+    mine = CountingBackend()
+    assert graphs(kiln_compile(f, backend=mine), mine) == expected
+
+
 def test_assert_passes_folds():
     def f(x):
         assert x.shape[0] == 4, "wrong size"
@@ -738,7 +763,6 @@ def test_check_function_raises_escapes():
     check(f, x4())
 
 
-@pytest.mark.xfail(strict=True, reason='torch._check is a torch-internal Python function (trace_rules SKIP): a graph break, where torch.compile folds a check that passes')
 def test_torch_check_passes():
     def f(x):
         torch._check(x.shape[0] == 4, lambda: "size")
@@ -747,8 +771,9 @@ def test_torch_check_passes():
     check(f, x4())
 
 
-def test_torch_check_still_matches_eager(monkeypatch):
-    """The non-fullgraph form of the xfailed case ends as eagerly."""
-    monkeypatch.setitem(globals(), "check",
-                        lambda fn, *a, **k: _check(fn, *a, fullgraph=False, count=False))
-    test_torch_check_passes()
+def test_torch_check_fails_escapes():
+    def f(x):
+        torch._check(x.shape[0] == 5, lambda: "size must be 5")
+        return x + 1
+
+    check(f, x4())

@@ -143,6 +143,8 @@ for _path in ("torch.distributed.is_available", "torch.fx._symbolic_trace.is_fx_
               "torch.cuda.is_available", "torch.backends.mps.is_available"):
     register_function(_path, Rule.CONSTANT,
                       "a predicate of the process, fixed while compiled code runs")
+register_function("torch._check", Rule.GRAPH,
+                  "folded when its condition is known (symbolic/variables/ctx_managers.py)")
 # Tensor's reflected operators are Python wrappers (``try: ... except TypeError: return
 # NotImplemented``) around one kernel: one graph node each
 for _name in ("__rsub__", "__rdiv__", "__rtruediv__", "__rpow__", "__rmatmul__", "__rmod__",

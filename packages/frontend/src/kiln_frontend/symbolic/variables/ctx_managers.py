@@ -409,10 +409,26 @@ def _set_default_dtype(tx, args, kwargs) -> VariableTracker:
     return ConstantVariable(None)
 
 
-#: torch functions that switch global state, captured as graph nodes: fn -> handler(tx,
-#: args, kwargs) (consulted before torch.py's list of blocked global-state calls)
+def _torch_check(tx, args, kwargs) -> VariableTracker:
+    """``torch._check(cond, message)`` with a condition known while tracing: a check that
+    passes folds away (as under torch.compile); one that fails, or a condition known only
+    at run time, is a graph break (Python raises eager's error)."""
+    cond = args[0] if args else kwargs.get("cond")
+    try:
+        value = tx.realize(cond).as_python_constant() if cond is not None else None
+    except NotConstant:
+        raise Unsupported("torch._check on a value known only at run time") from None
+    if value is True:
+        return ConstantVariable(None)
+    raise Unsupported("torch._check whose condition fails")
+
+
+#: torch functions traced by a handler: global-state switches captured as graph nodes,
+#: checks folded; fn -> handler(tx, args, kwargs) (consulted before torch.py's list of
+#: blocked global-state calls; a Python function needs a trace_rules GRAPH rule to get here)
 GLOBAL_STATE_CALLS: dict[Any, Any] = {
     torch.set_default_dtype: _set_default_dtype,
+    torch._check: _torch_check,
 }
 
 
@@ -437,9 +453,13 @@ CONTEXT_MANAGER_CLASSES = context_manager_classes()
 
 
 def wrap_context_object(tx, value: Any) -> VariableTracker | None:
-    """A context-manager object from the frame (``ctx = torch.no_grad()`` made elsewhere)."""
+    """A context-manager object from outside the frame (``ctx = torch.no_grad()`` made
+    elsewhere): a grad-mode one is refused, so the frame runs as is, as under
+    torch.compile (which does not enter managers made outside the compiled region); its
+    ``__enter__`` would set ``prev`` on the shared object besides."""
     if type(value) in (torch.no_grad, torch.enable_grad):
-        return GradModeVariable(GradModeVariable._CLASSES[type(value)], type(value))
+        raise Unsupported(f"`with` on a {type(value).__qualname__} object made outside the "
+                          "frame")
     return None
 
 
