@@ -7,8 +7,8 @@ One rule table, built once:
 2. add torch's decompositions for the composite ops that loopir should see as their pieces
    (softmax, the norms, gelu & friends: see ``_FROM_TORCH``);
 3. add kiln's own rules (``@_rule``) where torch's decomposition leaves ``prims`` ops in the
-   graph (var / var_mean) or where it has none (lift_fresh_copy, the backward of CPU flash
-   attention kernels in training graphs);
+   graph (var / var_mean), where it has none (lift_fresh_copy, the backward of CPU flash
+   attention kernels in training graphs) or where it rounds unlike eager (CPU batch norm);
 4. remove the ops kiln keeps whole as extern-call candidates (``KEEP``: matmul family,
    convolution, scaled-dot-product attention kernels).
 
@@ -57,11 +57,6 @@ _FROM_TORCH = _ops(
     "_log_softmax.default",
     "native_layer_norm.default",
     "native_group_norm.default",
-    "native_batch_norm.default",
-    "_native_batch_norm_legit.default",
-    "_native_batch_norm_legit.no_stats",
-    "_native_batch_norm_legit_functional.default",
-    "_native_batch_norm_legit_no_training.default",
     "gelu.default",
     "elu.default",
     "leaky_relu.default",
@@ -166,6 +161,99 @@ def _std_correction(x, dim=None, *, correction=None, keepdim=False):
     if welford_in_loopir(x):
         return NotImplemented
     return torch.sqrt(_var_mean(x, dim, correction, keepdim)[0])
+
+
+BATCH_NORM_STATS_DTYPE = torch.float64
+
+
+def _batch_norm_cpu(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                    functional):
+    """Batch norm as torch's CPU kernel computes it (float32/float64 on CPU): the statistics
+    summed in float64 (``acc_type``), mean and var_sum rounded to the input's dtype, ``var_sum /
+    n`` too, ``invstd = 1 / sqrt(var + eps)`` in float64 (save_mean and save_invstd then equal
+    eager's bitwise), then ``out = x * alpha + beta`` with ``alpha = invstd * w`` and
+    ``beta = b - mean * alpha`` (the C++ codegen contracts both to FMAs, as torch's build does).
+    torch's decomposition, ``(x - mean) * rstd * w + b`` over float sums, rounds differently: at
+    ``x == mean`` it gives exactly 0 where eager gives the product's rounding error, and a ReLU
+    after it flips (timm mobilenetv3_small_100 trained with gradients off by 1e-2, issue 25).
+    Returns (out, save_mean, save_invstd, new_running_mean, new_running_var)."""
+    dims = [0, *range(2, input.dim())]
+    shape = [-1] + [1] * (input.dim() - 2)
+    if training:
+        n = input.numel() // input.shape[1]
+        acc = BATCH_NORM_STATS_DTYPE or input.dtype
+        mean = (torch.sum(input, dims, dtype=acc) / n).to(input.dtype)
+        dev = input - mean.reshape(shape)
+        var_sum = torch.sum(dev * dev, dims, dtype=acc).to(input.dtype)
+        invstd = (1 / torch.sqrt((var_sum / n).to(torch.float64) + eps)).to(input.dtype)
+        save_mean, save_invstd = mean, invstd
+        new_mean, new_var = running_mean, running_var
+        if running_mean is not None:
+            new_mean = momentum * mean + (1 - momentum) * running_mean
+        if running_var is not None:
+            unbiased = var_sum / (n - 1)
+            new_var = momentum * unbiased + (1 - momentum) * running_var
+        if not functional:
+            if running_mean is not None:
+                running_mean.copy_(new_mean)
+            if running_var is not None:
+                running_var.copy_(new_var)
+    else:
+        mean = running_mean.to(input.dtype)
+        invstd = torch.rsqrt(running_var.to(input.dtype) + eps)  # as eager (not 1 / sqrt)
+        save_mean = save_invstd = input.new_zeros((0,))
+        new_mean, new_var = running_mean, running_var
+    alpha = invstd if weight is None else invstd * weight.flatten()
+    beta = -(mean * alpha) if bias is None else bias.flatten() - mean * alpha
+    out = input * alpha.reshape(shape) + beta.reshape(shape)
+    return out, save_mean, save_invstd, new_mean, new_var
+
+
+def _eager_batch_norm(input) -> bool:
+    return input.device.type == "cpu" and input.dtype in (torch.float32, torch.float64)
+
+
+def _torch_rule(op):
+    from torch._decomp import decomposition_table
+
+    return decomposition_table[op]
+
+
+# batch norm: eager's CPU arithmetic (float32/float64), torch's decomposition elsewhere
+@_rule(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    if not _eager_batch_norm(input):
+        return _torch_rule(aten.native_batch_norm.default)(
+            input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _batch_norm_cpu(input, weight, bias, running_mean, running_var, training, momentum,
+                           eps, False)[:3]
+
+
+@_rule(aten._native_batch_norm_legit.no_stats)
+def _native_batch_norm_no_stats(input, weight, bias, training, momentum, eps):
+    if not _eager_batch_norm(input):
+        return _torch_rule(aten._native_batch_norm_legit.no_stats)(
+            input, weight, bias, training, momentum, eps)
+    return _batch_norm_cpu(input, weight, bias, None, None, training, momentum, eps, False)[:3]
+
+
+@_rule(aten._native_batch_norm_legit_no_training.default)
+def _native_batch_norm_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    if not _eager_batch_norm(input):
+        return _torch_rule(aten._native_batch_norm_legit_no_training.default)(
+            input, weight, bias, running_mean, running_var, momentum, eps)
+    return _batch_norm_cpu(input, weight, bias, running_mean, running_var, False, momentum, eps,
+                           False)[:3]
+
+
+@_rule(aten._native_batch_norm_legit_functional.default)
+def _native_batch_norm_functional(input, weight, bias, running_mean, running_var, training,
+                                  momentum, eps):
+    if not _eager_batch_norm(input):
+        return _torch_rule(aten._native_batch_norm_legit_functional.default)(
+            input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _batch_norm_cpu(input, weight, bias, running_mean, running_var, training, momentum,
+                           eps, True)
 
 
 @_rule(aten.lift_fresh_copy.default)
