@@ -908,6 +908,142 @@ def comprehension_closure_cell_then_outer_loop_variable(C):
     return C(f)(_x())
 
 
+@case
+def two_counters_from_one_factory(C):
+    def make_counter():
+        n = 0
+
+        def inc():
+            nonlocal n
+            n += 1
+            return n
+
+        return inc
+
+    def f(x):
+        a = make_counter()
+        b = make_counter()
+        a()
+        a()
+        b()
+        return x * a() + b()
+
+    return C(f)(_x())
+
+
+@case
+def closure_from_inlined_factory_returned(C):
+    def make_scaler(k):
+        def scale(t):
+            return t * k
+
+        return scale
+
+    def f(x):
+        s = make_scaler(x.sum())
+        return s(x), s
+
+    out, s = C(f)(_x())
+    return out, s(torch.ones(4))
+
+
+@case
+def closure_counter_from_inlined_factory_returned(C):
+    def make_counter():
+        n = 0
+
+        def inc():
+            nonlocal n
+            n += 1
+            return n
+
+        return inc
+
+    def f(x):
+        c = make_counter()
+        c()
+        return x + c(), c
+
+    out, c = C(f)(_x())
+    return out, c(), c()
+
+
+@case
+def closure_reads_cell_written_by_later_loop(C):
+    def f(x):
+        acc = x
+
+        def current():
+            return acc
+
+        seen = []
+        for i in range(3):
+            acc = acc + i
+            seen.append(current())
+        return seen
+
+    return C(f)(_x())
+
+
+@case
+def closure_over_self_in_module(C):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.calls = 0
+
+        def forward(self, x):
+            def step(t):
+                self.calls += 1
+                return self.lin(t)
+
+            return step(step(x))
+
+    m = M()
+    out = C(m)(_x())
+    return out, m.calls
+
+
+@case
+def shared_cell_pair_from_inlined_factory_returned(C):
+    def make_box(v):
+        def get():
+            return v
+
+        def put(n):
+            nonlocal v
+            v = n
+
+        return get, put
+
+    def f(x):
+        get, put = make_box(x)
+        put(x * 2)
+        return get() + 1, get, put
+
+    out, get, put = C(f)(_x())
+    a = get()
+    put(torch.zeros(4))
+    return out, a, get()
+
+
+@case
+def recursive_closure_from_inlined_factory_returned(C):
+    def make():
+        def countdown(n):
+            return 0 if n == 0 else 1 + countdown(n - 1)
+
+        return countdown
+
+    def f(x):
+        c = make()
+        return x * c(3), c
+
+    out, c = C(f)(_x())
+    return out, c(5)
+
+
 @pytest.mark.parametrize("name", case.params())
 def test_matches_torch_compile(name):
     check_matches_torch(case.cases[name], __file__)

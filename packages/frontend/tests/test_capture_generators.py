@@ -1003,6 +1003,88 @@ def yield_from_generator_expression(C):
     return C(f)([_x(), _x()])
 
 
+@case
+def generator_with_no_grad_inside(C):
+    def gen(x):
+        with torch.no_grad():
+            yield x * 2
+        yield x + 1
+
+    def f(x):
+        return list(gen(x))
+
+    return C(f)(_x().requires_grad_())
+
+
+@case
+def generator_into_dict_zip(C):
+    def values(x):
+        for i in range(3):
+            yield x + i
+
+    def f(x):
+        return dict(zip(["a", "b", "c"], values(x), strict=True))
+
+    return C(f)(_x())
+
+
+@case
+def generator_unpacked_into_call(C):
+    def parts(x):
+        yield x
+        yield x * 2
+
+    def f(x):
+        return torch.stack([*parts(x)]), max(*parts(x).__iter__(), key=lambda t: 0)
+
+    return C(f)(_x())
+
+
+@case
+def generator_star_unpack_assignment(C):
+    def parts(x):
+        yield x
+        yield x + 1
+        yield x + 2
+
+    def f(x):
+        a, *rest = parts(x)
+        return a, rest
+
+    return C(f)(_x())
+
+
+@case
+def generator_consumed_in_nested_inlined_call(C):
+    def gen(x):
+        for i in range(3):
+            yield x * i
+
+    def take_two(g):
+        return next(g) + next(g)
+
+    def f(x):
+        g = gen(x)
+        first = take_two(g)
+        return first, list(g)
+
+    return C(f)(_x())
+
+
+@case
+def generator_over_module_list(C):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+        def forward(self, x):
+            outs = (layer(x) for layer in self.layers)
+            return sum(outs)
+
+    return C(M())(_x())
+
+
 @pytest.mark.parametrize("name", case.params())
 def test_matches_torch_compile(name):
     check_matches_torch(case.cases[name], __file__)

@@ -678,11 +678,22 @@ class InstructionTranslator(InstructionTranslatorBase):
         ``values`` (returned, stored by a side effect) close over, and the cells those
         cells' values close over: the transformed code writes them before returning, as
         the locals live only in the trackers (a returned closure read an empty cell)."""
+        return self.closure_cells_reached(values)[0]
+
+    def closure_cells_reached(self, values: list[VariableTracker]
+                              ) -> tuple[list[str], list[VariableTracker]]:
+        """(names of the frame's own cells, values of inlined functions' cells) that the
+        functions made while tracing and reachable from ``values`` close over, transitively.
+        The values of inlined functions' cells go into the rebuilt cells
+        (``NestedUserFunctionVariable.reconstruct``): tensors among them are graph
+        outputs."""
         from .variables.functions import NestedUserFunctionVariable
 
         own = set(self.code.co_cellvars)
         found: list[str] = []
+        others: list[VariableTracker] = []
         seen: set[int] = set()
+        seen_cells: set[tuple[int, str]] = set()
         frontier = list(values)
         while frontier:
             reached = []
@@ -692,17 +703,23 @@ class InstructionTranslator(InstructionTranslatorBase):
                 seen.add(id(fn))
                 for cell in fn.closure:
                     name = getattr(cell, "name", None)
-                    if not isinstance(cell, LocalCellVariable) or cell.tx is not self or \
-                            name not in own or name in found:
+                    if not isinstance(cell, LocalCellVariable) or \
+                            (id(cell.tx), name) in seen_cells:
                         continue
-                    v = self.symbolic_locals.get(name)
+                    seen_cells.add((id(cell.tx), name))
+                    v = cell.tx.symbolic_locals.get(name)
                     if v is None or isinstance(v, DeletedVariable) or (
                             isinstance(v, LazyVariable) and v.realized is None):
                         continue  # unset, or an argument still in its cell
-                    found.append(name)
+                    if cell.tx is self:
+                        if name not in own:
+                            continue
+                        found.append(name)
+                    else:
+                        others.append(v)
                     reached.append(v)
             frontier = reached
-        return found
+        return found, others
 
     def store_cells(self, cg: PyCodegen) -> None:
         """Write the current values of the frame's own cell variables into their cells (the
@@ -722,8 +739,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         cg = self.new_codegen()
         side_effects = self.output.side_effects
         values = [value, *side_effects.values()]
-        cells = self.escaping_cells(values)
-        cell_values = [self.symbolic_locals[n] for n in cells]
+        cells, inlined_cell_values = self.closure_cells_reached(values)
+        cell_values = [self.symbolic_locals[n] for n in cells] + inlined_cell_values
         outputs = self.plan_graph_outputs(cg, values + cell_values)
         if self.output.count_calls() == 0 and not outputs:
             # nothing worth compiling (mutations then happen by running the frame as is)
@@ -802,6 +819,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         sub = self.new_codegen()
         sub.graph_outputs = cg.graph_outputs
         sub.temps = cg.temps
+        # cells rebuilt for closures of inlined functions: one object each (functions.py)
+        sub.rebuilt_cells = cg.__dict__.setdefault("rebuilt_cells", {})
         return sub
 
     def break_at_instruction(self, inst, index: int, group: list) -> None:
@@ -823,6 +842,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         local_values = [self.symbolic_locals[n] for n in live]
         cg = self.new_codegen()
         effects = self.output.side_effects.values() + self.cell_values()
+        effects += self.closure_cells_reached(stack + local_values + effects)[1]
         outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
         self.store_aliases(cg, stack + local_values + effects)
         stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(stack)]
@@ -872,6 +892,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         local_values = [self.symbolic_locals[n] for n in names]
         cg = self.new_codegen()
         effects = self.output.side_effects.values() + self.cell_values()
+        effects += self.closure_cells_reached(stack + local_values + effects)[1]
         outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
         self.store_aliases(cg, stack + local_values + effects)
         rest_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(rest)]

@@ -276,6 +276,9 @@ class NestedUserFunctionVariable(VariableTracker):
         # and free variables)
         from .misc import LocalCellVariable
 
+        if any(isinstance(c, LocalCellVariable) and c.tx.parent is not None
+               for c in self.closure):
+            return self._reconstruct_with_cells(codegen)
         if self.defaults or self.kwdefaults:
             raise Unsupported(f"cannot rebuild function {self.qualname} with defaults")
         names = []
@@ -293,8 +296,72 @@ class NestedUserFunctionVariable(VariableTracker):
             raise Unsupported(f"cannot rebuild function {self.qualname}")
         codegen.make_function(self.code, names)
 
+    def _reconstruct_with_cells(self, codegen):
+        """A closure over an inlined function's cells (made by a factory inlined in the
+        frame): ``types.FunctionType(code, globals, name, defaults, cells)``, each inlined
+        cell made once per compiled frame (``types.CellType(final value)``) and shared by
+        every function rebuilt over it; the frame's own cells are loaded as they are."""
+        from .misc import LocalCellVariable
+
+        if self.kwdefaults:
+            raise Unsupported(f"cannot rebuild function {self.qualname} with keyword defaults")
+        codegen.push_null()
+        codegen.load_const_object(types.FunctionType)
+        codegen.load_const_object(self.code)
+        codegen.load_const_object(self.f_globals)
+        codegen.load_const(self.code.co_name)
+        for d in self.defaults:
+            codegen(d)
+        if self.defaults:
+            codegen.build_tuple(len(self.defaults))
+        else:
+            codegen.load_const(None)
+        for cell in self.closure:
+            _load_cell(codegen, cell, LocalCellVariable)
+        codegen.build_tuple(len(self.closure))
+        codegen.call_function(5)
+
     def describe(self) -> str:
         return f"NestedUserFunctionVariable({self.qualname})"
+
+
+def _load_cell(codegen, cell, local_cell_cls) -> None:
+    """Push the cell object ``cell`` stands for; an inlined function's cell is made once
+    per codegen (empty, kept in a temporary, then given its final value: a function
+    whose cell holds itself finds the cell already made)."""
+    from ...bytecode import create_instruction
+
+    name = getattr(cell, "name", None)
+    if isinstance(cell, local_cell_cls) and cell.tx.parent is None or \
+            type(cell).__name__ == "RootFreeVarCell":
+        if name not in codegen.cellvars and name not in codegen.freevars:
+            raise Unsupported(f"cannot rebuild a closure over {name!r}")
+        codegen.append(create_instruction("LOAD_CLOSURE", argval=name))
+        return
+    if type(cell).__name__ == "ClosureCellVariable":
+        codegen.load_const_object(cell.cell)
+        return
+    if not isinstance(cell, local_cell_cls):
+        raise Unsupported(f"cannot rebuild a closure cell ({cell.describe()})")
+    cells = codegen.__dict__.setdefault("rebuilt_cells", {})
+    key = (id(cell.tx), name)
+    if key not in cells:
+        from .misc import DeletedVariable, LazyVariable
+
+        temp = f"___kiln_cell_{len(cells)}"
+        value = cell.tx.symbolic_locals.get(name)
+        codegen.push_null()
+        codegen.load_const_object(types.CellType)
+        codegen.call_function(0)
+        codegen.store_fast(temp)
+        cells[key] = (temp, cell.tx)  # the translator kept alive with the key's id
+        if not (value is None or isinstance(value, DeletedVariable) or (
+                isinstance(value, LazyVariable) and value.realized is None and
+                value.source is None)):
+            codegen(value)
+            codegen.load_fast(temp)
+            codegen.extend(versions.store_attr("cell_contents"))
+    codegen.load_fast(cells[key][0])
 
 
 class SuperVariable(VariableTracker):
