@@ -82,6 +82,10 @@ def catching(log):
         log.append("caught")
 
 
+#: why kiln's graph count differs from torch.compile's for a manager from outside the frame
+_OUTSIDE_CM = 'torch.compile does not enter a user context manager made outside the frame (an argument, a global, a module attribute) and runs the frame as is (0 graphs); kiln inlines its __enter__/__exit__ guarded through the class (one graph), which tests/corpus/test_corpus_context.py and test_soundness.py rely on'
+
+
 # -- user classes -----------------------------------------------------------------------------
 
 def test_user_cm_records_calls():
@@ -163,6 +167,7 @@ def test_multi_item_with():
     check(f, x4(), [])
 
 
+@pytest.mark.xfail(strict=True, reason=_OUTSIDE_CM)
 def test_reentered_manager():
     def f(x, c):
         with c as d1:
@@ -176,6 +181,7 @@ def test_reentered_manager():
     check(f, x4(), Counter())
 
 
+@pytest.mark.xfail(strict=True, reason=_OUTSIDE_CM)
 def test_user_cm_from_outside_frame():
     cm = Logged([], "global")
 
@@ -187,6 +193,7 @@ def test_user_cm_from_outside_frame():
     check(f, x4())
 
 
+@pytest.mark.xfail(strict=True, reason=_OUTSIDE_CM)
 def test_user_cm_attribute_of_module():
     class M(nn.Module):
         def __init__(self):
@@ -645,7 +652,8 @@ def test_set_default_dtype_then_raise():
 # -- the outcome of the cases above that kiln does not yet capture as torch.compile does ------
 
 @pytest.mark.parametrize("name", [
-    "test_exit_stack_enter_context", "test_exit_stack_callback",
+    "test_reentered_manager", "test_user_cm_from_outside_frame",
+    "test_user_cm_attribute_of_module", "test_exit_stack_enter_context", "test_exit_stack_callback",
     "test_no_grad_across_graph_break", "test_autocast_across_graph_break",
 ])
 def test_uncaptured_cases_still_match_eager(name, monkeypatch):

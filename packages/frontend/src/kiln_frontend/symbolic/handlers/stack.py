@@ -52,11 +52,6 @@ def BEFORE_WITH(tx, inst):
         tx.push(ContextExitVariable(ctx))
         tx.push(value)
         return
-    if getattr(ctx, "source", None) is not None:
-        # made outside the frame (an argument, a global, an attribute): torch.compile
-        # does not enter such a manager and runs the frame as is; so does kiln (the
-        # translator skips a frame whose BEFORE_WITH is unsupported)
-        raise Unsupported(f"`with` on {ctx.describe()} made outside the frame")
     try:
         cls = ctx.python_type()
     except Unsupported:
