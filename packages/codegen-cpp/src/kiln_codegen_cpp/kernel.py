@@ -15,7 +15,8 @@ How a group becomes C++ (``CppKernel(group, name).generate()``):
   accumulators, walks the innermost reduction dim in chunks of ``LANES`` with a
   ``#pragma omp simd`` lane loop, finishes the remainder in a scalar tail loop and combines the
   lanes horizontally (so float sums vectorize without -ffast-math, and max/min/argmax keep
-  torch's NaN and tie rules).
+  torch's NaN and tie rules). Float sums add in a cascade (block sums, then middle-level sums,
+  then the lanes: ``CASCADE_BLOCK``), as accurate as torch.sum.
 * Transposing copies (pure pointwise; every store contiguous along one loop, a load along
   another: ``kiln_loopir.kernel_plan.transposed_loops``) run those two loops in 2-D tiles
   (``_tiled_group``), so loads and stores both touch whole cache lines; full tiles of plain
@@ -69,6 +70,12 @@ from .prelude import TRANSPOSE_WORDS, transpose_helper
 from .printer import cexpr
 
 LANES = 16  # accumulators per reduction (one AVX-512 register of floats)
+#: float sums add each block of CASCADE_BLOCK elements (per lane: CASCADE_BLOCK / LANES) into
+#: block accumulators first, CASCADE_FANOUT block sums into a middle level, that into the
+#: lanes: a cascade, as torch's CPU sums do (one long chain per lane lost ~3x torch.sum's accuracy, issue 25)
+CASCADE_BLOCK = 1024
+CASCADE_FANOUT = 64  # block sums per middle-level sum (a third level: long sums, 1e7)
+CASCADE = True  # False: one chain per lane (A/B measurements)
 _NL = "@NL@"  # placeholder for the lane count of a lane-mode chunk
 PARALLEL_THRESHOLD = 16384  # elements of work below which a kernel runs single-threaded
 #: a transposing copy's 2-D tile: TILE_LOADS points along the loads' contiguous loop by
@@ -104,6 +111,24 @@ CTYPES: dict[torch.dtype, str] = {
     torch.uint64: "uint64_t",
 }
 HALF = (torch.float16, torch.bfloat16)
+
+
+def _cascade_decls(mid: str, count: str, vt: str, ident: str) -> list[str]:
+    """The cascade's middle level: CASCADE_FANOUT block sums are added here before the lanes."""
+    return [f"{vt} {mid}[{LANES}];", f"for (int l = 0; l < {LANES}; l++) {{ {mid}[l] = {ident}; }}",
+            f"int {count} = 0;"]
+
+
+def _cascade_up(blk: str, mid: str, lanes: str, count: str) -> list[str]:
+    return ["#pragma omp simd",
+            f"for (int l = 0; l < {LANES}; l++) {{ {mid}[l] = {mid}[l] + {blk}[l]; }}",
+            f"if (++{count} == {CASCADE_FANOUT})", "{",
+            f"    for (int l = 0; l < {LANES}; l++) {{ {lanes}[l] = {lanes}[l] + {mid}[l]; {mid}[l] = 0; }}",
+            f"    {count} = 0;", "}"]
+
+
+def _cascade_flush(mid: str, lanes: str) -> list[str]:
+    return [f"for (int l = 0; l < {LANES}; l++) {{ {lanes}[l] = {lanes}[l] + {mid}[l]; }}"]
 
 
 def ctype(dtype: torch.dtype) -> str:
@@ -783,7 +808,12 @@ class CppKernel:
             decl.append(f"int64_t {acc}_idx[{LANES}];")
             init += f" {acc}_idx[l] = 0;"
         decl.append(f"for (int l = 0; l < {LANES}; l++) {{ {init} }}")
-        code = decl + wrap(lane_loop(lane_lines + update))
+        if CASCADE and rtype == "sum" and vt == "float":
+            code = decl + self._lane_cascade(node, inner_syms, blocks, acc, vt, ident,
+                                             lane_loop(lane_lines + [u.replace(f"{acc}[l]", f"{acc}_blk[l]")
+                                                                     for u in update]))
+        else:
+            code = decl + wrap(lane_loop(lane_lines + update))
         result, rdtype = (f"{acc}_idx[l]", torch.int64) if arg else (f"{acc}[l]", red.dtype)
         if rdtype in HALF:
             rdtype = torch.float32
@@ -796,6 +826,27 @@ class CppKernel:
         self._forget_loads(red.store_name)
         self.stats["stores"] += 1
         return code + lane_loop([f"{ptr}[{self._c(red.store_index)}] = {conv};"])
+
+    def _lane_cascade(self, node, inner_syms, blocks, acc, vt, ident, lanes) -> list[str]:
+        """A lane-mode sum's loops with the outermost reduction dim cut into blocks of about
+        CASCADE_BLOCK / LANES additions per lane, each summed apart, then added to the lanes."""
+        code = lanes
+        for j in reversed(range(1, len(inner_syms))):
+            s = inner_syms[j]
+            code = [f"for (int64_t {s} = 0; {s} < {self._c(node.inner[j])}; {s}++)", "{",
+                    *_indent(blocks[j].lines + code), "}"]
+        per = sympy.Mul(*node.inner[1:])
+        step = max(1, (CASCADE_BLOCK // LANES) // int(per)) if per.is_Integer else 1
+        r0, n0 = inner_syms[0], self._c(node.inner[0])
+        return [*_cascade_decls(f"{acc}_mid", f"{acc}_nblk", vt, ident),
+                f"for (int64_t {r0}_blk = 0; {r0}_blk < {n0}; {r0}_blk += {step})", "{",
+                *_indent([f"{vt} {acc}_blk[{LANES}];",
+                          f"for (int l = 0; l < {LANES}; l++) {{ {acc}_blk[l] = {ident}; }}",
+                          f"const int64_t {r0}_bend = {r0}_blk + {step} < {n0} ? {r0}_blk + {step} : {n0};",
+                          f"for (int64_t {r0} = {r0}_blk; {r0} < {r0}_bend; {r0}++)", "{",
+                          *_indent(blocks[0].lines + code), "}",
+                          *_cascade_up(f"{acc}_blk", f"{acc}_mid", acc, f"{acc}_nblk")]),
+                "}", *_cascade_flush(f"{acc}_mid", acc)]
 
     def _run_nodes(self, inner_index) -> None:
         for node in self.group.nodes:
@@ -900,6 +951,10 @@ class CppKernel:
         rl, rs = inner_syms[last], node.inner[last]
         r_c = self._c(rs)
         small = rs.is_Integer and int(rs) < 2 * LANES
+        # a row that fits one block needs no cascade level of its own
+        # (float32 and half; float64 sums of float data, batch norm's statistics, need none)
+        cascade = (CASCADE and rtype == "sum" and vt == "float" and not small
+                   and not (rs.is_Integer and int(rs) <= CASCADE_BLOCK and last == 0))
         # with no outer loop (x.sum()), the threads split the outermost reduction dim, each
         # keeping its own accumulators, combined in thread order afterwards (deterministic)
         work = sympy.Mul(*node.inner)
@@ -917,11 +972,31 @@ class CppKernel:
             f"{vt} {a}_lanes[{LANES}];", *([f"int64_t {a}_lanes_idx[{LANES}];"] if arg else []),
             f"for (int l = 0; l < {LANES}; l++) {{ {a}_lanes[l] = {ident};"
             + (f" {a}_lanes_idx[l] = 0;" if arg else "") + " }"]
+        if cascade:
+            lanes += _cascade_decls(f"{a}_mid", f"{a}_nblk", vt, ident)
         body_lines = blocks[last].lines
         # innermost reduction dim: LANES accumulators over full chunks + a scalar tail
         if small:
             chunks: list[str] = []
             tail = [f"for (int64_t {rl} = 0; {rl} < {r_c}; {rl}++)", "{",
+                    *_indent(body_lines + update(a, ai)), "}"]
+        elif cascade:
+            vend, blk, bend = f"{acc}_vend", f"{a}_blk", f"{rl}_bend"
+            chunks = [f"for (int64_t {rl}_blk = 0; {rl}_blk < {vend}; {rl}_blk += {CASCADE_BLOCK})", "{",
+                      f"    {vt} {blk}[{LANES}];",
+                      f"    for (int l = 0; l < {LANES}; l++) {{ {blk}[l] = {ident}; }}",
+                      f"    const int64_t {bend} = {rl}_blk + {CASCADE_BLOCK} < {vend} ? "
+                      f"{rl}_blk + {CASCADE_BLOCK} : {vend};",
+                      f"    for (int64_t {rl}_base = {rl}_blk; {rl}_base < {bend}; {rl}_base += {LANES})",
+                      "    {",
+                      "        #pragma omp simd",
+                      f"        for (int64_t l = 0; l < {LANES}; l++)", "        {",
+                      f"            const int64_t {rl} = {rl}_base + l;",
+                      *_indent(body_lines + update(f"{blk}[l]", None), 3),
+                      "        }", "    }",
+                      *_indent(_cascade_up(blk, f"{a}_mid", f"{a}_lanes", f"{a}_nblk")),
+                      "}"]
+            tail = [f"for (int64_t {rl} = {vend}; {rl} < {r_c}; {rl}++)", "{",
                     *_indent(body_lines + update(a, ai)), "}"]
         else:
             vend = f"{acc}_vend"
@@ -950,7 +1025,7 @@ class CppKernel:
                          *_indent(blocks[j].lines + code), "}"])
             loops = omp_for + code if parallel else code
             after = []
-        combine = []
+        combine = _cascade_flush(f"{a}_mid", f"{a}_lanes") if cascade else []
         if not small:
             if arg:
                 combine.append(
