@@ -788,9 +788,7 @@ def closure_passed_to_torch_function(C):
     return C(f)([_x(), _x()])
 
 
-@case(xfail="fn.__closure__ of a function made in the frame is a graph break in kiln "
-            "(NestedUserFunctionVariable has no cells to give); TorchDynamo reads it and "
-            "makes one graph")
+@case
 def closure_cell_contents_function_call(C):
     def f(x):
         def outer():
@@ -1042,6 +1040,26 @@ def recursive_closure_from_inlined_factory_returned(C):
 
     out, c = C(f)(_x())
     return out, c(5)
+
+
+@case(better="TorchDynamo falls back to eager for the frame (0 graphs); kiln reads the "
+            "cell through __closure__ in one graph")
+def closure_cell_contents_after_nonlocal_write(C):
+    def f(x):
+        v = x
+
+        def get():
+            return v
+
+        def put(n):
+            nonlocal v
+            v = n
+
+        put(x + 5)
+        cells = get.__closure__
+        return cells[0].cell_contents * 2, (lambda: 1).__closure__ is None
+
+    return C(f)(_x())
 
 
 @pytest.mark.parametrize("name", case.params())

@@ -245,6 +245,12 @@ class NestedUserFunctionVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name == "__code__":
             return ConstantVariable(self.code)
+        if name == "__closure__":
+            from .containers import TupleVariable
+
+            if not self.closure:
+                return ConstantVariable(None)
+            return TupleVariable([CellView(c) for c in self.closure])
         if name in ("__name__", "__qualname__"):
             return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
         if name == "__module__":
@@ -323,6 +329,26 @@ class NestedUserFunctionVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"NestedUserFunctionVariable({self.qualname})"
+
+
+class CellView(VariableTracker):
+    """``fn.__closure__[i]`` of a function made while tracing: ``cell_contents`` reads the
+    cell as the function's own body would (LOAD_DEREF)."""
+
+    def __init__(self, cell: VariableTracker):
+        super().__init__()
+        self.cell = cell
+
+    def python_type(self) -> type:
+        return types.CellType
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "cell_contents":
+            return self.cell.load(tx)
+        raise Unsupported(f"attribute {name!r} of a closure cell")
+
+    def describe(self) -> str:
+        return f"CellView({self.cell.describe()})"
 
 
 def _load_cell(codegen, cell, local_cell_cls) -> None:
