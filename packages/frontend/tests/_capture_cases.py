@@ -73,12 +73,27 @@ def run_torch(fn: Callable, args: Any) -> Outcome:
     import torch._dynamo
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    torch._dynamo.reset()
-    try:
-        return _run(lambda f, b: torch.compile(f, backend=b), fn, calls_of(args),
-                    lambda f: len(_debug_get_cache_entry_list(_code(f))))
-    finally:
+    out: list[Outcome] = []
+
+    def run() -> None:
         torch._dynamo.reset()
+        try:
+            out.append(_run(lambda f, b: torch.compile(f, backend=b), fn, calls_of(args),
+                            lambda f: len(_debug_get_cache_entry_list(_code(f)))))
+        finally:
+            torch._dynamo.reset()
+
+    run()
+    from kiln_frontend import _evalframe
+
+    # a TorchDynamo run that fails inside its fake-tensor tracing can leave its PEP 523
+    # eval-frame function installed (for the interpreter), and kiln (rightly) defers to a
+    # foreign hook: every later kiln run in this process would capture nothing
+    assert not _evalframe.other_hook_installed(), \
+        "torch.compile left its eval-frame function installed: compute this case's " \
+        "reference elsewhere (benchmarks/capture.py --features runs torch.compile in a " \
+        "child process)"
+    return out[0]
 
 
 def assert_same(actual: Any, expected: Any, path: str = "") -> None:
@@ -113,15 +128,19 @@ def check_case(fn: Callable, args: Any, *, fullgraph: bool = True) -> tuple[Outc
     """``fn`` under kiln gives eager's results and final state, and the same number of
     graphs and cache entries as torch.compile (computed here, never hard-coded)."""
     expected = run_eager(fn, args)
-    ref = run_torch(fn, args)
+    # kiln first: a failed TorchDynamo run can leave state behind that kiln defers to
     got = run_kiln(fn, args, fullgraph=fullgraph)
+    ref = run_torch(fn, args)
     if got.error is not None:
         raise got.error
     assert_same(got.results, expected)
-    if ref.graphs == 0 and got.graphs <= 1:  # torch.compile captured nothing: kiln may
-        got_counts = (ref.graphs, ref.entries)  # do better (one graph), never worse
-    else:
-        got_counts = (got.graphs, got.entries)
+    if ref.error is not None:  # torch.compile itself fails: no count to match
+        return got, ref
+    # kiln may do better than torch.compile on one call, never worse: one graph under
+    # fullgraph where torch.compile breaks the graph or captures nothing (over a sequence
+    # of calls the counts must be equal: fewer there can mean kiln stopped compiling)
+    better = fullgraph and not isinstance(args, Calls) and got.graphs == got.entries == 1
+    got_counts = (ref.graphs, ref.entries) if better else (got.graphs, got.entries)
     assert got_counts == (ref.graphs, ref.entries), \
         f"kiln graphs/entries {got.graphs}/{got.entries}, torch.compile " \
         f"{ref.graphs}/{ref.entries}"

@@ -7,6 +7,7 @@ many graphs (one, with ``fullgraph=True``, where torch.compile makes one)."""
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import itertools
@@ -232,6 +233,16 @@ def co_deque(x):
     return x * d[0] + d[-1] + len(d)
 
 
+def co_deque_ops(x, y):
+    d = collections.deque([x], maxlen=3)
+    d.extend([y, x * 2])
+    d.appendleft(y * 3)
+    d.rotate(1)
+    first = d.popleft()
+    d.extendleft([x + 1])
+    return first, list(d), len(d), d.maxlen
+
+
 def co_counter(x):
     c = collections.Counter("abracadabra")
     return x * c["a"] + c.most_common(1)[0][1]
@@ -356,6 +367,24 @@ def sum_start(x, y):
     return sum([x, y], start=torch.ones(6))
 
 
+def deepcopy_tensor(x):
+    y = copy.deepcopy(x)
+    y.add_(1)
+    return x * 2, y
+
+
+def counter_ops(x):
+    c = collections.Counter([3, 1, 3, 2, 3, 1])
+    return x * c[3] + len(c), sorted(c), c.most_common(2)
+
+
+def sentinel_object(x):
+    missing = object()
+    d = {"a": 1}
+    v = d.get("b", missing)
+    return x + (1 if v is missing else 2)
+
+
 def set_ops(x):
     s = {1, 2, 3} & {2, 3, 4} | {9}
     return x * len(s) + max(s)
@@ -396,6 +425,7 @@ CASES = [
     ("collections_namedtuple", F, co_namedtuple, (X,)),
     ("typing_namedtuple", F, co_typing_namedtuple, (X,)),
     ("collections_deque", F, co_deque, (X,)),
+    ("collections_deque_ops", F, co_deque_ops, (X, Y)),
     ("collections_counter", F, co_counter, (X,)),
     ("collections_ordereddict", F, co_ordereddict, (X,)),
     ("collections_defaultdict", F, co_defaultdict, (X,)),
@@ -421,16 +451,15 @@ CASES = [
     ("dict_comprehension", F, dict_comprehension, (X,)),
     ("sum_start", F, sum_start, (X, Y)),
     ("set_ops", F, set_ops, (X,)),
+    ("deepcopy_tensor", F, deepcopy_tensor, (X,)),
+    ("collections_counter_ops", F, counter_ops, (X,)),
+    ("object_sentinel", F, sentinel_object, (X,)),
 ]
 
 #: cases kiln still differs on, with the cause
 XFAIL: dict[str, str] = {
-    "dataclasses_asdict": "dataclasses.asdict deep-copies field values: kiln's copy.deepcopy "
-                          "handler refuses a tensor graph value (graph break)",
-    "dataclasses_astuple": "dataclasses.astuple deep-copies field values: kiln's "
-                           "copy.deepcopy handler refuses a tensor graph value (graph break)",
-    "collections_deque": "no tracker for collections.deque (constructor not registered)",
-    "collections_counter": "no tracker for collections.Counter (constructor not registered)",
+    "collections_counter_ops": "Counter.most_common(2) runs heapq.nlargest, whose C helpers "
+                               "(_heapq.heapify, heapreplace) have no handler: graph break",
     "hash_id": "id() of a tensor graph value is refused (its real object does not exist "
                "while tracing)",
 }
@@ -448,3 +477,23 @@ def test_results_match_eager(name, fn, args):
     if got.error is not None:
         raise got.error
     assert_same(got.results, run_eager(fn, args))
+
+
+def test_deepcopy_of_a_tensor_with_attributes_is_never_wrong():
+    """Tensor.__deepcopy__ copies Python attributes too: such a tensor is not cloned in the
+    graph (a graph break), and a tensor without them that got the clone recompiles when a
+    later call's tensor has some (DICT_KEYS guard on its ``__dict__``)."""
+    def f(x):
+        y = copy.deepcopy(x)
+        return y * 2, getattr(y, "tag", None)
+
+    import kiln_frontend
+
+    compiled = kiln_frontend.compile(f, backend="eager")
+    plain = torch.ones(3)
+    tagged = torch.ones(3)
+    tagged.tag = "t"
+    for t in (plain, tagged, plain):
+        out, tag = compiled(t)
+        torch.testing.assert_close(out, t * 2)
+        assert tag == getattr(t, "tag", None)

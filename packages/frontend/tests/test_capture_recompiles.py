@@ -204,6 +204,33 @@ def int_size_compare(x, n):
     return x.sum()
 
 
+def int_dict_key_fstring(x, n):
+    d = {n: x}
+    return d[n] + len(f"{n}")
+
+
+def float_pow_int_round(x, s):
+    return x.pow(s) + int(s) + round(s, 1)
+
+
+def int_arithmetic(x, n):
+    return x * (n ** 2) + (-n) + abs(n) + (n // 3) + (n % 3) + (2 * n - 1)
+
+
+def float_arithmetic(x, s):
+    # (not s ** 2 or s // 1: torch.compile fails on them with a negative s, and leaves
+    # its eval-frame hook installed)
+    return x * (s / 2) + s * 3.0 - abs(s)
+
+
+def int_tensor_index(x, n):
+    return x[n] + x[-n]
+
+
+def int_new_sizes(x, n):
+    return torch.zeros(n, 2) + n, x.new_ones(n)
+
+
 class Box:
     def __init__(self, k):
         self.k = k
@@ -289,18 +316,29 @@ CASES = [
     ("int_negative", F, int_negative, Calls([(_t(8), -2), (_t(8), -3), (_t(8), -5)])),
     ("int_size_compare", F, int_size_compare,
      Calls([(_t(6), 2), (_t(7), 3), (_t(8), 9), (_t(9), 4)])),
+    ("int_dict_key_fstring", F, int_dict_key_fstring, Calls([(X, 2), (X, 13), (X, 4)])),
+    ("float_pow_int_round", F, float_pow_int_round,
+     Calls([(X, 1.5), (X, 2.25), (X, 3.75)])),
+    ("int_arithmetic", F, int_arithmetic, Calls([(X, 2), (X, 7), (X, -5)])),
+    ("float_arithmetic", F, float_arithmetic, Calls([(X, 2.5), (X, -1.5), (X, 7.0)])),
+    ("int_tensor_index", F, int_tensor_index, Calls([(_t(6), 1), (_t(6), 2), (_t(6), 3)])),
+    ("int_new_sizes", F, int_new_sizes, Calls([(X, 2), (X, 3), (X, 4)])),
     ("attr_int", F, attr_int, Calls([(X, Box(2)), (X, Box(3)), (X, Box(4))])),
     ("module_int_attr", F, module_int_attr, Calls([(X, m) for m in _scales])),
 ]
 
 #: cases kiln still differs on, with the cause
 XFAIL: dict[str, str] = {
+    "int_dict_key_fstring": "kiln specializes a dynamic int used as a dict key and in an "
+                            "f-string (a guard L['n'] == value, a recompile per value); "
+                            "torch.compile makes one graph and one entry for the three calls",
     "float_truth": "the recompile for s == 0.0 (`return x`, no tensor op) makes no graph in "
                    "kiln and the code is then skipped, so s=2.5 runs eagerly (1 graph); "
                    "torch.compile compiles the identity graph on a recompile and keeps "
                    "compiling (3 graphs)",
 }
 
+#: cases that graph-break under both (or where torch.compile itself fails with fullgraph)
 _FULLGRAPH_OFF = {"graph_break_print"}
 
 

@@ -238,6 +238,19 @@ class InstructionTranslatorBase:
 
         obj = self.realize(obj)
         if isinstance(obj, TensorVariable):
+            from ..shapes import SymNodeVariable
+
+            index = self.realize(index)
+            if isinstance(index, SymNodeVariable) and index.python_type() is int:
+                # x[n] with a dynamic int n: the fake Tensor.__getitem__ reads int(n) (a
+                # guard L['n'] == 2, a recompile per value); x.select(0, n) is the same
+                # and keeps n symbolic, as in torch.compile
+                import torch
+
+                from .variables.constant import ConstantVariable
+
+                return self.output.create_graph_op("call_function", torch.select,
+                                                   [obj, ConstantVariable(0), index], {})
             return self.output.create_graph_op("call_function", operator.getitem,
                                                [obj, index], {})
         if hasattr(obj, "getitem"):

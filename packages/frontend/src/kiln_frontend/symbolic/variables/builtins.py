@@ -49,6 +49,32 @@ BUILTIN_CLASSES = frozenset({
 })
 
 
+#: builtins that keep a dynamic int/float symbolic (a graph node) instead of specializing
+#: it, as torch.compile does: the builtin -> the callable of the node
+SYMBOLIC_BUILTINS: dict[Any, Any] = {abs: abs, int: torch.sym_int, float: torch.sym_float,
+                                     round: round}
+
+
+def _symbolic_builtin(tx, fn, args, kwargs) -> VariableTracker | None:
+    """``abs(n)``, ``int(s)``, ``round(s, 1)`` on a SymNodeVariable (others constants)."""
+    target = SYMBOLIC_BUILTINS.get(fn)
+    if target is None or kwargs or not args:
+        return None
+    from ...shapes import SymNodeVariable, wrap_symbolic
+
+    first = tx.realize(args[0])
+    if not isinstance(first, SymNodeVariable) or \
+            not all(a.is_python_constant() for a in args[1:]):
+        return None
+    rest = [a.as_python_constant() for a in args[1:]]
+    try:
+        value = target(first.as_example(), *rest)
+    except Exception:  # noqa: BLE001 - not symbolic there: the usual path specializes
+        return None
+    return wrap_symbolic(tx.output, lambda: tx.output.tracer.create_proxy(
+        "call_function", target, (first.as_proxy(), *rest), {}), value)
+
+
 def is_builtin_callable(value: Any) -> bool:
     from .stdlib import BUILTIN_HANDLERS as stdlib_handlers
 
@@ -105,6 +131,9 @@ class BuiltinVariable(KnownCallableVariable):
                 return result
         if fn in OPERATOR_FUNCTIONS:
             return call_operator(tx, fn, args, kwargs)
+        symbolic = _symbolic_builtin(tx, fn, args, kwargs)
+        if symbolic is not None:
+            return symbolic
         if fn in FOLDABLE_BUILTINS:
             cargs, ckwargs = constant_args(args, kwargs, f"builtin {self.name}")
             try:
@@ -319,6 +348,14 @@ def _b_getattr(tx, args, kwargs):
     return tx.getattr(args[0], name)
 
 
+def _real_input(tx, var) -> Any:
+    """The real tensor behind graph input ``var`` (None for one made in the frame)."""
+    if var.source is None:
+        return None
+    return next((real for node, _src, real in tx.output.graph_inputs
+                 if node is var.proxy.node), None)
+
+
 @builtin_handler(hasattr)
 def _b_hasattr(tx, args, kwargs):
     if kwargs or len(args) != 2:
@@ -337,7 +374,13 @@ def _b_hasattr(tx, args, kwargs):
     if obj is not None and not isinstance(obj, torch.Tensor):
         result = hasattr(obj, name)
     elif isinstance(args[0], TensorVariable):
-        return ConstantVariable(hasattr(args[0].example_value, name))
+        real = _real_input(tx, args[0]) if not hasattr(torch.Tensor, name) else None
+        if real is None:
+            return ConstantVariable(hasattr(args[0].example_value, name))
+        # a Python attribute of an input tensor (``x.tag = ...``): the fake has none, the
+        # real one tells, guarded (it was always False here, so getattr(x, "tag", None)
+        # gave None for a tagged tensor)
+        result = hasattr(real, name)
     elif getattr(args[0], "has_attr", None) is not None:
         result = args[0].has_attr(tx, name)
     else:

@@ -59,6 +59,24 @@ class _Copier:
     def item(self, v: VariableTracker) -> VariableTracker:
         return self(v) if self.deep else v
 
+    def _clonable_tensor(self, v: VariableTracker) -> bool:
+        """A plain strided tensor without grad whose real object (an input's, when it has
+        a source) carries no Python attributes a deep copy would copy too."""
+        if not _is_plain_tensor_variable(v):
+            return False
+        if v.source is None:
+            return True  # made in the frame: no attributes set on it while tracing
+        real = next((r for node, _src, r in self.tx.output.graph_inputs
+                     if node is v.proxy.node), None)
+        if real is None or real.__dict__:
+            return False
+        from ...guards import Guard, GuardKind
+
+        # (and it stays so: a later call's tensor with attributes recompiles)
+        self.tx.output.guards.add(Guard(AttrSource(v.source, "__dict__"), GuardKind.DICT_KEYS,
+                                        (dict, ()), "a deep-copied tensor has no attributes"))
+        return True
+
     def __call__(self, v: VariableTracker) -> VariableTracker:
         from .constant import ConstantVariable
         from .containers import ConstDictVariable, ListVariable, TupleVariable
@@ -96,11 +114,24 @@ class _Copier:
             out = FrameObjectVariable(type(v.value))
             self.memo[id(v)] = out
             out.attrs.update((k, self.item(x)) for k, x in state.items.items())
+        elif self.deep and self._clonable_tensor(v):
+            # Tensor.__deepcopy__ of a plain tensor that needs no grad is a clone (new
+            # storage, same values, strides and dtype): dataclasses.asdict/astuple do this
+            out = self.tx.realize(v.call_method(self.tx, "clone", [], {}))
         else:
             what = "deepcopy" if self.deep else "copy"
             raise Unsupported(f"copy.{what} of {v.describe()}")
         self.memo[id(v)] = out
         return out
+
+
+def _is_plain_tensor_variable(v: VariableTracker) -> bool:
+    import torch
+
+    from .tensor import TensorVariable
+
+    return isinstance(v, TensorVariable) and v.class_type in (None, torch.Tensor) and \
+        not v.example_value.requires_grad and v.example_value.layout == torch.strided
 
 
 def _deepcopy(tx, args, kwargs):

@@ -10,6 +10,7 @@ iterator still alive at a graph break is not rebuilt: a clean graph break of the
 
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from typing import Any
 from ...exc import Unsupported
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
-from .containers import IteratorVariable, ListIteratorVariable, TupleVariable
+from .containers import IteratorVariable, ListIteratorVariable, ListVariable, TupleVariable
 from .stdlib import register_constructor
 
 
@@ -231,3 +232,120 @@ def _getter(kind: type):
 
 for _kind in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
     register_constructor(_kind, _getter(_kind))
+
+
+# -- collections.deque built in the frame -------------------------------------------------------
+
+class DequeVariable(ListVariable):
+    """``collections.deque(iterable, maxlen)`` made in the frame: a list tracker whose
+    methods add the deque ones (``appendleft``, ``popleft``, ``extendleft``, ``rotate``) and
+    keep ``maxlen`` (items fall off the other end); rebuilt as ``deque([...], maxlen)``.
+    A deque from the frame's arguments stays an opaque object (a graph break on use)."""
+
+    python_cls = collections.deque
+
+    def __init__(self, items: list[VariableTracker], maxlen: int | None):
+        super().__init__(items)
+        self.maxlen = maxlen
+
+    def as_python_constant(self) -> Any:
+        return collections.deque((i.as_python_constant() for i in self.items), self.maxlen)
+
+    def _trim(self, left: bool) -> None:
+        """After adding on the right (``left`` False) drop from the left, and vice versa."""
+        if self.maxlen is not None:
+            while len(self.items) > self.maxlen:
+                self.items.pop(0 if not left else -1)
+
+    def var_getattr(self, tx, name):
+        if name in ("append", "appendleft", "pop", "popleft", "extend", "extendleft",
+                    "clear", "rotate", "count", "index", "reverse"):
+            return DequeMethodVariable(self, name)
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        raise Unsupported(f"attribute {name!r} of a deque")
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        if not isinstance(index.as_python_constant() if index.is_python_constant() else None,
+                          int):
+            raise Unsupported("deque indexed by other than an int (eager: TypeError)")
+        return super().getitem(tx, index)
+
+    def setitem(self, tx, index, value) -> None:
+        raise Unsupported("deque item assignment")
+
+    def reconstruct(self, codegen) -> None:
+        codegen.push_null()
+        codegen.load_const_object(collections.deque)
+        self.reconstruct_items(codegen)
+        codegen.build_list(len(self.items))
+        codegen.load_const(self.maxlen)
+        codegen.call_function(2)
+
+    def describe(self) -> str:
+        return f"DequeVariable({len(self.items)}, maxlen={self.maxlen})"
+
+
+class DequeMethodVariable(VariableTracker):
+    """``d.appendleft`` and friends on a DequeVariable."""
+
+    def __init__(self, obj: DequeVariable, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def children(self):
+        return [self.obj]
+
+    def call_function(self, tx, args, kwargs):
+        d, name, none = self.obj, self.name, ConstantVariable(None)
+        if kwargs:
+            raise Unsupported(f"deque.{name} with keyword arguments")
+        if name in ("append", "appendleft") and len(args) == 1:
+            d.items.insert(len(d.items) if name == "append" else 0, args[0])
+            d._trim(left=name == "appendleft")
+            return none
+        if name in ("extend", "extendleft") and len(args) == 1:
+            for item in list(_items([tx], args[0])):
+                d.items.insert(len(d.items) if name == "extend" else 0, item)
+                d._trim(left=name == "extendleft")
+            return none
+        if name in ("pop", "popleft") and not args:
+            if not d.items:
+                from .exceptions import raise_traced
+
+                raise_traced(IndexError, "pop from an empty deque")
+            return d.items.pop(-1 if name == "pop" else 0)
+        if name == "rotate" and len(args) <= 1:
+            n = _const(args[0], "rotate") if args else 1
+            if d.items:
+                n %= len(d.items)
+                d.items[:] = d.items[-n:] + d.items[:-n] if n else d.items
+            return none
+        if name in ("clear", "reverse", "count", "index"):
+            from .containers import SequenceMethodVariable
+
+            return SequenceMethodVariable(d, name).call_function(tx, args, kwargs)
+        raise Unsupported(f"deque.{name} with these arguments")
+
+    def describe(self) -> str:
+        return f"deque.{self.name}"
+
+
+def _deque(tx, _cls, args, kwargs):
+    if len(args) + len(kwargs) > 2 or set(kwargs) - {"iterable", "maxlen"}:
+        return None
+    iterable = args[0] if args else kwargs.get("iterable")
+    maxlen_vt = args[1] if len(args) > 1 else kwargs.get("maxlen")
+    maxlen = _const(maxlen_vt, "deque") if maxlen_vt is not None else None
+    if maxlen is not None and (not isinstance(maxlen, int) or maxlen < 0):
+        return None  # eager's errors
+    d = DequeVariable([], maxlen)
+    if iterable is not None:
+        for item in list(_items([tx], iterable)):
+            d.items.append(item)
+            d._trim(left=False)
+    return d
+
+
+register_constructor(collections.deque, _deque)

@@ -172,6 +172,32 @@ def _ordered_dict(tx, cls, args, kwargs):
 register_constructor(collections.OrderedDict, _ordered_dict)
 
 
+def _counter(tx, cls, args, kwargs):
+    """``Counter(constants)``: counted at trace time; a dict tracker of class Counter, whose
+    Python methods (``most_common``...) are inlined."""
+    if cls is not collections.Counter:
+        return None
+    cargs, ckwargs = _constants(args, kwargs, "collections.Counter")
+    real = collections.Counter(*cargs, **ckwargs)
+    return ConstDictVariable({k: ConstantVariable.create(v) for k, v in real.items()},
+                             dict_cls=collections.Counter)
+
+
+register_constructor(collections.Counter, _counter)
+
+
+def _new_object(tx, args, kwargs):
+    """``object()``: a fresh sentinel (``heapq.nlargest``, ``dict.pop`` defaults)."""
+    if args or kwargs:
+        return None
+    from .misc import FrameObjectVariable
+
+    return FrameObjectVariable(object)
+
+
+register_builtin(object, _new_object)
+
+
 class DefaultDictVariable(ConstDictVariable):
     """A ``collections.defaultdict`` built in the frame: a missing key calls the factory."""
 
