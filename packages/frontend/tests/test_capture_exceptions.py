@@ -385,6 +385,91 @@ def test_user_exception_not_matching_outer_catches():
     check(f, x4())
 
 
+@pytest.mark.xfail(strict=True, reason='an attribute store on an exception made while tracing is refused (BaseException.__setattr__ is a C slot), so the try block runs in Python; torch.compile captures this store in one graph, but gives 0 graphs where a user __init__ stores them (test_user_exception_with_attributes, which kiln matches this way)')
+def test_attribute_set_after_creation():
+    def f(x):
+        try:
+            e = MyError("x")
+            e.code = 5
+            raise e
+        except MyError as err:
+            return x * err.code
+
+    check(f, x4())
+
+
+GLOBAL_ERR = ValueError("global")
+
+
+def test_raise_exception_object_from_outside():
+    def f(x):
+        try:
+            raise GLOBAL_ERR
+        except ValueError as e:
+            return x + len(e.args)
+
+    check(f, x4())
+
+
+def test_exception_with_tensor_arg():
+    def f(x):
+        try:
+            raise ValueError(x.sum())
+        except ValueError as e:
+            return e.args[0] * 2
+
+    check(f, x4())
+
+
+def test_finally_inside_try_except():
+    def f(x):
+        try:
+            try:
+                raise ValueError("a")
+            finally:
+                x = x + 1
+        except ValueError:
+            x = x * 2
+        return x
+
+    check(f, x4())
+
+
+def test_exception_from_generator_caught():
+    def f(x):
+        def gen():
+            yield 1
+            raise ValueError("in gen")
+
+        try:
+            for v in gen():
+                x = x + v
+        except ValueError:
+            x = x * 3
+        return x
+
+    check(f, x4())
+
+
+@pytest.mark.parametrize("exc", [PrettyError(3), KeyError("k")], ids=["custom_str", "key_error"])
+def test_str_of_caught_exception_matches_eager(exc):
+    """torch.compile gets these wrong (str() of a KeyError / a custom __str__ in the trace):
+    kiln is checked against eager only."""
+    from _counting_backend import CountingBackend
+    from _eager_reference import run_once, same_outcome
+    from kiln_frontend import compile as kiln_compile
+
+    def f(x):
+        try:
+            raise type(exc)(*exc.args)
+        except Exception as e:
+            return x + len(str(e))
+
+    x = x4()
+    same_outcome(run_once(kiln_compile(f, backend=CountingBackend()), (x,)),
+                 run_once(f, (x,)), "kiln")
+
+
 # -- raise ... from, context -------------------------------------------------------------------
 
 def test_cause_seen_in_handler():
@@ -428,6 +513,19 @@ def test_context_escapes():
             raise KeyError("inner")
         except KeyError:
             raise ValueError("while handling")  # noqa: B904
+
+    check(f, x4())
+
+
+def test_context_identity_in_handler():
+    def f(x):
+        try:
+            raise ValueError("a")
+        except ValueError as e:
+            try:
+                raise TypeError("b")
+            except TypeError as e2:
+                return x + (e2.__context__ is e)
 
     check(f, x4())
 
@@ -777,3 +875,12 @@ def test_torch_check_fails_escapes():
         return x + 1
 
     check(f, x4())
+
+
+def test_attribute_set_after_creation_matches_eager(monkeypatch):
+    """The non-fullgraph form of the xfailed case ends as eagerly."""
+    from _eager_reference import check as real_check
+
+    monkeypatch.setitem(globals(), "check",
+                        lambda fn, *a, **k: real_check(fn, *a, fullgraph=False, count=False))
+    test_attribute_set_after_creation()

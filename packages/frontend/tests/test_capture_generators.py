@@ -474,7 +474,7 @@ def genexp_max_min(C):
     return C(f)(_x(), [3, 1, 4])
 
 
-@case(xfail='set(<generator>) is folded only on constant arguments (variables/builtins.py FOLDABLE_BUILTINS: a generator tracker is not a constant): a graph break')
+@case
 def genexp_tuple_list_set(C):
     def f(x):
         t = tuple(x * i for i in range(3))
@@ -1083,6 +1083,21 @@ def generator_over_module_list(C):
             return sum(outs)
 
     return C(M())(_x())
+
+
+@case
+def genexp_frozenset_and_set_of_generator(C):
+    def evens(n):
+        for i in range(n):
+            if i % 2 == 0:
+                yield i
+
+    def f(x):
+        s = set(evens(6))
+        fs = frozenset(i * 2 for i in range(3))
+        return x * len(s) + len(fs), sorted(s), sorted(fs)
+
+    return C(f)(_x())
 
 
 @pytest.mark.parametrize("name", case.params())

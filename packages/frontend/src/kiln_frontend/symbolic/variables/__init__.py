@@ -2,7 +2,10 @@
 
 Importing this package registers every tracker with ``@tracker_for``."""
 
-from . import itertools_vars  # noqa: F401  (registers itertools/operator constructors)
+from . import (
+    iterators,  # noqa: F401  (registers set()/frozenset() of an iterator)
+    itertools_vars,  # noqa: F401  (registers itertools/operator constructors)
+)
 from .base import NotConstant, VariableTracker, lookup_tracker, registered_types, tracker_for
 from .builder import VariableBuilder
 from .builtins import BuiltinVariable

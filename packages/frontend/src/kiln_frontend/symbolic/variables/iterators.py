@@ -318,3 +318,28 @@ class EnumerateVariable(_BuiltinIterator):
         codegen(self.parts[0])
         codegen.load_const(self.count)
         codegen.call_function(2)
+
+
+def _register_consumers() -> None:
+    """``set(it)`` / ``frozenset(it)`` of a traced iterator (a generator expression...):
+    its items are produced one by one, as eager consumes it, then the builtin folds over
+    them like over a tuple (constants; anything else stays a graph break)."""
+    from .builtins import BuiltinVariable, builtin_handler
+
+    def consume(fn):
+        def handler(tx, args, kwargs):
+            if kwargs or len(args) != 1:
+                return None
+            it = tx.realize(args[0])
+            if not isinstance(it, IteratorVariable):
+                return None
+            items = [tx.realize(v) for v in it.unpack_var_sequence(tx)]
+            return BuiltinVariable(fn).call_function(tx, [TupleVariable(items)], {})
+
+        return handler
+
+    for fn in (set, frozenset):
+        builtin_handler(fn)(consume(fn))
+
+
+_register_consumers()
