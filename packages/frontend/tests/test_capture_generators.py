@@ -501,7 +501,7 @@ def genexp_torch_stack_cat(C):
     return C(f)([_x(), _x()])
 
 
-@case(xfail='str.join(<generator>) is folded only on constant arguments (ConstantMethodVariable): a graph break')
+@case
 def genexp_str_join(C):
     def f(x, names):
         s = ",".join(n.upper() for n in names)

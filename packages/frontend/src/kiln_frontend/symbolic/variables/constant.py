@@ -118,6 +118,17 @@ class ConstantVariable(VariableTracker):
         return f"ConstantVariable({self.value!r})"
 
 
+def _consumed(tx, arg: VariableTracker) -> VariableTracker:
+    """A traced iterator (a generator expression...) given to a method that consumes it
+    whole (``str.join``): a tuple of its items, produced in eager's order."""
+    from .containers import IteratorVariable, TupleVariable
+
+    arg = tx.realize(arg)
+    if isinstance(arg, IteratorVariable):
+        return TupleVariable([tx.realize(v) for v in arg.unpack_var_sequence(tx)])
+    return arg
+
+
 class ConstantMethodVariable(VariableTracker):
     """A bound method of a constant (``"a,b".split``), folded when called on constants."""
 
@@ -130,6 +141,8 @@ class ConstantMethodVariable(VariableTracker):
         return [self.obj]
 
     def call_function(self, tx, args, kwargs):
+        if self.name == "join" and len(args) == 1 and not kwargs:
+            args = [_consumed(tx, args[0])]  # ",".join(<generator>): items one by one
         try:
             cargs = [a.as_python_constant() for a in args]
             ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
