@@ -774,3 +774,22 @@ def test_semantics_match_eager(name, backend):
     assert got_exc is expected_exc, f"raised {got_exc}, eager raised {expected_exc}"
     _compare(got, expected, "result")
     _compare(list(compiled_args), list(eager_args), "arguments after the call")
+
+
+def _reads_globals(x):
+    g = globals()
+    return x * 2, "torch" in g, g is globals()
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_module_namespace_is_opaque_not_a_guarded_dict(backend):
+    """globals() held across a graph break: kiln installs its compiled and resume functions
+    in that very dict, so a guard on its keys failed at once (an internal error, the frame
+    run eagerly); the namespace is an opaque object instead."""
+    from kiln_frontend.eval_frame import counters
+
+    compiled = kiln_frontend.compile(_reads_globals, backend=BACKENDS[backend])
+    before = counters["internal_errors"]
+    for _ in range(3):
+        _compare(compiled(torch.ones(3)), _reads_globals(torch.ones(3)), "result")
+    assert counters["internal_errors"] == before

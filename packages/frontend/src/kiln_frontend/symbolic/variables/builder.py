@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -111,11 +112,23 @@ class VariableBuilder:
         if is_numpy_function(value):
             return NumpyFunctionVariable.wrap(self, value)
         tracker = lookup_tracker(value)
-        if tracker is None:
+        if tracker is None or is_module_namespace(value):
             # anything else is an opaque object: loading it always works (so a frame can
             # be resumed with it); using it is what graph-breaks
             return UserDefinedObjectVariable.wrap(self, value)
         return tracker.wrap(self, value)
+
+
+def is_module_namespace(value: Any) -> bool:
+    """A module's ``__dict__`` (``globals()``, ``vars(module)``) is opaque, never a dict
+    tracker: its keys change under the frame's feet (kiln itself installs compiled
+    functions and resume functions there), so a guard on them fails at once, and what a
+    frame reads from it is read through global sources instead."""
+    if type(value) is not dict:
+        return False
+    module = sys.modules.get(value.get("__name__")) if isinstance(value.get("__name__"), str) \
+        else None
+    return module is not None and getattr(module, "__dict__", None) is value
 
 
 def has_identity(vt: VariableTracker) -> bool:
