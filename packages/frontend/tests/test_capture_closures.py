@@ -823,9 +823,7 @@ def compiled_function_free_variable_write_across_graph_break(C):
     return out, read()
 
 
-@case(xfail="an int read from the frame's free variable stays a guarded constant on "
-            "recompile (3 graphs); TorchDynamo's automatic dynamic makes it a symbol the "
-            "second time (2 graphs)")
+@case
 def compiled_function_counter_called_three_times(C):
     def make():
         calls = 0
@@ -1060,6 +1058,44 @@ def closure_cell_contents_after_nonlocal_write(C):
         return cells[0].cell_contents * 2, (lambda: 1).__closure__ is None
 
     return C(f)(_x())
+
+
+@case
+def inlined_counter_passed_in_called_four_times(C):
+    """The cell's int becomes a symbol after one recompile; ``count += 1`` twice in one
+    call must give 3 then 4 (an in-place node printed by FX as ``iadd += 1`` rebound the
+    first result: 8 instead of 7)."""
+
+    def make():
+        count = 0
+
+        def bump():
+            nonlocal count
+            count += 1
+            return count
+
+        return bump, lambda: count
+
+    def f(x, bump):
+        a = bump()
+        b = bump()
+        return x * a + b
+
+    bump, read = make()
+    cf = C(f)
+    return [cf(torch.ones(2), bump) for _ in range(4)], read()
+
+
+@case
+def augmented_assignment_on_a_dynamic_int_keeps_the_earlier_value(C):
+    def f(x, n):
+        n += 1
+        a = n
+        n += 1
+        return x * a + n
+
+    cf = C(f)
+    return [cf(torch.ones(2), n) for n in (1, 2, 3)]
 
 
 @pytest.mark.parametrize("name", case.params())

@@ -244,15 +244,16 @@ def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
     first compile specializes on its value; once a change of it makes the frame recompile
     it is a symbol from then on, so a loop over ``n`` compiles twice, not once per value.
     ``dynamic=True`` makes it a symbol at once, ``dynamic=False`` never.  Only values
-    reached from the frame's arguments (locals): a global int stays a constant."""
+    reached from the frame's arguments (locals) or its own free variables (a closure's
+    counter, as torch.compile): a global int stays a constant."""
     if output.dynamic is True:
         return True
     if output.dynamic is not None or output.frame_state is None:
         return False
-    from .sources import LocalSource
+    from .sources import ClosureSource, LocalSource
 
-    if not isinstance(source.root(), LocalSource):  # globals stay specialized, as in torch
-        return False
+    if not isinstance(source.root(), (LocalSource, ClosureSource)):  # globals stay
+        return False  # specialized, as in torch
     record = output.frame_state.setdefault(SCALAR_STATE_KEY, {})
     key = source.name()
     if key not in record:

@@ -102,7 +102,10 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
     from ...shapes import SYM_OPERATORS, has_symnode, sym_operator
 
     if has_symnode(args) and fn in SYM_OPERATORS:  # arithmetic on symbolic sizes
-        return sym_operator(tx, fn, list(args))
+        # ``n += 1`` on a symbolic int is ``n + 1`` (ints are immutable): FX prints an
+        # in-place node as ``iadd += 1``, rebinding the name an earlier value lives under
+        # (``a = n; n += 1`` then read a as the new n: a silent wrong result)
+        return sym_operator(tx, _OUT_OF_PLACE.get(fn, fn), list(args))
     handler = ON_PYTHON_VALUES.get(fn)
     if handler is not None:
         result = handler(tx, fn, args)
