@@ -33,7 +33,11 @@ def test_sum_error_within_torch(name):
         got = compile_fx(gm, [x])(x)[0]
     ref = fn(x.double())
     kiln_err, torch_err = _rel_error(got, ref), _rel_error(fn(x), ref)
-    assert kiln_err <= max(2 * torch_err, 2e-8), (kiln_err, torch_err)
+    # within 2 ulp, or twice torch's error: how a sum splits across threads moves the
+    # result by an ulp either way (the lent H200 host's 16 threads: 1.0e-7 where torch
+    # had 2.4e-8, both an ulp from the float64 sum); one chain per lane is 4-40 ulp off
+    bound = max(2 * torch_err, 2 * torch.finfo(torch.float32).eps)
+    assert kiln_err <= bound, (kiln_err, torch_err)
 
 
 def test_cascade_keeps_the_sum_vectorized():
