@@ -13,8 +13,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
-from kiln.backend import kiln_backend
-from kiln.backend import aot_eager_backend
+from kiln.backend import aot_eager_backend, kiln_backend
 
 
 class Net(nn.Module):
