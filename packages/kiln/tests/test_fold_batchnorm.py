@@ -83,3 +83,41 @@ def test_compiled_model_recompiles_when_a_folded_parameter_changes():
         model.train()  # a BatchNorm leaving eval mode never runs the folded graph
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+class ConvBnInPlaceRelu(nn.Module):
+    """timm's ResNet block: the activation writes the norm's output in place, and the next
+    layer reads that tensor through the name the frame already had."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.body = ConvBn()
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        y = self.body.bn(self.body.conv(x))
+        if self.how == "module":
+            self.act(y)
+        elif self.how == "method":
+            y.relu_()
+        elif self.how == "functional":
+            F.relu(y, inplace=True)
+        else:
+            torch.clamp(y, min=0, out=y)
+        return self.body.conv2(y)
+
+
+@pytest.mark.parametrize("how", ["module", "method", "functional", "out"])
+def test_an_in_place_write_after_the_fold_is_kept(how):
+    """The captured graph's in-place node has no users (the frame reads y itself); the fold's
+    dead-code pass dropped it, so the ReLU vanished (resnet18 through kiln.compile: every
+    output wrong)."""
+    model = ConvBnInPlaceRelu(how).eval()
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        expected = model(x)
+        kiln_frontend.reset()
+        got = kiln.compile(model)(x)
+    kiln_frontend.reset()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

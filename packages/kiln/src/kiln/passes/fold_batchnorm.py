@@ -60,6 +60,20 @@ class FoldedParams:
                 f"{len(self.sources)} tensors, {len(self.eval_modules)} modules)")
 
 
+
+def writes_in_place(node: torch.fx.Node) -> bool:
+    """Whether dead-code elimination must keep ``node`` although nothing uses its value: an
+    impure op, or one that returned one of its own tensor arguments (``relu(x,
+    inplace=True)``, ``x.add_(1)``, ``out=x``). A frame's later code reads ``x`` itself, so
+    in a torch-level graph (TorchDynamo's and kiln's frontend alike) such a node has no
+    users, and dropping it drops the write: resnet18's in-place ReLUs vanished after
+    folding and every output was wrong."""
+    if node.is_impure():
+        return True
+    result = node.meta.get("example_value")
+    return isinstance(result, torch.Tensor) and any(
+        arg.meta.get("example_value") is result for arg in node.all_input_nodes)
+
 def _attr(gm: torch.fx.GraphModule, node) -> torch.Tensor | None:
     """The tensor a ``get_attr`` node reads (None for None; raises LookupError otherwise)."""
     if node is None:
@@ -253,7 +267,7 @@ def fold_conv_batchnorm(gm: torch.fx.GraphModule, example_inputs=()
         if bn_mod is not None:
             guard.eval_modules.append(bn_mod)
         guard.folded += 1
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=writes_in_place)
     graph.lint()
     new_gm.recompile()
     new_gm.meta["kiln_folded_recipes"] = recipes  # how to recompute each (kiln.cache)
