@@ -300,3 +300,30 @@ def test_torch_compiler_frames_are_marked_skip_tree():
 
     kiln_frontend.compile(f, backend="eager")(torch.randn(2))
     assert _evalframe.is_skipped(g.__code__)
+
+
+def test_a_hook_torch_compile_left_behind_does_not_switch_kiln_off():
+    """TorchDynamo's eval-frame function can stay installed with no torch.compile'd call
+    running (torch 2.13 leaves it after this error; set_eval_frame(None) does not take it
+    away). kiln stands aside only for a hook whose frames are on the stack; before, every
+    later kiln-compiled call in the process silently ran uncompiled (0 graphs): on the lent
+    machine's 3.12, every frontend and kiln test that ran after the first in-process
+    torch.compile."""
+
+    def scaled(x, s):
+        return x * s ** 2
+
+    leaky = torch.compile(scaled, fullgraph=True, backend="eager")
+    with pytest.raises(Exception):  # noqa: B017 - whichever error torch raises
+        for s in (1.5, -2.0, 0.0):
+            leaky(torch.ones(2), s)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = kiln_frontend.compile(lambda x: x.sin() + 1, backend=backend)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x.sin() + 1)
+    assert len(graphs) == 1

@@ -61,7 +61,9 @@
  *     machinery runs, declined frames run on the default evaluator. A kiln callback set
  *     (with_callback, set_eval_frame) while another hook is installed and this thread has no
  *     kiln callback (torch.compile'd code calling a kiln-compiled function) is not
- *     installed: the call runs as plain Python under that hook (yields_to_foreign_hook).
+ *     installed: the call runs as plain Python under that hook (yields_to_foreign_hook),
+ *     provided a frame of TorchDynamo's is on the stack: a hook left behind with none
+ *     running (a failed torch.compile) is chained to, not obeyed.
  *
  *  5. "Hook disabled while guards and the callback run" is a per-thread depth counter
  *     (tls_disabled), not a change of the callback, so set_eval_frame() calls made inside
@@ -446,6 +448,35 @@ foreign_hook_installed(void)
     return current != _PyEval_EvalFrameDefault;
 }
 
+/* A torch.compile'd call is running on this thread: a frame of TorchDynamo's own wrapper
+ * (torch/_dynamo/) is on the Python stack. Another hook installed with none of its frames
+ * below us is one left behind (a failed torch.compile can leave TorchDynamo's installed):
+ * kiln does not stand aside for it, or every later kiln-compiled call would silently run
+ * uncompiled. Only walked while another hook is installed. */
+static int
+torch_compile_region_active(void)
+{
+    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed */
+    Py_XINCREF(frame);
+    while (frame != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(frame);
+        const char *filename = PyUnicode_AsUTF8(code->co_filename);
+        int inside = filename != NULL && strstr(filename, "/torch/_dynamo/") != NULL;
+        Py_DECREF(code);
+        if (filename == NULL) {
+            PyErr_Clear();
+        }
+        if (inside) {
+            Py_DECREF(frame);
+            return 1;
+        }
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    return 0;
+}
+
 /* A kiln callback about to be installed on a thread that has none, while another hook is
  * installed: that hook owns the frames below (torch.compile'd code calling a kiln-compiled
  * function or module), so kiln stays out and the call runs as plain Python under it. */
@@ -453,7 +484,7 @@ static int
 yields_to_foreign_hook(PyObject *callback)
 {
     return callback != Py_None && (tls_callback == NULL || tls_callback == Py_None) &&
-           foreign_hook_installed();
+           foreign_hook_installed() && torch_compile_region_active();
 }
 
 
