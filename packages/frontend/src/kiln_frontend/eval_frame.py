@@ -10,7 +10,7 @@ a frame whose code has no matching cache entry.  The callback
    e.g. torch's ``Sequential.forward``); each skip is counted, logged on ``kiln.skips``
    (printed under ``config.debug``) with its reason and told to ``skip_observers``. Code
    ``exec``'d for such a module (a torch dataclass's ``__init__``) is skipped with it. Torch's
-   own compiler (``trace_rules.TORCH_COMPILER_MODULES``) and the wrapper ``torch.compile``
+   own compiler (``trace_rules.TORCH_COMPILER_SOURCES``) and the wrapper ``torch.compile``
    made are marked SKIP_TREE: they and their callees run unseen, as torch compiled them;
 2. returns False (run this frame as is, no skip mark) for a call under a torch.func
    transform (vmap, grad, ...): a later plain call of the same code still compiles;
@@ -124,7 +124,7 @@ def _disables_compilation_below(func: Any) -> bool:
 
 
 def _runs_torch_compiler(frame: Any) -> bool:
-    """Is this frame torch's own compiler (``trace_rules.TORCH_COMPILER_MODULES``), or the
+    """Is this frame torch's own compiler (``trace_rules.TORCH_COMPILER_SOURCES``), or the
     wrapper ``torch.compile`` made (it carries ``_torchdynamo_orig_callable``; an
     ``OptimizedModule``'s forward is one)? Then it and everything it calls run as plain
     Python, never seen by kiln: a ``torch.compile``'d callee runs as torch compiled it, with

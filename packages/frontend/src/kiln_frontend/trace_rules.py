@@ -33,7 +33,8 @@ from typing import Any
 __all__ = [
     "FUNCTION_RULES",
     "MODULE_RULES",
-    "TORCH_COMPILER_MODULES",
+    "TORCH_COMPILER",
+    "TORCH_COMPILER_SOURCES",
     "Decision",
     "Rule",
     "captures_frames_of",
@@ -154,39 +155,41 @@ for _name in ("__rsub__", "__rdiv__", "__rtruediv__", "__rpow__", "__rmatmul__",
 del _path, _name
 
 
-#: torch's own compiler (TorchDynamo, Inductor, AOTAutograd, export): its frames and every
-#: frame they call run as plain Python, never seen by kiln (the C hook's SKIP_TREE), and a
+#: torch's own compiler (TorchDynamo, Inductor, AOTAutograd, export), as places in torch's
+#: source tree (folders or files below the torch package, one tuple of path parts each).
+#: kiln never imports any of it: a frame's file (``torch_module_of_file``) or a generated
+#: function's module name is compared with these places. Its frames and every frame they
+#: call run as plain Python, never seen by kiln (the C hook's SKIP_TREE), and a
 #: ``torch.compile``'d callee runs as torch compiled it. Tracing it would trace torch's
 #: compiler compiling (its dataclasses, sources, guards, shape env...): minutes of work and
 #: internal errors, for code that is no user's.
-TORCH_COMPILER_MODULES: tuple[str, ...] = (
-    "torch._dynamo",
-    "torch._inductor",
-    "torch._functorch.aot_autograd",
-    "torch._functorch._aot_autograd",
-    "torch._functorch.partitioners",
-    "torch._functorch.compilers",
-    "torch.export",
-    "torch._export",
+TORCH_COMPILER_SOURCES: tuple[tuple[str, ...], ...] = (
+    ("_dynamo",),
+    ("_inductor",),
+    ("_functorch", "aot_autograd"),
+    ("_functorch", "_aot_autograd"),
+    ("_functorch", "partitioners"),
+    ("_functorch", "compilers"),
+    ("export",),
+    ("_export",),
 )
 
-
-for _module in TORCH_COMPILER_MODULES:
-    register_module(_module, Rule.SKIP,
-                    "torch's own compiler: a torch.compile'd function runs as torch compiled "
-                    "it, in Python")
-del _module
+#: the decision for code in those places
+TORCH_COMPILER = Decision(Rule.SKIP, "torch's own compiler: a torch.compile'd function runs "
+                                     "as torch compiled it, in Python")
 
 
 def in_torch_compiler(module: str | None) -> bool:
-    """Whether ``module`` (a dotted module name) is part of torch's own compiler."""
+    """Whether ``module`` (a dotted module name) lives in one of ``TORCH_COMPILER_SOURCES``."""
     if not module:
         return False
-    return any(module == m or module.startswith(m + ".") for m in TORCH_COMPILER_MODULES)
+    package, *parts = module.split(".")
+    return package == "torch" and any(tuple(parts[:len(place)]) == place
+                                      for place in TORCH_COMPILER_SOURCES)
 
 
 def runs_torch_compiler(filename: str) -> bool:
-    """Whether code in ``filename`` is torch's own compiler (``TORCH_COMPILER_MODULES``)."""
+    """Whether code in ``filename`` is torch's own compiler (``TORCH_COMPILER_SOURCES``)."""
     return in_torch_compiler(torch_module_of_file(filename))
 
 
@@ -242,6 +245,8 @@ def torch_module_of_file(filename: str) -> str | None:
 
 
 def _module_decision(module: str) -> Decision | None:
+    if in_torch_compiler(module):
+        return TORCH_COMPILER
     name = module
     while True:
         decision = MODULE_RULES.get(name)
