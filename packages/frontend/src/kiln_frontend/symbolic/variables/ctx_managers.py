@@ -64,6 +64,20 @@ class ContextManagerVariable(VariableTracker):
             root.active_contexts = []
         return root.active_contexts
 
+    def leave(self, tx) -> None:
+        """Off the list of managers whose real mode tracing must undo."""
+        active = self.active(tx)
+        if self in active:
+            active.remove(self)
+
+    @staticmethod
+    def record(tx, fn: Any, args: tuple) -> Any:
+        """A graph node ``fn(*args)`` run for its effect (enter/exit of a mode, as torch.compile
+        records them); its proxy, which an exit node takes as its argument."""
+        proxy = tx.output.tracer.create_proxy("call_function", fn, args, {})
+        proxy.node.meta["example_value"] = None
+        return proxy
+
 
 class _BoundEnter(VariableTracker):
     def __init__(self, ctx: ContextManagerVariable):
@@ -151,9 +165,7 @@ class GradModeVariable(ContextManagerVariable):
 
     def exit(self, tx) -> None:
         set_grad_enabled_node(tx, bool(self.prev))
-        active = self.active(tx)
-        if self in active:
-            active.remove(self)
+        self.leave(tx)
 
     def undo_real(self) -> None:
         torch._C._set_grad_enabled(bool(self.prev))
@@ -203,8 +215,7 @@ class AutocastVariable(ContextManagerVariable):
         from torch.amp.autocast_mode import _enter_autocast
 
         vals = (self.device_type, self.dtype, self.enabled, self.cache_enabled)
-        self.node = tx.output.tracer.create_proxy("call_function", _enter_autocast, vals, {})
-        self.node.node.meta["example_value"] = None
+        self.node = self.record(tx, _enter_autocast, vals)
         self.real = torch.amp.autocast(*vals)
         self.real.__enter__()
         self.active(tx).append(self)
@@ -213,13 +224,9 @@ class AutocastVariable(ContextManagerVariable):
     def exit(self, tx) -> None:
         from torch.amp.autocast_mode import _exit_autocast
 
-        proxy = tx.output.tracer.create_proxy("call_function", _exit_autocast,
-                                              (self.node,), {})
-        proxy.node.meta["example_value"] = None
+        self.record(tx, _exit_autocast, (self.node,))
         self.undo_real()
-        active = self.active(tx)
-        if self in active:
-            active.remove(self)
+        self.leave(tx)
 
     def undo_real(self) -> None:
         if self.real is not None:
@@ -261,9 +268,7 @@ class InferenceModeVariable(ContextManagerVariable):
     def enter(self, tx) -> VariableTracker:
         from torch.autograd.grad_mode import _enter_inference_mode
 
-        self.node = tx.output.tracer.create_proxy("call_function", _enter_inference_mode,
-                                                  (self.mode,), {})
-        self.node.node.meta["example_value"] = None
+        self.node = self.record(tx, _enter_inference_mode, (self.mode,))
         self.prev_grad = torch.is_grad_enabled()
         if self.mode:
             torch._C._set_grad_enabled(False)
@@ -273,13 +278,9 @@ class InferenceModeVariable(ContextManagerVariable):
     def exit(self, tx) -> None:
         from torch.autograd.grad_mode import _exit_inference_mode
 
-        proxy = tx.output.tracer.create_proxy("call_function", _exit_inference_mode,
-                                              (self.node,), {})
-        proxy.node.meta["example_value"] = None
+        self.record(tx, _exit_inference_mode, (self.node,))
         self.undo_real()
-        active = self.active(tx)
-        if self in active:
-            active.remove(self)
+        self.leave(tx)
 
     def undo_real(self) -> None:
         if self.prev_grad is not None:
@@ -361,15 +362,11 @@ class SdpaKernelVariable(ContextManagerVariable):
     def enter(self, tx) -> VariableTracker:
         from .containers import ConstDictVariable
 
-        self.node = tx.output.tracer.create_proxy(
-            "call_function", _enter_sdpa_kernel, (self.backends, self.set_priority), {})
-        self.node.node.meta["example_value"] = None
+        self.node = self.record(tx, _enter_sdpa_kernel, (self.backends, self.set_priority))
         return ConstDictVariable({})
 
     def exit(self, tx) -> None:
-        proxy = tx.output.tracer.create_proxy("call_function", _exit_sdpa_kernel,
-                                              (self.node, self.set_priority), {})
-        proxy.node.meta["example_value"] = None
+        self.record(tx, _exit_sdpa_kernel, (self.node, self.set_priority))
 
     def undo_real(self) -> None:
         pass  # nothing real was switched
