@@ -47,6 +47,14 @@ def test_linalg_errors_still_raise(needs_cpp):
         inv(torch.zeros(4, 4))
 
 
+def test_linalg_errors_still_raise_in_training(needs_cpp):
+    """The check that raises returns nothing: the partitioner keeps it in the forward."""
+    inv = kiln.compile(lambda m: torch.linalg.inv(m).sum())
+    inv(SPD.clone().requires_grad_()).backward()
+    with pytest.raises(torch.linalg.LinAlgError):
+        inv(torch.zeros(4, 4, requires_grad=True))
+
+
 def test_training_through_linalg_matches_eager(needs_cpp):
     def loss(m):
         return torch.linalg.inv(m).sum() + torch.det(m) + torch.linalg.solve(m, B).sum()

@@ -33,6 +33,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .core_ops import CORE_OPS
 from .decompositions import core_decompositions, function_rules
+from .effects import eliminate_dead_code
 
 log = logging.getLogger("kiln.aotgrad")
 
@@ -380,7 +381,7 @@ def _finish(
             ph._rename(name)
             ph.target = ph.name
 
-    graph.eliminate_dead_code()
+    eliminate_dead_code(graph)
 
     # the output: one flat tuple, with meta["val"]
     out = graph.output_node()

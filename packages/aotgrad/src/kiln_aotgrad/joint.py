@@ -40,6 +40,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .decompositions import core_decompositions, function_rules
+from .effects import eliminate_dead_code
 from .inference import (
     _GRAPH_OUTPUT,
     _fake_mode_for,
@@ -298,7 +299,7 @@ def _finish_joint(traced, fakes: list, *, names: list[str], num_fw: int) -> list
     result = list(result) if isinstance(result, tuple | list) else [result]
     result = [*result[:num_fw], *new_values, *result[num_fw:]]
     out.args = (tuple(result),)
-    graph.eliminate_dead_code()
+    eliminate_dead_code(graph)
     for node in graph.nodes:
         if node.op == "call_function" and "val" not in node.meta:
             node.meta["val"] = _val_of(node)

@@ -33,6 +33,7 @@ import torch
 import torch.fx
 
 from .core_ops import CORE_OP_GROUPS
+from .effects import eliminate_dead_code, runs_for_effect
 from .joint import JointGraph
 from .maxflow import INF, FlowNetwork
 
@@ -172,6 +173,10 @@ class _JointView:
         self.read_by_backward |= {
             g for g in self.grads if isinstance(g, torch.fx.Node) and g not in self.backward
         }
+        # nodes run for their effect (a check that raises), in the graph whose values they read
+        effects = [n for n in self.nodes if n.op == "call_function" and runs_for_effect(n)]
+        self.fw_effects = [n for n in effects if n not in self.backward]
+        self.bw_effects = [n for n in effects if n in self.backward]
 
 
 def saved_bytes_of(node: torch.fx.Node) -> float:
@@ -288,12 +293,14 @@ def _build(view: _JointView, saved: list[torch.fx.Node], strategy: str) -> Parti
         joint.gm,
         inputs=view.primals,
         outputs=[*view.fw_outputs, *saved_values],
+        effects=view.fw_effects,
         class_name="ForwardGraph",
     )
     grads = [g for g in view.grads if isinstance(g, torch.fx.Node)]
     bw_inputs = [*saved_values, *(view.primals[i] for i in saved_primals), *view.tangents]
     bw_gm, bw_nodes = _extract(
-        joint.gm, inputs=bw_inputs, outputs=grads, class_name="BackwardGraph"
+        joint.gm, inputs=bw_inputs, outputs=grads, effects=view.bw_effects,
+        class_name="BackwardGraph"
     )
     recomputed = [n.name for n in view.nodes if n in bw_nodes and n not in view.backward]
     return Partition(
@@ -314,10 +321,12 @@ def _extract(
     *,
     inputs: list[torch.fx.Node],
     outputs: list[torch.fx.Node],
+    effects: list[torch.fx.Node],
     class_name: str,
 ) -> tuple[torch.fx.GraphModule, set[torch.fx.Node]]:
     """A new graph computing ``outputs`` from ``inputs`` (which become its placeholders),
-    copying the nodes in between in the joint graph's order. Reaching a placeholder that is
+    and running ``effects`` (nodes run for their effect: a check that raises), copying the
+    nodes in between in the joint graph's order. Reaching a placeholder that is
     not an input is a partitioner bug. Also returns the joint nodes it copied."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -326,7 +335,7 @@ def _extract(
         ph.meta = dict(node.meta)
         env[node] = ph
     needed: set[torch.fx.Node] = set()
-    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
+    stack = [o for o in outputs if isinstance(o, torch.fx.Node)] + list(effects)
     while stack:
         n = stack.pop()
         if n in needed or n in env:
@@ -343,6 +352,6 @@ def _extract(
     out.meta["val"] = tuple(
         r.meta.get("val") if isinstance(r, torch.fx.Node) else r for r in result
     )
-    graph.eliminate_dead_code()
+    eliminate_dead_code(graph)
     graph.lint()
     return torch.fx.GraphModule(gm, graph, class_name=class_name), needed
