@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _counting_backend import CountingBackend
+from _counting_backend import CountingBackend, assert_kiln_still_captures
 
 
 class Calls(list):
@@ -73,27 +73,14 @@ def run_torch(fn: Callable, args: Any) -> Outcome:
     import torch._dynamo
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    out: list[Outcome] = []
-
-    def run() -> None:
+    torch._dynamo.reset()
+    try:
+        outcome = _run(lambda f, b: torch.compile(f, backend=b), fn, calls_of(args),
+                       lambda f: len(_debug_get_cache_entry_list(_code(f))))
+    finally:
         torch._dynamo.reset()
-        try:
-            out.append(_run(lambda f, b: torch.compile(f, backend=b), fn, calls_of(args),
-                            lambda f: len(_debug_get_cache_entry_list(_code(f)))))
-        finally:
-            torch._dynamo.reset()
-
-    run()
-    from kiln_frontend import _evalframe
-
-    # a TorchDynamo run that fails inside its fake-tensor tracing can leave its PEP 523
-    # eval-frame function installed (for the interpreter), and kiln (rightly) defers to a
-    # foreign hook: every later kiln run in this process would capture nothing
-    assert not _evalframe.other_hook_installed(), \
-        "torch.compile left its eval-frame function installed: compute this case's " \
-        "reference elsewhere (benchmarks/capture.py --features runs torch.compile in a " \
-        "child process)"
-    return out[0]
+    assert_kiln_still_captures()
+    return outcome
 
 
 def assert_same(actual: Any, expected: Any, path: str = "") -> None:

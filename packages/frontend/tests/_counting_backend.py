@@ -45,3 +45,23 @@ def one_graph(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     torch.testing.assert_close(actual, expected)
     assert len(backend.graphs) == 1, [gm.code for gm in backend.graphs]
     return backend.graphs[0]
+
+
+def assert_kiln_still_captures() -> None:
+    """After torch.compile ran in this process, kiln still captures: TorchDynamo's
+    eval-frame function may stay installed (torch 2.11 leaves it after every compile, 2.13
+    after a failed one), and kiln must stand aside only while a torch.compile'd call runs,
+    never for good (every later kiln call then ran uncompiled, silently)."""
+    from kiln_frontend import compile as kiln_compile
+    from kiln_frontend import reset
+
+    def canary(x):
+        return x * 2 + 1
+
+    reset()
+    backend = CountingBackend()
+    x = torch.arange(3.0)
+    torch.testing.assert_close(kiln_compile(canary, backend=backend)(x), canary(x))
+    assert len(backend.graphs) == 1, \
+        f"kiln captured {len(backend.graphs)} graphs after torch.compile ran (expected 1)"
+    reset()

@@ -14,6 +14,7 @@ import copy
 import math
 from typing import Any
 
+import pytest
 import torch
 from _counting_backend import CountingBackend
 
@@ -136,7 +137,16 @@ def check(fn, *args, fullgraph: bool | None = None, count: bool = True) -> Count
 
     eager = run_once(fn, args)
     ref_fullgraph, ref_graphs, ref_out = reference(fn, args)
-    same_outcome(ref_out, eager, "torch.compile (the reference itself)")
+    try:
+        same_outcome(ref_out, eager, "torch.compile (the reference itself)")
+    except AssertionError as e:
+        # parity is undefined where this torch release's torch.compile is itself wrong (the
+        # lent machine's 2.11 on some cases): kiln must still end as eagerly
+        reset()
+        same_outcome(run_once(kiln_compile(fn, backend=CountingBackend()), args), eager, "kiln")
+        reset()
+        pytest.skip(f"torch {torch.__version__}'s torch.compile differs from eager here, so "
+                    f"its graph count is no reference (kiln's outcome matched eager): {e}")
     if fullgraph is None:
         fullgraph = ref_fullgraph
     reset()

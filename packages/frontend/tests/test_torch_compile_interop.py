@@ -22,7 +22,7 @@ import time
 import kiln_frontend
 import pytest
 import torch
-from _counting_backend import CountingBackend
+from _counting_backend import CountingBackend, assert_kiln_still_captures
 from kiln_frontend import _evalframe
 from kiln_frontend.eval_frame import counters
 from torch.testing import assert_close
@@ -89,7 +89,8 @@ def test_kiln_calls_torch_compiled_function(torch_backend, no_internal_errors):
               if n.op == "call_function"]
     assert "<built-in function sin>" not in traced and "sin" not in " ".join(traced)
     assert_close(compiled(x), f(x))  # cached
-    assert not _evalframe.hook_installed() and not _evalframe.other_hook_installed()
+    assert not _evalframe.hook_installed()
+    assert_kiln_still_captures()
 
 
 @pytest.mark.parametrize("torch_backend", TORCH_BACKENDS)
@@ -217,7 +218,7 @@ def test_torch_compiled_function_calls_kiln_compiled_one(torch_backend, no_inter
     assert_close(compiled(x), outer(x))
     # TorchDynamo saw the user's frames only (outer, its continuation, inner), not kiln's
     assert dynamo_counters["frames"]["total"] <= 6, dict(dynamo_counters["frames"])
-    assert not _evalframe.other_hook_installed()
+    assert_kiln_still_captures()
     # kiln's hook works again once torch.compile's region is left
     assert_close(kinner(x), inner(x))
     assert counters["compiles"] >= 1
@@ -238,7 +239,7 @@ def test_torch_compiled_function_calls_kiln_compiled_module(no_internal_errors):
     x = torch.randn(3, 4)
     assert_close(torch.compile(outer, backend="eager")(x), outer(x))
     assert dynamo_counters["frames"]["total"] <= 8, dict(dynamo_counters["frames"])
-    assert not _evalframe.other_hook_installed()
+    assert_kiln_still_captures()
 
 
 @pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace:UserWarning")
