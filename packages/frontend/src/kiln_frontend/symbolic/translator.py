@@ -530,15 +530,34 @@ class InstructionTranslator(InstructionTranslatorBase):
         return out
 
     def in_loop(self, index: int) -> bool:
-        """True when instruction ``index`` lies inside a loop (a backward jump at or after
-        it goes to or before it).  Like TorchDynamo we do not graph-break in loops: each
-        iteration would nest one more resume call."""
-        for j in range(index, len(self.instructions)):
-            inst = self.instructions[j]
-            if (versions.is_jump(inst) and inst.target is not None
-                    and self.index_of[id(inst.target)] <= index):
+        """True when instruction ``index`` lies on a cycle of the control flow (it can reach
+        itself again).  Like TorchDynamo we do not graph-break in loops: each iteration
+        would nest one more resume call.  A backward jump alone is no loop: on 3.12 the
+        path taken when a ``with`` block's context manager swallows an exception jumps back
+        to the code after the block, which no normal path reaches twice."""
+        seen: set[int] = set()
+        pending = self.successors(index)
+        while pending:
+            j = pending.pop()
+            if j == index:
                 return True
+            if j not in seen:
+                seen.add(j)
+                pending.extend(self.successors(j))
         return False
+
+    def successors(self, index: int) -> list[int]:
+        """Where control can go after instruction ``index``: the next instruction, a jump's
+        target, the handler of the exception-table entry covering it."""
+        inst = self.instructions[index]
+        out = []
+        if not versions.is_terminator(inst) and index + 1 < len(self.instructions):
+            out.append(index + 1)
+        if versions.is_jump(inst) and inst.target is not None:
+            out.append(self.index_of[id(inst.target)])
+        if inst.exn_tab_entry is not None:
+            out.append(self.index_of[id(inst.exn_tab_entry.target)])
+        return out
 
     def can_break_at(self, inst) -> bool:
         if inst.exn_tab_entry is not None:
