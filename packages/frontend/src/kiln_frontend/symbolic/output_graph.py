@@ -310,6 +310,15 @@ class OutputGraph:
         self._module_names[id(module)] = name
         return name
 
+    def register_subgraph(self, prefix: str, gm: torch.fx.GraphModule) -> str:
+        """A higher-order operator's captured body (symbolic/hops): a submodule of the root,
+        read with ``get_attr`` (how torch's own operators take their bodies in FX)."""
+        k = 0
+        while f"{prefix}_{k}" in self.nn_modules or f"{prefix}_{k}" in self.attr_tensors:
+            k += 1
+        self.nn_modules[f"{prefix}_{k}"] = gm
+        return f"{prefix}_{k}"
+
     # -- ops --------------------------------------------------------------------------
 
     def symbolic_dispatch(self):

@@ -4,8 +4,9 @@ inlines it, with a stand-in for ``ctx`` whose bookkeeping (``save_for_backward``
 ``mark_non_differentiable``, attributes) has no effect on the result. transformers' BLOOM
 calls its GeLU this way on every layer; each call was a graph break.
 
-With grad mode on, the call stays a graph break: the user's ``backward`` is what the
-gradients must come from, and the trace would differentiate ``forward`` instead."""
+With grad mode on, the user's ``backward`` is what the gradients must come from: the call is
+captured as a higher-order operator whose forward and backward are subgraphs
+(``symbolic/hops/autograd_function.py``), or breaks the graph naming the Function."""
 
 from __future__ import annotations
 
@@ -38,10 +39,13 @@ class AutogradFunctionApplyVariable(VariableTracker):
         self.class_tracker = class_tracker
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
-        name = self.cls.__qualname__
         if torch.is_grad_enabled():
-            raise Unsupported(f"{name}.apply with grad mode on (its backward is the user's "
-                              "own; it runs in Python)")
+            # the user's backward must make the gradients: forward and backward as subgraphs
+            # of one node (symbolic/hops/autograd_function.py)
+            from ..hops.autograd_function import capture_autograd_function
+
+            return capture_autograd_function(tx, self.cls, self.class_tracker, list(args),
+                                             dict(kwargs))
         forward = self.class_tracker.var_getattr(tx, "forward")
         if _uses_setup_context(self.cls):
             return tx.call_function(forward, list(args), dict(kwargs))

@@ -101,6 +101,11 @@ class VariableBuilder:
             return UserMethodVariable(value.__func__, obj, source=self.source)
         if _is_special(value):
             return TorchSpecialFunctionVariable(value, source=self.source)
+        from ..hops import hop_tracker
+
+        hop = hop_tracker(self, value)
+        if hop is not None:
+            return hop
         if is_torch_callable(value):
             return TorchFunctionVariable.wrap(self, value)
         from .deepcopy import PYTHON_FUNCTION_HANDLERS, HandledFunctionVariable
