@@ -373,11 +373,13 @@ def test_a_kernel_that_fails_at_its_first_launch_runs_on_the_interpreter(monkeyp
     """Triton launchers compile at a kernel's first launch, inside the graph's first call: a
     compile error there switches the graph to loopir's interpreter with one warning (it is
     not raised to the user); a first call that succeeds costs nothing afterwards."""
+    import kiln.assemble as assemble
     import kiln.backend as backend
+    import kiln.stages
     import kiln_aotgrad
     import kiln_runtime
 
-    monkeypatch.setattr(backend, "_codegen_compile_errors", lambda: (_LaunchFailed,))
+    monkeypatch.setattr(kiln.stages, "compile_errors", lambda: (_LaunchFailed,))
 
     def f(x):
         return torch.softmax(x, -1) * 2
@@ -390,7 +392,8 @@ def test_a_kernel_that_fails_at_its_first_launch_runs_on_the_interpreter(monkeyp
         raise _LaunchFailed("kernel k did not compile")
 
     graph = kiln_runtime.CompiledGraph(failing, "", "<test>", None)
-    wrapped = backend._interpret_if_first_launch_fails(graph, schedule)
+    wrapped = assemble._interpret_if_first_launch_fails(
+        graph, lambda e: assemble.interpret_instead(schedule, e))
     with caplog.at_level(logging.WARNING, logger="kiln"):
         (got,) = wrapped(x)
         (again,) = wrapped(x)
@@ -405,7 +408,8 @@ def test_a_kernel_that_fails_at_its_first_launch_runs_on_the_interpreter(monkeyp
         return [args[0] * 1]
 
     graph = kiln_runtime.CompiledGraph(working, "", "<test>", None)
-    wrapped = backend._interpret_if_first_launch_fails(graph, schedule)
+    wrapped = assemble._interpret_if_first_launch_fails(
+        graph, lambda e: assemble.interpret_instead(schedule, e))
     wrapped(x)
     assert graph.call is working  # the check is gone after a first call that succeeds
     wrapped(x)

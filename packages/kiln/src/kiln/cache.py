@@ -1,46 +1,43 @@
-"""The graph-level compiled-artifact cache of the ``kiln`` backend.
+"""The graph-level cache of the ``kiln`` backend: keys, get and put of Artifacts.
 
-A second process (or a deployed copy) that compiles the same torch-level graph with the
-same inputs, options and tool versions skips tracing, lowering, scheduling, codegen, kernel
-compiles and autotuning: it loads the stored wrapper source and kernels (kernel binaries come
-from the kernel-level entries of ``kiln_runtime.disk_cache``) and binds the live module's
-parameters.
+A second process (or a deployed copy) that compiles the same torch-level graph with the same
+inputs, options and tool versions gets the stored ``Artifact`` (``kiln.artifact``) and skips
+every stage: ``kiln.assemble`` loads its kernels (binaries from the kernel-level entries of
+``kiln_runtime.disk_cache``) and binds the live module's weights, as it does for a fresh
+compile.
 
-**Key** (``graph_key``): the normalized FX graph (placeholders, modules and attributes renamed
-by order of appearance; each called module described by its type, plain attributes and the
-metadata of its tensors), the inputs' metadata (dtype, shape with symbols, stride, storage
-offset, device, requires_grad, which inputs share memory), the global state the trace bakes in
-(grad mode, default dtype, autocast, determinism, matmul precision: ``_tracing_state_text``), the
-backend's ``Options``, and the versions of kiln (a hash of its packages' sources: an edited
-checkout never hits an old entry), Python, torch, triton (when installed), the C++ compiler
-(with the CPU's ISA flags) and the CUDA devices.
+**Key** (``key``, ``graph_key``): the normalized FX graph (placeholders, modules and
+attributes renamed by order of appearance, ``kiln.names``; each called module described by
+its type, plain attributes and the metadata of its tensors), the inputs' metadata (dtype,
+shape with symbols, stride, storage offset, device, requires_grad, which inputs share
+memory), the global state the trace bakes in (grad mode, default dtype, autocast,
+determinism, matmul precision: ``_tracing_state_text``), the backend's ``Options``, and the
+versions of kiln (a hash of its packages' sources: an edited checkout never hits an old
+entry), Python, torch, triton (when installed), the C++ compiler (with the CPU's ISA flags)
+and the CUDA devices.
 
-**Entry** (kind ``graph``): ``artifact.pt`` with either the decision to run the graph eagerly
-(and why) or the wrapper source, the kernels (name, source, arguments, codegen meta), where
-each graph constant comes from (a parameter/buffer of the live module by normalized name, a
-copy of one in another layout, a conv weight or bias with a BatchNorm folded in, kept as
-the recipe to fold it again from the live tensors, or a tensor stored in the entry), the
-output structure and the facts the CUDA-graph wrapper needs. So an entry holds no weight
-values and its key needs no hash of them: a hit remakes layout copies and folded constants
-from the live module and re-checks the sources' version counters at each call. A stored
-tensor we cannot tie to the module goes under a key that adds a hash of the weights' values
-(kind ``by_weights``). Entries are pickled and written by a background thread (``flush()``
-waits for it).
+**Entry** (kind ``graph``): ``artifact.pt``, the pickled Artifact. It holds no weight values
+(constants are recipes), so its key needs no hash of them; an Artifact with a stored
+constant that may hold weight values (``guards.all_weights``) goes under a key that adds a
+hash of the weights' values, and the plain key holds a pointer to it. Entries are pickled
+and written by a background thread (``flush()`` waits for it).
 
-Not cached (compiled every time, logged on logger ``kiln.cache`` at DEBUG): graphs whose
-description holds an object without a stable text (a lambda's address, a module hook),
-training graphs (forward + backward), graphs whose compile added shape guards, and graphs
-whose kernels fell back to the interpreter. ``KILN_COMPILE_DEBUG`` bypasses the cache (every
-debug file is written); ``KILN_GRAPH_CACHE=0`` turns it off.
+Not stored (logged on logger ``kiln.cache`` at DEBUG): graphs whose description holds an
+object without a stable text (a lambda's address, a module hook), training graphs, graphs
+whose compile added shape guards, and Artifacts that say why not (``unstorable``: kernels
+that fell back to the interpreter, a constant without a recipe). ``KILN_COMPILE_DEBUG``
+bypasses the cache (every debug file is written); ``KILN_GRAPH_CACHE=0`` turns it off.
 
-A corrupt entry (a file that fails its manifest) or a stale one (it unpickles to something
-else, or a constant it names is missing) is logged, removed and rebuilt.
+The folder is trusted like code (entries are pickles, read with
+``torch.load(weights_only=False)``): ``kiln_runtime.disk_cache`` refuses a folder others can
+write (``UnsafeCacheDirWarning``) and loads nothing from it. A corrupt entry (a file that
+fails its manifest) or a stale one (it unpickles to something else, or does not assemble:
+``discard``) is logged, removed and rebuilt.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -58,37 +55,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import kiln_runtime
 import torch
-from kiln_loopir.derived_constants import THREAD_TUNED, derive
-from kiln_runtime import compile_timer, disk_cache
+from kiln_runtime import disk_cache
 from kiln_runtime.cudagraphs import run_before_capture
-from kiln_runtime.guards import WeightsGuard
 
-from .codegens import codegen_by_name
+from .artifact import Artifact
+from .names import GraphNames
 from .options import Options
-from .passes.fold_batchnorm import batch_counters, folded_value
-from .recording import Recording, recording_scope
-from .reduce_overhead import for_mode
 from .stats import counters
-from .wrappers import graph_facts, inference_only, out_structure, run_eagerly, structure_restorer
 
 log = logging.getLogger("kiln.cache")
 
-__all__ = [
-    "KIND",
-    "NotCacheable",
-    "WeightsGuard",
-    "compile_cached",
-    "enabled",
-    "flush",
-    "graph_key",
-]
+__all__ = ["ARTIFACT", "KIND", "Key", "NotCacheable", "discard", "enabled", "flush", "get",
+           "graph_key", "key", "put"]
 
 #: the disk-cache kind of graph-level artifacts
 KIND = "graph"
 ARTIFACT = "artifact.pt"
-_FORMAT = 2
+_FORMAT = 3
 #: packages whose code decides what a graph compiles to (their sources are in the key)
 _KEYED_PACKAGES = (
     "kiln",
@@ -108,6 +92,150 @@ def enabled(config: Options) -> bool:
     """On unless ``KILN_GRAPH_CACHE=0`` or the compile writes a debug folder."""
     flag = os.environ.get("KILN_GRAPH_CACHE", "1").strip().lower()
     return flag not in ("0", "false", "no", "off") and not config.debug_enabled
+
+
+# ============================================================================ get and put
+
+
+@dataclasses.dataclass
+class Key:
+    """A graph's cache key, its graph-relative names, and the shape guards before its
+    compile (a compile that adds some is not stored: the frontend guards on them)."""
+
+    digest: str
+    names: GraphNames
+    gm: torch.fx.GraphModule
+    shapes_before: str
+
+
+def key(gm, example_inputs: Sequence, config: Options) -> Key | None:
+    """The key of compiling ``gm`` on ``example_inputs`` with ``config``, or None when the
+    cache is off or the graph cannot be keyed (logged and counted as a bypass)."""
+    if not enabled(config):
+        return None
+    try:
+        digest, names = graph_key(gm, example_inputs, config)
+    except NotCacheable as e:
+        _bypass(str(e))
+        return None
+    return Key(digest, names, gm, _shape_env_state(_shape_env(gm)))
+
+
+def get(k: Key) -> Artifact | None:
+    """The stored Artifact under ``k`` (following a pointer to the entry keyed by the live
+    weights' values), or None: a miss, or a corrupt or stale entry (removed)."""
+    digest = k.digest
+    entry = disk_cache.get(KIND, digest)
+    try:
+        if entry is not None and _read(entry) == "by_weights":
+            digest = disk_cache.hash_key(digest, _weights_hash(k.gm))
+            entry = disk_cache.get(KIND, digest)
+        if entry is None:
+            counters["graph_cache_misses"] += 1
+            return None
+        artifact = _read(entry)
+        if not isinstance(artifact, Artifact):
+            raise TypeError(f"the entry holds a {type(artifact).__name__}")
+    except Exception as e:
+        discard(k, e, digest)
+        return None
+    counters["graph_cache_hits"] += 1
+    return artifact
+
+
+def put(k: Key, artifact: Artifact) -> None:
+    """Store ``artifact`` under ``k`` unless it says why not or the compile added shape
+    guards. Pickling and writing happen in the background."""
+    reason = artifact.unstorable
+    if reason is None and _shape_env_state(_shape_env(k.gm)) != k.shapes_before:
+        reason = "its compile added shape guards"
+    if reason is not None:
+        _bypass(reason)
+        return
+    weights_key = (disk_cache.hash_key(k.digest, _weights_hash(k.gm))
+                   if artifact.guards.all_weights else None)
+
+    def write() -> None:
+        try:
+            data = _serialize(artifact)
+            if weights_key is not None:
+                disk_cache.put(KIND, k.digest, {ARTIFACT: _serialize("by_weights")})
+            disk_cache.put(KIND, weights_key or k.digest, {ARTIFACT: data})
+        except Exception as e:
+            log.warning("kiln: could not store a graph cache entry (%s: %s)", type(e).__name__, e)
+
+    _in_background(write)
+
+
+def discard(k: Key, error: BaseException, digest: str | None = None) -> None:
+    """Remove a stale entry (it did not read back, or its Artifact did not assemble here)
+    with one log line; the caller compiles it again."""
+    log.warning("kiln: stale graph cache entry %s ignored (%s: %s); it is rebuilt",
+                digest or k.digest, type(error).__name__, error)
+    disk_cache.discard(KIND, digest or k.digest)
+    if digest is not None and digest != k.digest:
+        disk_cache.discard(KIND, k.digest)
+    counters["graph_cache_stale"] += 1
+    counters["graph_cache_misses"] += 1
+
+
+def _bypass(reason: str) -> None:
+    log.debug("kiln: graph not cached: %s", reason)
+    counters["graph_cache_bypass"] += 1
+
+
+def _read(entry: Path) -> Any:
+    with warnings.catch_warnings():  # pytree's deprecation notes while unpickling specs
+        warnings.simplefilter("ignore", FutureWarning)
+        stored = torch.load(entry / ARTIFACT, weights_only=False)
+    if not isinstance(stored, dict) or stored.get("format") != _FORMAT:
+        raise ValueError(f"format {stored.get('format') if isinstance(stored, dict) else '?'}")
+    return stored["artifact"]
+
+
+def _serialize(artifact: Artifact | str) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"format": _FORMAT, "artifact": artifact}, buf)
+    return buf.getvalue()
+
+
+def _weights_hash(gm) -> str:
+    """A hash of the values of every parameter and buffer of ``gm`` (by name)."""
+    h = hashlib.sha256()  # OpenSSL: SHA extensions make it the fastest here
+    seen: set[int] = set()
+    for name, t in itertools.chain(gm.named_parameters(), gm.named_buffers()):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        data = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(memoryview(data.numpy()))
+    return h.hexdigest()
+
+
+_writer: concurrent.futures.ThreadPoolExecutor | None = None
+_pending: list[concurrent.futures.Future] = []
+_pending_lock = threading.Lock()
+
+
+def _in_background(fn: Callable[[], None]) -> None:
+    """Serialize and write an entry off the compile's critical path (one writer thread; the
+    interpreter waits for it at exit; ``flush()`` waits for it now)."""
+    global _writer
+    with _pending_lock:
+        if _writer is None:
+            _writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kiln-cache-store")
+            run_before_capture(flush)  # no write may touch the device during a CUDA graph capture
+        _pending[:] = [f for f in _pending if not f.done()]
+        _pending.append(_writer.submit(fn))
+
+
+def flush() -> None:
+    """Wait until every graph-cache entry this process is writing is on disk (writes that
+    failed were logged and are dropped)."""
+    with _pending_lock:
+        pending = list(_pending)
+    concurrent.futures.wait(pending)
 
 
 # ============================================================================ the key
@@ -274,39 +402,6 @@ def _module_text(mod: torch.nn.Module) -> str:
     return "\n".join(lines)
 
 
-class GraphNames:
-    """The renaming of a graph's modules (``m0, m1, ...``) and attributes (``a0, ...``),
-    both ways: ``normalize("layer1.0.conv1.weight") == "m3.weight"`` and ``resolve`` gives
-    the live tensor for a normalized name."""
-
-    def __init__(self) -> None:
-        self.to_norm: dict[str, str] = {}
-        self.from_norm: dict[str, str] = {}
-
-    def add(self, original: str, prefix: str) -> str:
-        if original not in self.to_norm:
-            norm = f"{prefix}{len(self.to_norm)}"
-            self.to_norm[original] = norm
-            self.from_norm[norm] = original
-        return self.to_norm[original]
-
-    def normalize(self, qualname: str) -> str | None:
-        """The normalized name of a module tensor's qualified name (longest known prefix)."""
-        atoms = qualname.split(".")
-        for cut in range(len(atoms), 0, -1):
-            head = ".".join(atoms[:cut])
-            if head in self.to_norm:
-                return ".".join([self.to_norm[head], *atoms[cut:]])
-        return None
-
-    def resolve(self, gm: torch.nn.Module, norm: str) -> Any:
-        head, *rest = norm.split(".")
-        obj: Any = gm
-        for atom in [*self.from_norm[head].split("."), *rest]:
-            obj = getattr(obj, atom)
-        return obj
-
-
 def normalized_graph(gm: torch.fx.GraphModule) -> tuple[str, GraphNames]:
     """The stable text of a torch-level graph and its renaming (see ``GraphNames``)."""
     names = GraphNames()
@@ -432,469 +527,3 @@ def _tracing_state_text() -> str:
             f"matmul_precision={torch.get_float32_matmul_precision()}")
 
 
-# ============================================================================ recording
-
-
-# ============================================================================ the backend hook
-
-_graph_ids = itertools.count()
-
-
-def compile_cached(
-    gm: torch.fx.GraphModule,
-    example_inputs: Sequence,
-    config: Options,
-    compile_fn: Callable[[], Callable],
-) -> Callable:
-    """``compile_fn()`` (the backend's pipeline) through the graph-level cache, with its
-    phases timed (``KILN_LOGS=perf``). A hit returns what the pipeline would: the loaded
-    graph with CUDA graphs per ``config.mode``, the torch-level output structure and the
-    grad-mode guard, or the graph's own forward when the pipeline had decided to run it
-    eagerly."""
-    is_gm = isinstance(gm, torch.fx.GraphModule)
-    label = f"graph {next(_graph_ids)} ({gm.meta.get('kiln_code_name', 'fx graph')})" if is_gm else "graph"
-    with compile_timer.graph(label):
-        compile_timer.add("capture", float(gm.meta.get("kiln_capture_s", 0.0)) if is_gm else 0.0)
-        if not enabled(config):
-            return compile_fn()
-        with compile_timer.phase("cache lookup"):
-            try:
-                key, names = graph_key(gm, example_inputs, config)
-            except NotCacheable as e:
-                log.debug("kiln: graph not cached: %s", e)
-                counters["graph_cache_bypass"] += 1
-                return compile_fn()
-            # a hit's guard compiles again through the cache: a weight given new memory
-            # (``p.data = other``) is then a hit that binds it, not a whole compile
-            hit = _load(key, gm, names, config,
-                        lambda: compile_cached(gm, example_inputs, config, compile_fn))
-        if hit is not None:
-            compile_timer.note("graph cache hit")
-            return hit
-        env = _shape_env(gm)
-        before = _shape_env_state(env)
-        with recording_scope() as rec:
-            compiled = compile_fn()
-        with compile_timer.phase("cache store"):
-            reason = _why_not_stored(rec, before, _shape_env_state(env))
-            if reason is None:
-                try:
-                    _store(key, rec, gm, names)
-                except NotCacheable as e:
-                    reason = str(e)
-            if reason is not None:
-                log.debug("kiln: graph not cached: %s", reason)
-                counters["graph_cache_bypass"] += 1
-        return compiled
-
-
-def _why_not_stored(rec: Recording, shapes_before: str, shapes_after: str) -> str | None:
-    if rec.not_cacheable:
-        return rec.not_cacheable
-    if shapes_before != shapes_after:
-        return "its compile added shape guards"
-    if rec.eager_reason is not None:
-        return None if not rec.compiled else "it both compiled and ran eagerly"
-    if len(rec.compiled) != 1:
-        return f"it compiled {len(rec.compiled)} graphs (training graphs are not cached yet)"
-    aten_gm = rec.compiled[0][0]
-    if "kiln" not in getattr(aten_gm, "meta", {}):
-        return "its ATen graph carries no output structure"
-    return None
-
-
-# ============================================================================ store / load
-
-
-def _constant_sources(module, gm, names: GraphNames, folded: dict | None = None,
-                      trace_constants: frozenset[str] = frozenset()) -> tuple[dict, list, bool]:
-    """Where each graph constant comes from on a hit:
-
-    - ``("attr", name)``: the live module tensor (normalized name);
-    - ``("layout", name, stride)``: a copy of it in another layout, made at compile time (e.g.
-      a conv weight stored channels-last); made again from the live tensor on a hit;
-    - ``("folded", (which, names, eps), stride)``: a conv weight or bias with a BatchNorm
-      folded in (``folded``: the fold's recipes by buffer name), in that layout; computed
-      again from the live tensors on a hit with ``kiln.passes.folded_value`` (the same code
-      as the fold; checked bit for bit against the compiled constant here);
-    - ``("stored", i)``: a tensor the trace itself created (``torch.tensor(...)`` in the
-      program), stored in the entry;
-    - ``("derived", derivation, source, args)``: made by a registered derivation from graph
-      constant ``source`` (``kiln_loopir.derived_constants``: a weight stored channels-last,
-      a weight packed for MKL's GEMM, which is an opaque tensor that cannot be stored); made
-      again on a hit from the source's value there.
-
-    A constant computed from a parameter in any other way would bake the storing process's
-    weights into the entry: such graphs are not cached.
-
-    Also returns whether a stored tensor may hold weight values (then the entry is valid only
-    for these weights). Only the trace's own constants (``trace_constants``) are known not to:
-    the trace saw fake weights."""
-    folded = folded or {}
-    sched = module.meta.get("schedule") if hasattr(module, "meta") else None
-    targets, recipes = {}, {}
-    if sched is not None:
-        for b in getattr(sched.graph, "constant_buffers", ()):
-            targets[b.name] = b.target
-            if getattr(b, "recipe", None) is not None:
-                recipes[b.name] = b.recipe
-    sources, stored, weight_valued = {}, [], False
-    for name, value in module.constants.items():
-        if name in recipes:
-            derivation, source, args = recipes[name]
-            if source not in module.constants:
-                raise NotCacheable(f"constant {name} is derived from {source}, not a graph constant")
-            sources[name] = ("derived", derivation, source, tuple(args))
-            continue
-        target = targets.get(name)
-        if target in folded and isinstance(value, torch.Tensor):
-            try:
-                sources[name] = _folded_source(name, value, folded[target], gm, names)
-                continue
-            except NotCacheable as e:  # stored, under the weights' hash (kind by_weights)
-                log.debug("kiln: folded constant %s stored with the entry: %s", name, e)
-        norm = names.normalize(target) if target else None
-        live = None
-        if norm is not None:
-            try:
-                live = names.resolve(gm, norm)
-            except AttributeError:
-                live = None
-        if not isinstance(live, torch.Tensor) or not isinstance(value, torch.Tensor):
-            sources[name] = ("stored", len(stored))
-            weight_valued = weight_valued or target not in trace_constants
-            if isinstance(value, torch.Tensor):  # a view would save its whole storage
-                value = value.detach()
-                if value.untyped_storage().nbytes() > value.nbytes:
-                    value = value.clone()
-            stored.append(value)
-        elif _same_tensor(live, value):
-            sources[name] = ("attr", norm)
-        elif (live.shape == value.shape and live.dtype == value.dtype
-              and live.device == value.device and value.storage_offset() == 0
-              and torch.equal(live.detach(), value)):
-            sources[name] = ("layout", norm, tuple(value.stride()))
-        else:
-            raise NotCacheable(f"constant {name} is computed from parameter {target}")
-    return sources, stored, weight_valued
-
-
-def _folded_source(name: str, value: torch.Tensor, recipe: tuple, gm, names: GraphNames) -> tuple:
-    which, qualnames, eps = recipe
-    norms = tuple(None if q is None else names.normalize(q) for q in qualnames)
-    if any(n is None and q is not None for n, q in zip(norms, qualnames, strict=True)):
-        raise NotCacheable(f"constant {name} is folded from tensors outside the graph's names")
-    recipe = (which, norms, eps)
-    try:
-        again = _fold_again(recipe, gm, names, tuple(value.stride()))
-    except Exception as e:
-        raise NotCacheable(f"constant {name} cannot be folded again ({type(e).__name__}: {e})") from e
-    if (again.shape != value.shape or again.dtype != value.dtype or again.device != value.device
-            or again.stride() != value.stride() or value.storage_offset() != 0
-            or not torch.equal(again, value)):
-        raise NotCacheable(f"constant {name} does not match its fold recipe")
-    return ("folded", recipe, tuple(value.stride()))
-
-
-def _fold_again(recipe: tuple, gm, names: GraphNames, stride: tuple) -> torch.Tensor:
-    which, norms, eps = recipe
-    tensors = []
-    for norm in norms:
-        t = None if norm is None else names.resolve(gm, norm)
-        if norm is not None and not isinstance(t, torch.Tensor):
-            raise _Stale(f"fold source {norm} is not a tensor here")
-        tensors.append(None if t is None else t.detach())
-    return folded_value(which, *tensors, eps, stride=stride)
-
-
-def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        a.device == b.device and a.dtype == b.dtype and a.shape == b.shape
-        and a.stride() == b.stride() and a.data_ptr() == b.data_ptr()
-    )
-
-
-def _weights_hash(gm) -> str:
-    """A hash of the values of every parameter and buffer of ``gm`` (by name)."""
-    h = hashlib.sha256()  # OpenSSL: SHA extensions make it the fastest here
-    seen: set[int] = set()
-    for name, t in itertools.chain(gm.named_parameters(), gm.named_buffers()):
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        data = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(memoryview(data.numpy()))
-    return h.hexdigest()
-
-
-def _serialize(artifact: dict) -> bytes:
-    buf = io.BytesIO()
-    try:
-        torch.save(artifact, buf)
-    except Exception as e:  # a kernel meta or an output leaf that does not pickle
-        raise NotCacheable(f"its artifact does not serialize ({type(e).__name__}: {e})") from e
-    return buf.getvalue()
-
-
-_writer: concurrent.futures.ThreadPoolExecutor | None = None
-_pending: list[concurrent.futures.Future] = []
-_pending_lock = threading.Lock()
-
-
-def _in_background(fn: Callable[[], None]) -> None:
-    """Serialize and write an entry off the compile's critical path (one writer thread; the
-    interpreter waits for it at exit; ``flush()`` waits for it now)."""
-    global _writer
-    with _pending_lock:
-        if _writer is None:
-            _writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kiln-cache-store")
-            run_before_capture(flush)  # no write may touch the device during a CUDA graph capture
-        _pending[:] = [f for f in _pending if not f.done()]
-        _pending.append(_writer.submit(fn))
-
-
-def flush() -> None:
-    """Wait until every graph-cache entry this process is writing is on disk (writes that
-    failed were logged and are dropped)."""
-    with _pending_lock:
-        pending = list(_pending)
-    concurrent.futures.wait(pending)
-
-
-def _store(key: str, rec: Recording, gm, names: GraphNames) -> None:
-    """Write the entry. An artifact holding tensors the compile computed (folded weights, a
-    weight in another layout of a value we cannot tie to a parameter) is valid only for these
-    weights: it goes under a key that adds their hash, and ``key`` holds a pointer to that.
-    Tensors the trace itself made (``torch.empty(0)`` in the program) need no such key.
-    What the entry holds is decided now; pickling and writing happen in the background."""
-    if rec.eager_reason is not None:
-        artifact = {"format": _FORMAT, "kind": "eager", "reason": rec.eager_reason}
-        disk_cache.put(KIND, key, {ARTIFACT: _serialize(artifact)})
-        return
-    aten_gm, module, _ = rec.compiled[0]
-    info = getattr(aten_gm, "meta", {}).get("kiln")
-    trace_constants = frozenset(getattr(info, "trace_constants", ()))
-    with _one_thread():  # it refolds each folded constant to check its recipe
-        sources, stored, weight_valued = _constant_sources(module, gm, names, rec.folded, trace_constants)
-    artifact = {
-        "format": _FORMAT,
-        "kind": "compiled",
-        "wrapper_source": module.wrapper_source,
-        "entry": module.entry,
-        "codegen": module.codegen,
-        "kernels": [(k.name, k.source, list(k.arg_names), dict(k.meta)) for k in module.kernels],
-        "constants": sources,
-        "stored_tensors": stored,
-        "out_structure": out_structure(aten_gm),
-        "facts": graph_facts(aten_gm),
-    }
-    weights_key = disk_cache.hash_key(key, _weights_hash(gm)) if weight_valued else None
-
-    def write() -> None:
-        try:
-            data = _serialize(artifact)
-            if weights_key is not None:
-                pointer = {"format": _FORMAT, "kind": "by_weights"}
-                disk_cache.put(KIND, key, {ARTIFACT: _serialize(pointer)})
-            disk_cache.put(KIND, weights_key or key, {ARTIFACT: data})
-        except Exception as e:
-            log.warning("kiln: could not store a graph cache entry (%s: %s)", type(e).__name__, e)
-
-    _in_background(write)
-
-
-def _read(entry: Path) -> dict:
-    with warnings.catch_warnings():  # pytree's deprecation notes while unpickling specs
-        warnings.simplefilter("ignore", FutureWarning)
-        artifact = torch.load(entry / ARTIFACT, weights_only=False)
-    if not isinstance(artifact, dict) or artifact.get("format") != _FORMAT:
-        raise _Stale(f"format {artifact.get('format') if isinstance(artifact, dict) else '?'}")
-    return artifact
-
-
-class _Stale(Exception):
-    pass
-
-
-def _load(key, gm, names, config, compile_fn) -> Callable | None:
-    entry = disk_cache.get(KIND, key)
-    by_weights = False
-    try:
-        if entry is not None and _read(entry)["kind"] == "by_weights":
-            by_weights = True
-            key = disk_cache.hash_key(key, _weights_hash(gm))
-            entry = disk_cache.get(KIND, key)
-        if entry is None:
-            counters["graph_cache_misses"] += 1
-            return None
-        artifact = _read(entry)
-        if artifact["kind"] == "eager":
-            fn = run_eagerly(gm, artifact["reason"])
-        else:
-            fn = _rebuild(artifact, gm, names, config)
-            tensors, owners, views = _derived_from(artifact["constants"], gm, names)
-            if by_weights:  # stored under the hash of every weight: guard them all
-                fn = WeightsGuard(fn, compile_fn, itertools.chain(gm.parameters(), gm.buffers()),
-                                  gm.modules(), views=views)
-            else:  # constants computed from some weights, or reading them: guard those
-                fn = WeightsGuard.around(fn, compile_fn, tensors, owners, views=views)
-    except Exception as e:
-        log.warning("kiln: stale graph cache entry %s ignored (%s: %s); it is rebuilt",
-                    entry, type(e).__name__, e)
-        disk_cache.discard(KIND, key)
-        counters["graph_cache_stale"] += 1
-        counters["graph_cache_misses"] += 1
-        return None
-    counters["graph_cache_hits"] += 1
-    return fn
-
-
-def _derived_from(constants: dict, gm, names: GraphNames) -> tuple[list, list, list]:
-    """(tensors, their owning modules, views) of a hit: the tensors its constants were
-    computed from (the sources of layout copies and of folded BatchNorms, and the
-    ``num_batches_tracked`` of those BatchNorms: their statistics change in training mode
-    without a version bump), and the module tensors it binds as constants and reads in place
-    (``attr``: a new memory for one, ``p.data = other``, must compile again)."""
-    tensors, owners, seen, stats = [], [], set(), []
-    views = {}
-    for where, ref, *rest in constants.values():
-        if where == "attr":
-            live = names.resolve(gm, ref)
-            if isinstance(live, torch.Tensor):
-                views[id(live)] = live
-            continue
-        if where == "derived":  # guarded as the constant it starts from, taken as a copy of it
-            where, ref, *rest = _derivation_root(constants, rest[0])
-            if where == "attr":
-                where = "layout"
-        if where == "layout":
-            norms = [ref]
-        elif where == "folded":
-            norms = [n for n in ref[1] if n is not None]
-            stats += [names.resolve(gm, n) for n in ref[1][2:4]]  # running mean, var
-        else:
-            continue
-        for norm in norms:
-            head, *rest = norm.split(".")
-            qualname = ".".join([names.from_norm[head], *rest])
-            for obj in (names.resolve(gm, norm), gm.get_submodule(qualname.rpartition(".")[0])):
-                if id(obj) not in seen:
-                    seen.add(id(obj))
-                    (owners if isinstance(obj, torch.nn.Module) else tensors).append(obj)
-    for counter in batch_counters(stats, owners).values():
-        if counter is None:
-            raise _Stale("a folded BatchNorm's statistics belong to no module with num_batches_tracked")
-        if id(counter) not in seen:
-            seen.add(id(counter))
-            tensors.append(counter)
-    return tensors, owners, [t for k, t in views.items() if k not in seen]
-
-
-def _rebuild(artifact: dict, gm, names: GraphNames, config: Options) -> Callable:
-    from kiln_loopir.codegen_protocol import GeneratedModule, KernelDef
-
-    codegen = codegen_by_name(artifact["codegen"], config)
-    kernels = [KernelDef(n, src, list(args), meta=dict(meta))
-               for n, src, args, meta in artifact["kernels"]]
-    constants = {}
-    with _one_thread():
-        for name, (where, ref, *layout) in artifact["constants"].items():
-            if where != "derived":
-                constants[name] = _bound_constant(name, where, ref, layout, artifact, gm, names)
-    for name in _derivation_order(artifact["constants"]):
-        _, derivation, source, args = artifact["constants"][name]
-        # an MKL-packed weight is packed for the threads it runs with: packed on one thread,
-        # a hit's BERT-sized linears ran 1.5-2x slower than the compile that stored it
-        with contextlib.nullcontext() if derivation in THREAD_TUNED else _one_thread():
-            constants[name] = derive(derivation, constants[source], *args)
-    module = GeneratedModule(
-        wrapper_source=artifact["wrapper_source"],
-        kernels=kernels,
-        namespace_builder=lambda: codegen.finalize(kernels),
-        constants=constants,
-        codegen=artifact["codegen"],
-        entry=artifact["entry"],
-    )
-    compiled = kiln_runtime.load(module, config)
-    counters["graphs_compiled"] += 1  # a hit yields the same compiled graph
-    counters["kernels_generated"] += len(kernels)
-    return _finish(gm, compiled, artifact["facts"], artifact["out_structure"], config)
-
-
-def _derivation_order(constants: dict) -> list[str]:
-    """The derived constants, each after the derived constant it is made from."""
-    order, done = [], {n for n, (where, *_) in constants.items() if where != "derived"}
-    pending = [n for n in constants if n not in done]
-    while pending:
-        ready = [n for n in pending if constants[n][2] in done]
-        if not ready:
-            raise _Stale(f"derived constants {pending} have no source in the entry")
-        order += ready
-        done.update(ready)
-        pending = [n for n in pending if n not in done]
-    return order
-
-
-def _derivation_root(constants: dict, name: str) -> tuple:
-    """The entry of the constant a chain of derived constants starts from."""
-    seen = set()
-    while constants[name][0] == "derived":
-        if name in seen:
-            raise _Stale(f"derived constant {name} is derived from itself")
-        seen.add(name)
-        name = constants[name][2]
-    return constants[name]
-
-
-def _bound_constant(name: str, where: str, ref, layout: list, artifact: dict, gm,
-                    names: GraphNames) -> Any:
-    """The value a hit binds to graph constant ``name`` (``_constant_sources`` says where from)."""
-    if where == "stored":
-        return artifact["stored_tensors"][ref]
-    if where == "folded":
-        return _fold_again(ref, gm, names, tuple(layout[0]))
-    value = names.resolve(gm, ref)
-    if not isinstance(value, torch.Tensor):
-        raise _Stale(f"constant {name} ({ref}) is not a tensor here")
-    value = value.detach()
-    if where == "layout":
-        (stride,) = layout
-        value = torch.empty_strided(value.shape, stride, dtype=value.dtype,
-                                    device=value.device).copy_(value)
-    return value
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """Run refolds and layout copies (a hit's, and the store's check of each recipe) on one
-    intra-op thread: each is one small memory-bound pass, and on a loaded machine every parallel region waits for a descheduled
-    worker (resnet18's 40 refolds: ~0.04 s on one thread, ~0.4 s on two busy cores)."""
-    before = torch.get_num_threads()
-    if before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _finish(gm, compiled, facts: dict, out_structure, config: Options) -> Callable:
-    """What ``compile_inference`` returns around a loaded graph: CUDA graphs (per mode), the
-    torch-level output structure, the grad-mode guard."""
-    try:  # KILN_LOGS=perf: per-kernel times (no eager comparison: the ATen graph was skipped)
-        from kiln_runtime.profile import profiled
-
-        compiled = profiled(compiled)
-    except ImportError:
-        pass
-    flat = for_mode(compiled, facts, config)
-    restore = structure_restorer(out_structure)
-
-    def compiled_graph(*args):
-        return restore(flat(*args))
-
-    compiled_graph.flat = flat
-    return inference_only(gm, compiled_graph)

@@ -1,7 +1,7 @@
-"""What kiln's backends return around a compiled graph, shared by the pipeline
-(``kiln.backend``, ``kiln.training``) and the graph cache (``kiln.cache``, whose hits end in the
-same wrappers): the torch-level output structure, the grad-mode guard of inference graphs, the
-eager fallback, and the facts about a graph that CUDA graphs need (``kiln.reduce_overhead``).
+"""What kiln's backends return around a compiled graph (``kiln.assemble``, ``kiln.aot_eager``):
+the torch-level output structure, the grad-mode guard of inference graphs, the eager
+fallback and the graphs that take it, and the facts about a graph that CUDA graphs need
+(``kiln.reduce_overhead``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .recording import record_eager
 from .stats import counters
 
 log = logging.getLogger("kiln")
@@ -29,6 +28,7 @@ __all__ = [
     "inference_only",
     "needs_autograd",
     "run_eagerly",
+    "non_strided_tensors",
 ]
 
 
@@ -100,6 +100,19 @@ def needs_autograd(gm, example_inputs: Sequence) -> bool:
     return False
 
 
+def non_strided_tensors(gm, example_inputs: Sequence) -> str | None:
+    """Why the graph runs eagerly when an input, parameter or buffer is sparse (or another
+    non-strided layout): such tensors have no strides, so they never reach loopir."""
+    named = [(f"input {i}", x) for i, x in enumerate(example_inputs)]
+    if isinstance(gm, torch.nn.Module):
+        named += [(f"parameter {n}", t) for n, t in gm.named_parameters()]
+        named += [(f"buffer {n}", t) for n, t in gm.named_buffers()]
+    for name, t in named:
+        if isinstance(t, torch.Tensor) and t.layout is not torch.strided:
+            return f"{name} is a {str(t.layout).replace('torch.', '')} tensor (only strided tensors compile)"
+    return None
+
+
 _warned_eager = False
 
 
@@ -109,7 +122,6 @@ def run_eagerly(gm, reason: str) -> Callable:
     level = logging.INFO if _warned_eager else logging.WARNING
     _warned_eager = True
     log.log(level, "kiln: running this graph eagerly: %s", reason)
-    record_eager(reason)
     counters["eager_fallbacks"] += 1
     counters[f"eager_fallback:{_reason_key(reason)}"] += 1
     return gm.forward
