@@ -198,6 +198,8 @@ def _hint(x) -> int:
 
 
 def _recomputable(node: torch.fx.Node) -> bool:
+    if node.op == "get_attr":  # a constant: a higher-order operator's body, a trace constant
+        return True
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
