@@ -559,7 +559,9 @@ def _ensure_meta(gm, example_inputs) -> None:
     """Hand-built graphs may lack ``meta["val"]``: propagate fake tensors from the inputs."""
     missing = [n for n in gm.graph.nodes
                if n.op in ("placeholder", "call_function", "get_attr")
-               and "val" not in n.meta and "example_value" not in n.meta]
+               and "val" not in n.meta and "example_value" not in n.meta
+               and not (n.op == "get_attr"  # a higher-order operator's body: no value
+                        and isinstance(getattr(gm, n.target, None), torch.fx.GraphModule))]
     if not missing:
         return
     if example_inputs is None:

@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     creation,
     extern,
     fallbacks,
+    higher_order,
     indexing,
     norms,
     pointwise,
