@@ -23,6 +23,7 @@ See docs/kiln.md.
 
 from __future__ import annotations
 
+from . import higher_order  # noqa: F401  (installs loopir's subgraph compiler)
 from .api import compile
 from .options import Options
 from .stats import Stats, reset_stats, stats
