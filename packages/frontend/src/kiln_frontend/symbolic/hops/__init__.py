@@ -75,7 +75,15 @@ def lookup(value: Any) -> HigherOrderOp | None:
 
 
 def registered() -> dict[str, HigherOrderOp]:
+    _load_entries()
     return dict(_BY_NAME)
+
+
+def entry(name: str) -> HigherOrderOp:
+    """The entry named ``name`` (an operator reached another way than by calling an object:
+    ``Function.apply`` under grad)."""
+    _load_entries()
+    return _BY_NAME[name]
 
 
 def hop_name(value: Any) -> str:

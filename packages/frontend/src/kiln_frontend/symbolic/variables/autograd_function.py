@@ -42,10 +42,10 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if torch.is_grad_enabled():
             # the user's backward must make the gradients: forward and backward as subgraphs
             # of one node (symbolic/hops/autograd_function.py)
-            from ..hops.autograd_function import capture_autograd_function
+            from ..hops import entry
 
-            return capture_autograd_function(tx, self.cls, self.class_tracker, list(args),
-                                             dict(kwargs))
+            return entry("autograd.Function").capture(tx, self.cls, self.class_tracker,
+                                                      list(args), dict(kwargs))
         forward = self.class_tracker.var_getattr(tx, "forward")
         if _uses_setup_context(self.cls):
             return tx.call_function(forward, list(args), dict(kwargs))
