@@ -200,7 +200,37 @@ def _descriptor(tx, obj, cls: type, name: str, attr: Any, klass: type) -> Variab
         handler = DESCRIPTORS.get(t)
         if handler is not None:
             return handler(tx, obj, cls, name, attr, klass)
+    if getattr(obj, "source", None) is None and python_slot(attr, "__get__") is not None:
+        # an object made by the frame has no real self to read through: the user
+        # descriptor's own __get__ is inlined (with a source, the real read is guarded)
+        return call_descriptor_slot(tx, attr, klass, name, "__get__", [obj, _class_of(cls)])
     return obj.lookup_real(tx, name, f"a {type(attr).__qualname__} descriptor")
+
+
+def _class_of(cls: type) -> VariableTracker:
+    from .misc import wrap_class
+
+    return wrap_class(cls)
+
+
+def python_slot(attr: Any, slot: str) -> types.FunctionType | None:
+    """``type(attr).<slot>`` when it is a Python function (a user-written descriptor)."""
+    fn, _ = class_attribute(type(attr), slot)
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def call_descriptor_slot(tx, attr: Any, klass: type, name: str, slot: str,
+                         args: list) -> VariableTracker:
+    """``type(attr).<slot>(attr, *args)`` inlined for the user descriptor ``attr`` found as
+    ``klass.__dict__[name]``: guarded on that entry's identity, and the descriptor's own
+    state read (and guarded) through it, pinned."""
+    from ...guards import Guard, GuardKind
+    from ...sources import AttrSource, GetItemSource
+
+    entry = GetItemSource(AttrSource(tx.output.pinned_source(klass), "__dict__"), name)
+    tx.output.guards.add(Guard(entry, GuardKind.ID_MATCH, id(attr), "class member"))
+    desc = tx.wrap_value(attr, tx.output.pinned_source(attr))
+    return desc.var_getattr(tx, slot).call_function(tx, list(args), {})
 
 
 # -- the protocol -------------------------------------------------------------------------
@@ -300,10 +330,17 @@ def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
                              value: VariableTracker) -> bool:
     """``obj.name = value`` where the type has a data descriptor for ``name``: a property's
     Python setter is inlined (its own stores are then recorded as usual); True when done.
+    A user descriptor's Python ``__set__`` is inlined for an object made by the frame.
     Other data descriptors (slots, C setters) are left to the caller."""
     from .functions import UserFunctionVariable, guard_class_member
 
     attr = data_descriptor_setter(cls, name)
+    if attr is not MISSING and not isinstance(attr, property) and \
+            getattr(obj, "source", None) is None and python_slot(attr, "__set__") is not None:
+        # a user descriptor on an object made by the frame (its reads inline __get__ too)
+        _, klass = class_attribute(cls, name)
+        call_descriptor_slot(tx, attr, klass, name, "__set__", [obj, value])
+        return True
     if not isinstance(attr, property):
         return False
     if attr.fset is None:

@@ -36,7 +36,8 @@ builtin_handler = BUILTIN_CALLS.register
 
 #: builtins run on constant arguments while tracing (their result is a constant)
 FOLDABLE_BUILTINS = frozenset({
-    abs, all, any, bool, bytes, callable, chr, complex, divmod, float, format, hash, int,
+    abs, all, any, bin, bool, bytes, callable, chr, complex, divmod, float, format, hash,
+    hex, int, oct,
     len, max, min, ord, pow, repr, round, sorted, str, sum, slice, range, tuple, list, dict,
     set, frozenset,
     math.sqrt, math.ceil, math.floor, math.prod, math.log, math.exp, math.isclose,
@@ -466,6 +467,9 @@ def _b_scalar_cast(fn):
                 # t.item() in the graph: an unbacked symbol (tensor.SCALAR_METHODS)
                 return args[0].call_method(tx, f"__{fn.__name__}__", [], {})
             raise Unsupported(f"{fn.__name__}() of a tensor (data-dependent)")
+        if fn is bool and len(args) == 1 and not kwargs and not args[0].is_python_constant():
+            # the truth protocol (__bool__, __len__, a container's length), as `if v:` uses
+            return ConstantVariable(tx.realize(args[0]).truth_value(tx))
         return None
 
     return handler

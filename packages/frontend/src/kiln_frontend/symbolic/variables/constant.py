@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import operator
 import types
 import typing
@@ -22,6 +23,7 @@ CONSTANT_TYPES: tuple[type, ...] = (
     torch.dtype, torch.device, torch.layout, torch.memory_format, slice, range, torch.Size,
     frozenset, types.CodeType, torch.finfo, torch.iinfo,  # (read-only machine limits)
     typing._SpecialForm,  # typing.Union, Literal, Any...: singletons compared by identity
+    enum.Enum,  # members: singletons, hashable (dict keys), guarded by type and identity
 )
 
 #: methods of constants that are pure (safe to call at trace time)
@@ -37,6 +39,22 @@ def is_constant_value(value: Any) -> bool:
     if type(value) in (tuple, frozenset):
         return all(is_constant_value(v) for v in value)
     return False
+
+
+def _enum_member(tx, member: ConstantVariable, name: str) -> VariableTracker | None:
+    """A Python method or property of an enum class, read through one of its members
+    (inlined, guarded on the class's entry)."""
+    import inspect
+
+    from .functions import call_property, method_of_pinned_class
+
+    cls = type(member.value)
+    attr = inspect.getattr_static(cls, name, None)
+    if isinstance(attr, types.FunctionType):
+        return method_of_pinned_class(tx, cls, name, attr, member)
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        return call_property(tx, cls, name, attr, member)
+    return None
 
 
 @tracker_for(*CONSTANT_TYPES)
@@ -103,6 +121,10 @@ class ConstantVariable(VariableTracker):
             raise Unsupported(f"{type(self.value).__name__} has no attribute {name!r}") from e
         if is_constant_value(attr):
             return ConstantVariable.create(attr)
+        if isinstance(self.value, enum.Enum):
+            member = _enum_member(tx, self, name)
+            if member is not None:
+                return member
         if isinstance(self.value, _PURE_METHOD_TYPES) and isinstance(
                 attr, (types.BuiltinMethodType, types.MethodWrapperType)):
             return ConstantMethodVariable(self, name)

@@ -181,7 +181,7 @@ class ListVariable(BaseSequenceVariable):
 
     def var_getattr(self, tx, name):
         if name in ("append", "extend", "pop", "insert", "clear", "reverse", "index", "count",
-                    "copy"):
+                    "copy", "remove", "sort"):
             return SequenceMethodVariable(self, name)
         raise Unsupported(f"attribute {name!r} of a list")
 
@@ -218,9 +218,23 @@ class SequenceMethodVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
+        none = ConstantVariable(None)
+        if name == "sort" and not args:
+            # the order sorted() gives (same key calls, stable, reverse keeps ties' order)
+            from .builtins import _b_sorted
+
+            ordered = _b_sorted(tx, [ListVariable(list(obj.items))], kwargs)
+            if ordered is None:
+                raise Unsupported(f"{self.describe()} with these arguments")
+            obj.check_mutable("list.sort")
+            obj.items[:] = tx.unpack_sequence(ordered)
+            return none
         if kwargs:
             raise Unsupported(f"{self.describe()} with keyword arguments")
-        none = ConstantVariable(None)
+        if name == "remove" and len(args) == 1:
+            obj.check_mutable("list.remove")
+            obj.items.pop(_first_equal(tx, obj.items, args[0], "list.remove"))
+            return none
         if name == "append" and len(args) == 1:
             obj.check_mutable("list.append")
             obj.items.append(args[0])
@@ -269,6 +283,25 @@ class SequenceMethodVariable(VariableTracker):
 
                 raise_traced_from(e, f"{self.describe()}")
         raise Unsupported(f"{self.describe()} with these arguments")
+
+
+def _first_equal(tx, items: list[VariableTracker], value: VariableTracker, what: str) -> int:
+    """The index of the first item that is ``value`` or equals it (CPython's identity-then-
+    ``==`` test), decided on identity and constants; ValueError (traced) when none is."""
+    from .operators import is_op
+
+    for i, item in enumerate(items):
+        item = tx.realize(item)
+        if is_op(tx, item, value, negate=False).as_python_constant():
+            return i
+        if not (item.is_python_constant() and value.is_python_constant()):
+            raise Unsupported(f"{what}: comparing {item.describe()} with "
+                              f"{value.describe()}")
+        if item.as_python_constant() == value.as_python_constant():
+            return i
+    from .exceptions import raise_traced
+
+    raise_traced(ValueError, f"{what}(x): x not in list")
 
 
 @tracker_for(dict, collections.OrderedDict)
@@ -361,7 +394,8 @@ class ConstDictVariable(VariableTracker):
 
     def builtin_method(self, tx, name):
         """``dict.<name>`` bound to this dict (also what ``super().get`` reaches)."""
-        if name in ("keys", "values", "items", "get", "update", "pop", "copy", "setdefault"):
+        if name in ("keys", "values", "items", "get", "update", "pop", "copy", "setdefault",
+                    "popitem", "clear"):
             return DictMethodVariable(self, name)
         if name == "move_to_end" and self.dict_cls is collections.OrderedDict:
             return DictMethodVariable(self, name)
@@ -428,6 +462,21 @@ class DictMethodVariable(VariableTracker):
             from .exceptions import raise_traced
 
             raise_traced(KeyError, k)
+        if name == "popitem" and not args and (
+                not kwargs or obj.dict_cls is collections.OrderedDict and set(kwargs) <= {"last"}):
+            # the last item (an OrderedDict's first with last=False)
+            last = kwargs["last"].as_python_constant() if kwargs else True
+            if not obj.items:
+                from .exceptions import raise_traced
+
+                raise_traced(KeyError, "popitem(): dictionary is empty")
+            obj.check_mutable("dict.popitem")
+            k = next(reversed(obj.items)) if last else next(iter(obj.items))
+            return TupleVariable([ConstantVariable.create(k), obj.items.pop(k)])
+        if name == "clear" and not args and not kwargs:
+            obj.check_mutable("dict.clear")
+            obj.items.clear()
+            return ConstantVariable(None)
         if name == "setdefault" and 1 <= len(args) <= 2:
             k = _const_index(tx, args[0])
             if k not in obj.items:

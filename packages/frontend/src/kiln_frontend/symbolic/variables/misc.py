@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import inspect
 import types
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...sources import AttrSource
+from .attributes import MISSING as MISSING_ATTR
 from .attributes import AttributeOwner
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
@@ -134,8 +136,8 @@ def wrap_class(cls: type, source=None) -> VariableTracker:
     return UserDefinedClassVariable(cls, source=source)
 
 
-#: classes that can be called on constants at trace time
-_FOLDABLE_CLASSES = (torch.Size, torch.device, torch.dtype)
+#: classes that can be called on constants at trace time (``Mode(2)`` looks a member up)
+_FOLDABLE_CLASSES = (torch.Size, torch.device, torch.dtype, enum.Enum)
 
 
 @tracker_for(type)
@@ -161,6 +163,15 @@ class UserDefinedClassVariable(VariableTracker):
 
     def python_type(self) -> type:
         return type(self.cls)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return issubclass(self.cls, enum.Enum)
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        """``for m in Mode``: an enum class's members (fixed once the class exists)."""
+        if not issubclass(self.cls, enum.Enum):
+            raise Unsupported(f"iterating over {self.describe()}")
+        return [ConstantVariable(m) for m in self.cls]
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         try:
@@ -253,8 +264,9 @@ def python_dunder(cls: type, name: str) -> types.FunctionType | None:
 
 
 class PythonProtocolMixin:
-    """``iter()``, ``len()`` and ``obj[i]`` on objects whose class defines ``__iter__``,
-    ``__len__``, ``__getitem__`` in Python: the method is inlined."""
+    """``iter()``, ``len()``, ``obj[i]`` and ``obj(...)`` on objects whose class defines
+    ``__iter__``, ``__len__``, ``__getitem__``, ``__call__`` in Python: the method is
+    inlined (operators: ``operators.python_data_model``)."""
 
     def _call_dunder(self, tx, name: str, args: list) -> VariableTracker:
         from .functions import method_of_pinned_class
@@ -328,6 +340,17 @@ class PythonProtocolMixin:
         if self.has_unpack_var_sequence(tx):
             return membership(tx, self.unpack_var_sequence(tx), item)
         raise Unsupported(f"`in` on {self.describe()}")
+
+    def call_function(self, tx, args, kwargs):
+        """``obj(*args)``: the class's Python ``__call__`` inlined."""
+        from .functions import method_of_pinned_class
+
+        cls = self.python_type()
+        fn = python_dunder(cls, "__call__")
+        if fn is None:
+            raise Unsupported(f"call to {self.describe()}")
+        return tx.call_function(method_of_pinned_class(tx, cls, "__call__", fn, self),
+                                list(args), dict(kwargs))
 
 
 def membership(tx, items: list[VariableTracker], item: VariableTracker) -> VariableTracker:
@@ -663,10 +686,15 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         """``object.__setattr__(obj, name, value)``: a property's setter runs first (a
         record class whose ``__init__`` assigns through a property), else the instance
         dict."""
-        from .attributes import store_through_descriptor
+        from .attributes import data_descriptor_setter, store_through_descriptor
 
-        if not store_through_descriptor(tx, self, self.cls, name, value):
-            self.attrs[name] = value
+        if store_through_descriptor(tx, self, self.cls, name, value):
+            return
+        if data_descriptor_setter(self.cls, name) is not MISSING_ATTR:
+            # (object.__setattr__ would call it: an instance entry would be wrong)
+            raise Unsupported(f"setting {name!r} of a {self.cls.__qualname__} through a "
+                              "data descriptor that is not Python code")
+        self.attrs[name] = value
 
     def delete_attr(self, tx, name: str) -> None:
         if self._python_slot("__delattr__") is not None:

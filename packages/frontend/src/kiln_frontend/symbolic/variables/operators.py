@@ -5,10 +5,12 @@ subscripts and the ``operator`` module's functions mean while tracing.
 
 1. ``ON_ANY_OPERANDS``: operators whose meaning does not depend on what the operands are
    (``is``, ``in``, ``[]``, ``not``);
-2. a tensor operand: a graph node; a symbolic size: a symbolic expression (shapes.py);
-3. ``ON_PYTHON_VALUES``: what ``+``, ``*``, ``==`` mean on Python containers and objects
+2. a user object whose class defines the operator in Python (``__add__``/``__radd__``,
+   ``__eq__``, ``__neg__``...): that method inlined, in the data model's order;
+3. a tensor operand: a graph node; a symbolic size: a symbolic expression (shapes.py);
+4. ``ON_PYTHON_VALUES``: what ``+``, ``*``, ``==`` mean on Python containers and objects
    (a handler returns None when the operands are not its kind);
-4. folding on constants, a graph break naming the operator otherwise.
+5. folding on constants, a graph break naming the operator otherwise.
 
 Also the helpers that builtins share with operators: ``constant_args``, ``known_object``,
 ``has_tensor``."""
@@ -97,6 +99,9 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
 
     if has_array(args):  # NumPy arrays: torch._numpy's operator in the graph
         return numpy_operator(tx, fn, args)
+    data_model = python_data_model(tx, fn, args)
+    if data_model is not None:  # a user class's own __add__, __eq__, __neg__...
+        return data_model
     if has_tensor(args):
         return _tensor_operator(tx, fn, args)
     from ...shapes import SYM_OPERATORS, has_symnode, sym_operator
@@ -131,6 +136,104 @@ def _tensor_operator(tx, fn, args) -> VariableTracker:
         # the in-place form as ``0 += t``, which is not Python
         fn = _OUT_OF_PLACE[fn]
     return tx.output.create_graph_op("call_function", fn, list(args), {})
+
+
+# -- Python's data model: operators a user class defines ---------------------------------
+
+#: binary operator -> (method, reflected method)
+_BINARY_DUNDERS: dict[Any, tuple[str, str]] = {
+    operator.add: ("__add__", "__radd__"), operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"), operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"), operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"), operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"), operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"), operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+}
+#: rich comparison -> (method, reflected method); the reflected one is tried for equal types
+_COMPARE_DUNDERS: dict[Any, tuple[str, str]] = {
+    operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"),
+    operator.lt: ("__lt__", "__gt__"), operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__"),
+}
+_UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__",
+                  operator.invert: "__invert__", operator.abs: "__abs__"}
+
+
+def _is_user_object(v: VariableTracker) -> bool:
+    from .misc import PythonProtocolMixin
+
+    return isinstance(v, PythonProtocolMixin)
+
+
+def _dunder(v: VariableTracker, name: str):
+    from .misc import python_dunder
+
+    return python_dunder(v.python_type(), name) if _is_user_object(v) else None
+
+
+def _is_not_implemented(v: VariableTracker) -> bool:
+    return v.is_python_constant() and v.as_python_constant() is NotImplemented
+
+
+def python_data_model(tx, fn, args) -> VariableTracker | None:
+    """``fn(*args)`` where an operand is a user object whose class defines the operator
+    in Python: the methods inlined in CPython's order (the reflected method first for a
+    right operand whose type subclasses the left's and overrides it; in-place, then
+    binary; ``NotImplemented`` moves on). None when no operand has such a method."""
+    if not any(_is_user_object(a) for a in args):
+        return None
+    if fn in _UNARY_DUNDERS:
+        name = _UNARY_DUNDERS[fn]
+        return args[0]._call_dunder(tx, name, []) if _dunder(args[0], name) else None
+    if len(args) != 2:
+        return None
+    a, b = args
+    inplace = fn in _OUT_OF_PLACE
+    if inplace:
+        name = "__i" + _BINARY_DUNDERS[_OUT_OF_PLACE[fn]][0][2:]
+        if _dunder(a, name) is not None:
+            result = a._call_dunder(tx, name, [b])
+            if not _is_not_implemented(result):
+                return result
+        fn = _OUT_OF_PLACE[fn]
+    compare = fn in _COMPARE_DUNDERS
+    names = _COMPARE_DUNDERS.get(fn) or _BINARY_DUNDERS.get(fn)
+    if names is None:
+        return None
+    forward, reflected = names
+    calls = []
+    if _dunder(a, forward) is not None:
+        calls.append((a, forward, b))
+    if _dunder(b, reflected) is not None and (compare or a.python_type() is not
+                                              b.python_type()):
+        call = (b, reflected, a)
+        ta, tb = a.python_type(), b.python_type()
+        if tb is not ta and issubclass(tb, ta) and \
+                _dunder(b, reflected) is not _dunder(a, reflected):
+            calls.insert(0, call)
+        else:
+            calls.append(call)
+    if not calls and fn is operator.ne and (_dunder(a, "__eq__") or _dunder(b, "__eq__")):
+        # object.__ne__ inverts __eq__ (unless NotImplemented)
+        result = python_data_model(tx, operator.eq, args)
+        try:
+            return ConstantVariable(not result.as_python_constant())
+        except NotConstant:
+            raise Unsupported("!= through a __eq__ that returned a non-constant") from None
+    if not calls:
+        return None
+    for obj, name, other in calls:
+        result = obj._call_dunder(tx, name, [other])
+        if not _is_not_implemented(result):
+            return result
+    if fn in (operator.eq, operator.ne):  # object's default: identity
+        return is_op(tx, a, b, negate=fn is operator.ne)
+    from .exceptions import raise_traced
+
+    symbol = {v: k for k, v in BINARY_OPERATORS.items()}.get(fn, fn.__name__)
+    raise_traced(TypeError, f"unsupported operand type(s) for {symbol}: "
+                            f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
 
 
 # -- operators on any operands ----------------------------------------------------------

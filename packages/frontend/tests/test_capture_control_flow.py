@@ -1,0 +1,730 @@
+"""Exceptions, context managers, generators and closures mixed with ordinary Python in
+captured frames, in the style of TorchDynamo's test_exceptions.py, test_ctx_manager.py,
+test_generator.py and test_repros.py (issue 27, families 1-4). Each case is checked
+against eager and against torch.compile's graph count (``_reference_cases``); a case that
+lets an exception escape the frame catches it itself and returns its type and message."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import pytest
+import torch
+from _reference_cases import Cases, check_correct, check_matches_torch
+
+pytestmark = [
+    pytest.mark.usefixtures("fresh_frontend"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+case = Cases()
+
+
+def _x(*size):
+    return torch.randn(*(size or (4,)))
+
+
+def _escape(fn, *args):
+    """(type name, message) of what ``fn(*args)`` raises, or its result."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - compared with eager's
+        return type(e).__name__, str(e)
+
+
+class AppError(Exception):
+    def __init__(self, msg, code=0):
+        super().__init__(msg)
+        self.code = code
+
+
+class SubAppError(AppError):
+    pass
+
+
+# -- exceptions --------------------------------------------------------------------------
+
+@case
+def exc_user_code_attribute_in_handler(C):
+    def f(x):
+        try:
+            raise SubAppError("bad", code=3)
+        except AppError as e:
+            return x * e.code, str(e), type(e).__name__
+
+    return C(f)(_x())
+
+
+@case
+def exc_nested_handlers_reraise_other(C):
+    def f(x):
+        try:
+            try:
+                raise KeyError("k")
+            except KeyError:
+                raise ValueError("v") from None
+        except ValueError as e:
+            return x + 1, e.__suppress_context__, str(e)
+
+    return C(f)(_x())
+
+
+@case
+def exc_raise_from_cause_type(C):
+    def f(x):
+        try:
+            try:
+                x = x + 1
+                raise TypeError("inner")
+            except TypeError as e:
+                raise AppError("outer") from e
+        except AppError as e:
+            return x, type(e.__cause__).__name__, str(e.__cause__)
+
+    return C(f)(_x())
+
+
+@case
+def exc_finally_order_with_list(C):
+    def f(x, log):
+        try:
+            log.append("try")
+            x = x * 2
+            raise AppError("a")
+        except AppError:
+            log.append("except")
+            x = x + 1
+        else:
+            log.append("else")
+        finally:
+            log.append("finally")
+        return x
+
+    log = []
+    return C(f)(_x(), log), log
+
+
+@case
+def exc_loop_continue_on_error(C):
+    def parse(i):
+        if i % 2:
+            raise ValueError(i)
+        return i
+
+    def f(x):
+        total = 0
+        for i in range(5):
+            try:
+                total += parse(i)
+            except ValueError:
+                continue
+        return x * total
+
+    return C(f)(_x())
+
+
+@case
+def exc_escapes_with_message(C):
+    def f(x):
+        y = x + 1
+        if y.shape[0] == 4:
+            raise AppError(f"bad size {y.shape[0]}")
+        return y
+
+    return _escape(C(f), _x())
+
+
+@case
+def exc_escapes_from_inlined_helper(C):
+    def check(n):
+        if n > 2:
+            raise ValueError(f"n={n} too big")
+
+    def f(x):
+        x = x.sin()
+        check(x.shape[0])
+        return x
+
+    return _escape(C(f), _x())
+
+
+@case
+def exc_stop_iteration_from_next(C):
+    def f(x):
+        it = iter([x])
+        first = next(it)
+        try:
+            next(it)
+        except StopIteration:
+            return first + 1
+        return first
+
+    return C(f)(_x())
+
+
+@case
+def exc_handler_returns_in_loop(C):
+    def f(x):
+        for i in range(3):
+            try:
+                if i == 1:
+                    raise IndexError(i)
+            except IndexError as e:
+                return x * (e.args[0] + 10)
+        return x
+
+    return C(f)(_x())
+
+
+@case
+def exc_custom_str(C):
+    class Pretty(Exception):
+        def __str__(self):
+            return "pretty:" + self.args[0]
+
+    def f(x):
+        try:
+            raise Pretty("p")
+        except Pretty as e:
+            return x + len(str(e)), str(e)
+
+    return C(f)(_x())
+
+
+@case
+def exc_isinstance_of_caught(C):
+    def f(x):
+        try:
+            {}["missing"]
+        except LookupError as e:
+            return x + isinstance(e, KeyError) + isinstance(e, IndexError) * 2
+
+    return C(f)(_x())
+
+
+@case
+def exc_suppress_multiple(C):
+    def f(x):
+        with contextlib.suppress(KeyError, IndexError):
+            x = x + 1
+            [][0]
+        with contextlib.suppress(KeyError):
+            x = x * 2
+        return x
+
+    return C(f)(_x())
+
+
+@case
+def exc_assert_with_message(C):
+    def f(x):
+        assert x.shape[0] == 4, "needs 4"
+        return x + 1
+
+    return C(f)(_x())
+
+
+@case
+def exc_not_implemented_error_fallback(C):
+    class Base:
+        def op(self, x):
+            raise NotImplementedError
+
+    class Impl(Base):
+        def op(self, x):
+            return x * 3
+
+    def f(x):
+        out = []
+        for obj in (Base(), Impl()):
+            try:
+                out.append(obj.op(x))
+            except NotImplementedError:
+                out.append(x)
+        return out
+
+    return C(f)(_x())
+
+
+@case
+def exc_try_finally_return_value(C):
+    def g(x, log):
+        try:
+            return x + 1
+        finally:
+            log.append("cleanup")
+
+    def f(x):
+        log = []
+        return g(x, log), log
+
+    return C(f)(_x())
+
+
+@case
+def exc_getattr_error_default_path(C):
+    class A:
+        pass
+
+    def f(x):
+        a = A()
+        try:
+            v = a.missing
+        except AttributeError:
+            v = 2
+        return x * v
+
+    return C(f)(_x())
+
+
+# -- context managers --------------------------------------------------------------------
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, typ, val, tb):
+        self.events.append("exit" if typ is None else f"exit:{typ.__name__}")
+        return False
+
+
+@case
+def cm_user_class_made_in_frame(C):
+    def f(x):
+        r = Recorder()
+        with r as rr:
+            x = x * 2
+            rr.events.append("body")
+        return x, r.events
+
+    return C(f)(_x())
+
+
+@case
+def cm_user_class_exception_propagates_through(C):
+    def f(x):
+        r = Recorder()
+        try:
+            with r:
+                raise KeyError("k")
+        except KeyError:
+            x = x + 1
+        return x, r.events
+
+    return C(f)(_x())
+
+
+@contextlib.contextmanager
+def scaled(box, k):
+    old = box["k"]
+    box["k"] = k
+    try:
+        yield k
+    finally:
+        box["k"] = old
+
+
+@case
+def cm_contextmanager_restores_dict(C):
+    def f(x, box):
+        with scaled(box, 3) as k:
+            y = x * box["k"] + k
+        return y + box["k"]
+
+    box = {"k": 1}
+    return C(f)(_x(), box), box
+
+
+@case
+def cm_contextmanager_nested_same(C):
+    def f(x, box):
+        with scaled(box, 2):
+            with scaled(box, 5):
+                a = x * box["k"]
+            b = x * box["k"]
+        return a, b, box["k"]
+
+    return C(f)(_x(), {"k": 1})
+
+
+@case
+def cm_contextmanager_decorator_use(C):
+    @contextlib.contextmanager
+    def tag(log):
+        log.append("in")
+        yield
+        log.append("out")
+
+    def f(x):
+        log = []
+        with tag(log):
+            x = x + 1
+        return x, log
+
+    return C(f)(_x())
+
+
+@case
+def cm_no_grad_then_enable_grad_nested(C):
+    def f(x):
+        with torch.no_grad():
+            a = x * 2
+            with torch.enable_grad():
+                b = x * 3
+            c = x * 4
+        return a.requires_grad, b.requires_grad, c.requires_grad, a + b + c
+
+    x = _x().requires_grad_()
+    r = C(f)(x)
+    return r[:3], r[3].detach()
+
+
+@case
+def cm_set_grad_enabled_variable(C):
+    def f(x, train):
+        with torch.set_grad_enabled(train):
+            y = x * 2
+        return y.requires_grad
+
+    g = C(f)
+    x = _x().requires_grad_()
+    return g(x, False), g(x, True)
+
+
+@case
+def cm_no_grad_decorator_on_helper(C):
+    @torch.no_grad()
+    def helper(x):
+        return x * 2
+
+    def f(x):
+        y = helper(x)
+        return y.requires_grad, (y + x).requires_grad
+
+    return C(f)(_x().requires_grad_())
+
+
+@case
+def cm_is_grad_enabled_branch(C):
+    def f(x):
+        if torch.is_grad_enabled():
+            return x + 1
+        return x - 1
+
+    g = C(f)
+    a = g(_x())
+    with torch.no_grad():
+        b = g(_x())
+    return a, b
+
+
+@case
+def cm_nullcontext_conditional(C):
+    def f(x, use):
+        ctx = torch.no_grad() if use else contextlib.nullcontext()
+        with ctx:
+            y = x * 2
+        return y.requires_grad
+
+    g = C(f)
+    x = _x().requires_grad_()
+    return g(x, True), g(x, False)
+
+
+@case(xfail='ExitStack.callback sets __wrapped__ on a function made while tracing (attribute stores on nested functions are refused)')
+def cm_closing_and_exitstack_callbacks(C):
+    def f(x):
+        log = []
+        with contextlib.ExitStack() as stack:
+            stack.callback(log.append, "a")
+            stack.callback(log.append, "b")
+            x = x + 1
+        return x, log
+
+    return C(f)(_x())
+
+
+@case
+def cm_with_return_inside_loop(C):
+    def f(x):
+        r = Recorder()
+        for i in range(3):
+            with r:
+                if i == 1:
+                    return x * i, r.events
+        return x, r.events
+
+    return C(f)(_x())
+
+
+# -- generators --------------------------------------------------------------------------
+
+@case
+def gen_fibonacci_islice(C):
+    import itertools
+
+    def fib():
+        a, b = 0, 1
+        while True:
+            yield a
+            a, b = b, a + b
+
+    def f(x):
+        return x * sum(itertools.islice(fib(), 8))
+
+    return C(f)(_x())
+
+
+@case
+def gen_pipeline_of_generators(C):
+    def source(x):
+        for i in range(4):
+            yield x + i
+
+    def double(it):
+        for v in it:
+            yield v * 2
+
+    def f(x):
+        return torch.stack(list(double(source(x))))
+
+    return C(f)(_x())
+
+
+@case
+def gen_send_running_average(C):
+    def averager():
+        total, n, avg = 0.0, 0, None
+        while True:
+            v = yield avg
+            total = total + v
+            n += 1
+            avg = total / n
+
+    def f(x):
+        g = averager()
+        next(g)
+        g.send(x)
+        return g.send(x * 3)
+
+    return C(f)(_x())
+
+
+@case
+def gen_enumerate_zip_of_generators(C):
+    def squares(n):
+        for i in range(n):
+            yield i * i
+
+    def f(x):
+        out = x
+        for i, (a, b) in enumerate(zip(squares(3), squares(4))):  # noqa: B905 - plain zip is the point
+            out = out + i * a - b
+        return out
+
+    return C(f)(_x())
+
+
+@case
+def gen_method_yielding_params(C):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def weights(self):
+            for m in (self.a, self.b):
+                yield m.weight
+
+        def forward(self, x):
+            return sum(x @ w for w in self.weights())
+
+    return C(M())(_x(2, 4))
+
+
+@case
+def gen_dict_items_generator(C):
+    def pairs(d):
+        for k, v in d.items():
+            yield k, v * 2
+
+    def f(x):
+        return dict(pairs({"a": x, "b": x + 1}))
+
+    return C(f)(_x())
+
+
+@case
+def gen_yield_from_with_send_return(C):
+    def inner():
+        got = yield 1
+        return got * 2
+
+    def outer():
+        r = yield from inner()
+        yield r
+
+    def f(x):
+        g = outer()
+        next(g)
+        return x * g.send(5)
+
+    return C(f)(_x())
+
+
+@case
+def gen_close_after_partial(C):
+    def gen(log):
+        try:
+            yield 1
+            yield 2
+        finally:
+            log.append("closed")
+
+    def f(x):
+        log = []
+        g = gen(log)
+        v = next(g)
+        g.close()
+        return x * v, log
+
+    return C(f)(_x())
+
+
+@case
+def gen_expression_min_with_key(C):
+    def f(x, y, z):
+        best = min((x, y, z), key=lambda t: t.shape[0])
+        return best * 2
+
+    return C(f)(_x(3), _x(2), _x(5))
+
+
+@case
+def gen_any_over_tensor_shapes(C):
+    def f(xs):
+        if any(t.dim() == 2 for t in xs):
+            return [t * 2 for t in xs]
+        return xs
+
+    return C(f)([_x(2, 2), _x(3)])
+
+
+# -- closures ----------------------------------------------------------------------------
+
+@case
+def closure_counter_factory_in_frame(C):
+    def f(x):
+        def make():
+            n = 0
+
+            def inc():
+                nonlocal n
+                n += 1
+                return n
+            return inc
+
+        inc = make()
+        inc()
+        inc()
+        return x * inc()
+
+    return C(f)(_x())
+
+
+@case
+def closure_over_loop_tensor_list(C):
+    def f(x):
+        fns = [lambda t, k=k: t * k for k in range(3)]
+        return [fn(x) for fn in fns]
+
+    return C(f)(_x())
+
+
+@case
+def closure_partial_of_inner_function(C):
+    def f(x):
+        def g(a, b):
+            return a * b + x
+
+        h = functools.partial(g, 2)
+        return h(x), h(3)
+
+    return C(f)(_x())
+
+
+@case
+def closure_nonlocal_list_append(C):
+    def f(x):
+        out = []
+
+        def add(v):
+            out.append(v)
+
+        for i in range(3):
+            add(x * i)
+        return out
+
+    return C(f)(_x())
+
+
+@case
+def closure_reduce_with_inner_lambda(C):
+    def f(x):
+        k = 2
+        return functools.reduce(lambda a, b: a * k + b, [x, x + 1, x + 2])
+
+    return C(f)(_x())
+
+
+@case
+def closure_returned_capturing_tensor(C):
+    def f(x):
+        y = x.sin()
+
+        def g(z):
+            return z + y
+        return g
+
+    g = C(f)(_x())
+    return g(torch.ones(4))
+
+
+@case
+def closure_decorator_counting_calls(C):
+    def counted(fn):
+        calls = [0]
+
+        @functools.wraps(fn)
+        def wrapper(*a):
+            calls[0] += 1
+            return fn(*a)
+
+        wrapper.calls = calls
+        return wrapper
+
+    @counted
+    def g(x):
+        return x * 2
+
+    def f(x):
+        return g(g(x))
+
+    r = C(f)(_x())
+    return r, g.calls[0]
+
+
+@pytest.mark.parametrize("name", case.params())
+def test_matches_torch_compile(name):
+    check_matches_torch(case.cases[name], __file__)
+
+
+@pytest.mark.parametrize("name", case.names())
+def test_gives_eagers_answer(name):
+    check_correct(case.cases[name])
