@@ -1,5 +1,5 @@
 /*
- * kiln_frontend._evalframe: kiln's PEP 523 frame-evaluation hook (CPython 3.11 and 3.12)
+ * kiln_frontend._evalframe: kiln's PEP 523 frame-evaluation hook (CPython 3.11 to 3.13)
  * and the C TensorGuard (the GuardTree that checks a frame's guards is in _guardtree.c,
  * compiled into this same module).
  *
@@ -26,7 +26,7 @@
  *  2. Who clears the frame when we return without evaluating it differs:
  *       3.11: _PyEval_Vector() calls _PyEval_EvalFrame() and then _PyEvalFrameClearAndPop()
  *             itself, whatever the eval function did. So we just return the result.
- *       3.12: _PyEval_Vector() returns _PyEval_EvalFrame(...) directly; the eval function
+ *       3.12, 3.13: _PyEval_Vector() returns _PyEval_EvalFrame(...) directly; the eval function
  *             owns the frame and _PyEval_EvalFrameDefault clears and pops it on exit. So
  *             when we do not run the frame (hit, new entry, or error) we must clear it:
  *             drop the locals/args, f_locals, the function and the code, and pop it off the
@@ -95,27 +95,7 @@
 #include "_kiln_internal.h"
 #include "_tensorcheck.h"
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
-#error "kiln_frontend._evalframe supports CPython 3.11 and 3.12 only"
-#endif
-
-#define Py_BUILD_CORE 1
-#include <internal/pycore_frame.h>
-#undef Py_BUILD_CORE
-
-#if PY_VERSION_HEX >= 0x030C0000
-#define KILN_PY312 1
-#define FRAME_FUNC(f) ((f)->f_funcobj)
-#define CODE_GET_EXTRA PyUnstable_Code_GetExtra
-#define CODE_SET_EXTRA PyUnstable_Code_SetExtra
-#define REQUEST_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
-#else
-#define KILN_PY312 0
-#define FRAME_FUNC(f) ((PyObject *)(f)->f_func)
-#define CODE_GET_EXTRA _PyCode_GetExtra
-#define CODE_SET_EXTRA _PyCode_SetExtra
-#define REQUEST_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
-#endif
+/* The CPython-version differences (frame layout, private APIs) are all in _kiln_internal.h. */
 
 /* ------------------------------------------------------------------------------------ */
 /* Global and per-thread state                                                           */
@@ -292,7 +272,7 @@ frameinfo_new(_PyInterpreterFrame *frame, PyObject *const *args, Py_ssize_t narg
     }
     PyObject *func = FRAME_FUNC(frame);
     PyObject *closure = PyFunction_GET_CLOSURE(func);
-    info->code = Py_NewRef((PyObject *)frame->f_code);
+    info->code = Py_NewRef((PyObject *)FRAME_CODE(frame));
     info->func = Py_NewRef(func);
     info->globals = Py_NewRef(frame->f_globals);
     info->builtins = Py_NewRef(frame->f_builtins);
@@ -308,12 +288,12 @@ frameinfo_new(_PyInterpreterFrame *frame, PyObject *const *args, Py_ssize_t narg
 #define NOT_INTERCEPTED_FLAGS \
     (CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
 
-/* 3.12 only: release an untouched frame that we are not going to evaluate
+/* 3.12+ only: release an untouched frame that we are not going to evaluate
  * (see note 2 at the top). No-op on 3.11, where _PyEval_Vector does it. */
 static void
 clear_unrun_frame(PyThreadState *tstate, _PyInterpreterFrame *frame)
 {
-#if KILN_PY312
+#if KILN_EVAL_OWNS_FRAME
     /* Drop what the frame owns. Finalizers run here may push frames, but only above ours:
      * our frame stays allocated until the pop below. */
     for (int i = 0; i < frame->stacktop; i++) {
@@ -321,7 +301,7 @@ clear_unrun_frame(PyThreadState *tstate, _PyInterpreterFrame *frame)
     }
     Py_XDECREF(frame->f_locals);
     Py_DECREF(frame->f_funcobj);
-    Py_DECREF(frame->f_code);
+    Py_DECREF((PyObject *)FRAME_CODE(frame));
     /* Pop it off the thread's data stack. If it was the first frame of a chunk, free the
      * chunk and go back to the previous one (the root chunk is never in this position). */
     PyObject **base = (PyObject **)frame;
@@ -535,10 +515,13 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     if (callback == NULL || callback == Py_None || tls_disabled || throwflag) {
         return eval_declined(tstate, frame, throwflag);
     }
-    PyCodeObject *code = frame->f_code;
+    if (!FRAME_HAS_CODE(frame)) {
+        return eval_declined(tstate, frame, throwflag);
+    }
+    PyCodeObject *code = FRAME_CODE(frame);
     if (!(code->co_flags & CO_OPTIMIZED) || (code->co_flags & NOT_INTERCEPTED_FLAGS) ||
         frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
-        frame->f_locals != NULL || frame->prev_instr != _PyCode_CODE(code) - 1) {
+        frame->f_locals != NULL || !FRAME_AT_START(frame, code)) {
         return eval_declined(tstate, frame, throwflag);
     }
     CodeExtra *extra = get_extra((PyObject *)code);
@@ -1694,7 +1677,8 @@ PyInit__evalframe(void)
     }
     if (PyModule_AddObjectRef(m, "FrameInfo", (PyObject *)&FrameInfoType) < 0 ||
         PyModule_AddObjectRef(m, "TensorGuard", (PyObject *)&TensorGuardType) < 0 ||
-        PyModule_AddIntConstant(m, "PY312", KILN_PY312) < 0 || kiln_guardtree_init(m) < 0) {
+        PyModule_AddIntConstant(m, "PY312", KILN_PY312) < 0 ||
+        PyModule_AddIntConstant(m, "PY313", KILN_PY313) < 0 || kiln_guardtree_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

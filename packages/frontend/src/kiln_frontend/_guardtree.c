@@ -217,7 +217,7 @@ leaf_check(Leaf *l, PyObject *v, PyObject *const *args, Py_ssize_t nargs)
         return keys_match(l, v);
     case LEAF_HASATTR: {
         PyObject *res = NULL;
-        int has = _PyObject_LookupAttr(v, l->a, &res);
+        int has = KILN_LOOKUP_ATTR(v, l->a, &res);
         Py_XDECREF(res);
         return has < 0 ? -1 : has == l->n;
     }

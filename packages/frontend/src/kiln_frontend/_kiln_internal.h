@@ -5,6 +5,61 @@
 
 #include <Python.h>
 
+/* ---- CPython versions: every #if on PY_VERSION_HEX of the extension lives here ---- */
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error "kiln_frontend._evalframe supports CPython 3.11, 3.12 and 3.13 only"
+#endif
+
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+/* Every difference between the CPython versions' interpreter frames and internal APIs, in
+ * this one block (the code below uses only these names):
+ *   FRAME_CODE(f)        the frame's code object: 3.11/3.12 f_code; 3.13 f_executable (a
+ *                        strong reference typed PyObject *, a code object for every frame
+ *                        that reaches an eval function; FRAME_HAS_CODE checks it).
+ *   FRAME_FUNC(f)        the function: 3.11 f_func; 3.12+ f_funcobj.
+ *   FRAME_AT_START(f,co) not a single instruction run yet: 3.11/3.12 prev_instr sits one
+ *                        before the first code unit; 3.13 instr_ptr at the first one.
+ *   KILN_EVAL_OWNS_FRAME the eval function clears and pops the frame (3.12+; see note 2).
+ *   CODE_GET_EXTRA/...   co_extra access: private on 3.11, PyUnstable_ on 3.12+. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define KILN_PY313 1
+#define FRAME_HAS_CODE(f) (PyCode_Check((f)->f_executable))
+#define FRAME_CODE(f) ((PyCodeObject *)(f)->f_executable)
+#define FRAME_AT_START(f, co) ((f)->instr_ptr == _PyCode_CODE(co))
+#else
+#define KILN_PY313 0
+#define FRAME_HAS_CODE(f) 1
+#define FRAME_CODE(f) ((f)->f_code)
+#define FRAME_AT_START(f, co) ((f)->prev_instr == _PyCode_CODE(co) - 1)
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define KILN_PY312 1
+#define KILN_EVAL_OWNS_FRAME 1
+#define FRAME_FUNC(f) ((f)->f_funcobj)
+#define CODE_GET_EXTRA PyUnstable_Code_GetExtra
+#define CODE_SET_EXTRA PyUnstable_Code_SetExtra
+#define REQUEST_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
+#else
+#define KILN_PY312 0
+#define KILN_EVAL_OWNS_FRAME 0
+#define FRAME_FUNC(f) ((PyObject *)(f)->f_func)
+#define CODE_GET_EXTRA _PyCode_GetExtra
+#define CODE_SET_EXTRA _PyCode_SetExtra
+#define REQUEST_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+/* 3.13 made the optional-attribute lookup public and dropped the private spelling. */
+#define KILN_LOOKUP_ATTR PyObject_GetOptionalAttr
+#else
+#define KILN_LOOKUP_ATTR _PyObject_LookupAttr
+#endif
+
 /* TensorGuard's check on `value`: 1 match, 0 mismatch, -1 error. `guard` must be a
  * TensorGuard (kiln_is_tensorguard). */
 int kiln_tensorguard_check(PyObject *guard, PyObject *value);
