@@ -45,6 +45,14 @@ def _after(fn, pred):
     return insts[k], depths[k]
 
 
+def _call_layout(callable_slot, *args):
+    """The stack slots of a call in this version's order: 3.11/3.12 ``[NULL, callable,
+    *args]``, 3.13 ``[callable, NULL, *args]`` (None stands for the NULL)."""
+    if versions.NULL_ABOVE_CALLABLE:
+        return [callable_slot, None, *args]
+    return [None, callable_slot, *args]
+
+
 def _resume_fn(fn, target, stack_vars, live, closure=None):
     code = bc.make_resume_code(fn.__code__, target, stack_vars, live,
                                f"__resume_at_{target.offset}_0")
@@ -64,7 +72,7 @@ def f_call(a, b):
 def test_resume_at_call_with_null_and_arguments_on_stack():
     call, depth = _find(f_call, lambda i: i.opname in ("PRECALL", "CALL"))
     assert depth == 4  # NULL, _g, x, b + 1
-    fn = _resume_fn(f_call, call, [None, "s1", "s2", "s3"], ["x"])
+    fn = _resume_fn(f_call, call, _call_layout("s1", "s2", "s3"), ["x"])
     assert fn.__code__.co_argcount == 4
     assert fn(_g, 6, 5, 6) == f_call(3, 4)
     # the stack values really are used: pass a different callable
@@ -87,6 +95,13 @@ def f_kw(a):
 
 
 def test_resume_at_kw_names():
+    if versions.PY313:
+        # 3.13: the names are a constant on the stack, below CALL_KW
+        kw, depth = _find(f_kw, lambda i: i.opname == "CALL_KW")
+        assert depth == 5
+        fn = _resume_fn(f_kw, kw, _call_layout("f", "s1", "s2", "names"), [])
+        assert fn(_g, 5, 6, ("y", "x")) == f_kw(5)
+        return
     kw, depth = _find(f_kw, lambda i: i.opname == "KW_NAMES")
     assert depth == 4
     fn = _resume_fn(f_kw, kw, [None, "f", "s1", "s2"], [])
@@ -274,16 +289,19 @@ def test_simulated_graph_break_builds_resume_function_in_frame():
     fn_src = f_graph_break
     call, depth = _find(fn_src, lambda i: i.opname in ("PRECALL", "CALL"))
     assert depth == 3  # NULL, len, d
-    rc = bc.make_resume_code(fn_src.__code__, call, [None, "s1", "s2"], ["c", "d"],
+    layout = _call_layout("s1", "s2")
+    rc = bc.make_resume_code(fn_src.__code__, call, layout, ["c", "d"],
                              f"__resume_at_{call.offset}_1")
 
     def transform(insts, options):
         k = next(i for i, inst in enumerate(insts) if inst.offset == call.offset)
-        # spill the two values; the NULL below them stays and serves the call of the
-        # resume function: [NULL, resume_fn, s1, s2, c, d]
-        spill = versions.store_fast("__tmp2") + versions.store_fast("__tmp1")
-        make = versions.make_function(rc, rc.co_freevars)
-        call_it = (versions.load_fast("__tmp1") + versions.load_fast("__tmp2")
+        # spill the stack, top first (the NULL into a local of its own, which it leaves
+        # unbound), then call the resume function: [NULL, resume_fn, s1, s2, c, d]
+        spill = []
+        for slot in reversed(layout):
+            spill += versions.store_fast("__tmp_null" if slot is None else f"__tmp_{slot}")
+        make = versions.push_null() + versions.make_function(rc, rc.co_freevars)
+        call_it = (versions.load_fast("__tmp_s1") + versions.load_fast("__tmp_s2")
                    + versions.load_fast("c") + versions.load_fast("d")
                    + versions.call_function(4) + versions.return_value())
         insts[k:] = spill + make + call_it
@@ -334,7 +352,7 @@ def test_tracebacks_from_resume_code_name_original_lines():
 
 def test_resume_code_metadata():
     call, _ = _find(f_call, lambda i: i.opname in ("PRECALL", "CALL"))
-    code = bc.make_resume_code(f_call.__code__, call, [None, "s1", "s2", "s3"], ["x"],
+    code = bc.make_resume_code(f_call.__code__, call, _call_layout("s1", "s2", "s3"), ["x"],
                                "__resume_at_7_3", qualname="f_call.<resume>")
     assert code.co_name == "__resume_at_7_3" and code.co_qualname == "f_call.<resume>"
     assert code.co_varnames[:4] == ("s1", "s2", "s3", "x")
@@ -441,7 +459,7 @@ def _line_sample(text, width):
 @pytest.mark.parametrize("fn,args", [
     ("textwrap.dedent", ("    a\n      b\n    c\n",)),
     ("fnmatch.translate", ("*.py[cod]?x",)),
-    ("posixpath.normpath", ("/a/./b/../../c//d/",)),
+    ("posixpath.relpath", ("/a/./b/../../c//d/", "/a/x")),  # (normpath is C on 3.13)
     ("colorsys.rgb_to_hls", (0.2, 0.4, 0.6)),
     ("shlex.quote", ("it's a test",)),
     ("html.escape", ("<a href='x'>&</a>",)),

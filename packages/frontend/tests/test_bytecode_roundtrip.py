@@ -1,6 +1,6 @@
 """decode -> assemble round trips over real code: the stdlib and generated stress cases.
 
-Pure Python (no torch); runs on CPython 3.11 and 3.12.
+Pure Python (no torch); runs on CPython 3.11, 3.12 and 3.13.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ STDLIB_MODULES = [
     "json.decoder", "json.encoder", "dataclasses", "typing", "collections", "functools",
     "asyncio.base_events", "asyncio.tasks", "asyncio.streams", "inspect", "ast", "argparse",
     "re._parser", "re._compiler", "enum", "contextlib", "traceback", "unittest.case",
-    "logging", "_pydecimal", "pathlib", "tokenize", "difflib", "statistics", "textwrap",
+    "logging", "_pydecimal", "pathlib._local" if versions.PY313 else "pathlib", "tokenize", "difflib", "statistics", "textwrap",
     "pprint", "shutil", "threading", "subprocess", "zipfile", "tarfile",
     "fractions", "random", "copy", "calendar", "os", "importlib._bootstrap_external", "configparser",
     "email._header_value_parser", "pickle", "pydoc", "doctest", "dis", "urllib.parse",
@@ -72,8 +72,10 @@ def _strip_args(insts):
     """Forget every argument the assembler must recompute (keep only flag bits)."""
     for inst in insts:
         name = inst.opname
-        if name in versions.JUMPS or name in versions.HAS_COMPARE:
+        if name in versions.JUMPS:
             inst.arg = None
+        elif name in versions.HAS_COMPARE:
+            inst.arg &= versions.COMPARE_TO_BOOL  # 3.13's bool bit is a flag
         elif name in versions.HAS_NAME:
             inst.arg &= (1 << versions.name_arg_shift(name)) - 1
         elif name in versions.HAS_LOCAL or name in versions.HAS_FREE:

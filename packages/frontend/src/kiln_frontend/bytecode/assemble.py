@@ -176,14 +176,33 @@ def assemble(instructions: Sequence[Instruction], template: CodeType, **fields: 
     # New local variables first (they shift cell and free slots).
     known = set(varnames) | set(cellvars) | set(freevars)
     for inst in insts:
-        if inst.opname in versions.HAS_LOCAL and inst.argval not in known:
-            if not isinstance(inst.argval, str):
+        if inst.opname not in versions.HAS_LOCAL:
+            continue
+        paired = inst.opname in versions.PAIRED_LOCAL_OPS
+        if paired and not (isinstance(inst.argval, tuple) and len(inst.argval) == 2):
+            raise BytecodeError(f"{inst!r}: argval must be a pair of variable names")
+        for local in inst.argval if paired else (inst.argval,):
+            if local in known:
+                continue
+            if not isinstance(local, str):
                 raise BytecodeError(f"{inst!r}: argval must be a variable name")
-            varnames.append(inst.argval)
-            known.add(inst.argval)
+            varnames.append(local)
+            known.add(local)
     slot_of: dict[str, int] = {}
     for k, name in enumerate(versions.localsplus_names(varnames, cellvars, freevars)):
         slot_of.setdefault(name, k)
+
+    # 3.13 superinstructions whose slots moved past 15 (new arguments in front) become their
+    # two plain instructions.
+    if versions.PAIRED_LOCAL_OPS:
+        expanded: list[Instruction] = []
+        for inst in insts:
+            if inst.opname in versions.PAIRED_LOCAL_OPS and versions.encode_paired_locals(
+                    *(slot_of.get(v, 0) for v in inst.argval)) is None:
+                expanded += versions.split_paired(inst)
+            else:
+                expanded.append(inst)
+        insts = expanded
 
     # Arguments of everything but jumps.
     for inst in insts:
@@ -206,6 +225,11 @@ def assemble(instructions: Sequence[Instruction], template: CodeType, **fields: 
             shift = versions.name_arg_shift(name)
             flags = (inst.arg or 0) & ((1 << shift) - 1)
             inst.arg = (names.add(argval) << shift) | flags
+        elif name in versions.PAIRED_LOCAL_OPS:
+            first, second = (slot_of.get(v) for v in argval)
+            if first is None or second is None:
+                raise BytecodeError(f"{inst!r}: {argval!r} are not all variables")
+            inst.arg = versions.encode_paired_locals(first, second)
         elif name in versions.HAS_LOCAL or name in versions.HAS_FREE:
             slot = slot_of.get(argval)
             if slot is None:
@@ -215,7 +239,8 @@ def assemble(instructions: Sequence[Instruction], template: CodeType, **fields: 
                 )
             inst.arg = slot
         elif name in versions.HAS_COMPARE:
-            inst.arg = versions.encode_compare(argval if argval is not None else inst.arg)
+            inst.arg = versions.encode_compare(argval if argval is not None else inst.arg,
+                                               versions.compare_to_bool(inst.arg))
         elif inst.arg is None:
             if name == "BINARY_OP" and isinstance(argval, str):
                 inst.arg = versions.encode_binary_op(argval)
@@ -227,6 +252,7 @@ def assemble(instructions: Sequence[Instruction], template: CodeType, **fields: 
     # Offsets, jump arguments and EXTENDED_ARG counts, until the sizes are stable.
     n = len(insts)
     index_of = {id(inst): k for k, inst in enumerate(insts)}
+    _check_for_iter_exits(insts, index_of, resolve)
     caches = [versions.cache_entries(inst.opname) for inst in insts]
     ext = [_ext_count(inst.arg) if inst.arg is not None and inst.opname not in versions.JUMPS
            else 0 for inst in insts]
@@ -305,6 +331,20 @@ def assemble(instructions: Sequence[Instruction], template: CodeType, **fields: 
             "co_linetable": linetable,
         }
     )
+
+
+def _check_for_iter_exits(insts: list[Instruction], index_of: dict[int, int],
+                          resolve: Callable[[Instruction], Instruction]) -> None:
+    """An exhausted FOR_ITER skips the instructions after its target without running them
+    (versions.FOR_ITER_SKIPS): anything else there would run on the wrong stack."""
+    skips = versions.FOR_ITER_SKIPS
+    for inst in insts:
+        if inst.opname != "FOR_ITER":
+            continue
+        k = index_of[id(resolve(inst.target))]
+        found = tuple(i.opname for i in insts[k:k + len(skips)])
+        if found != skips:
+            raise BytecodeError(f"{inst!r} must jump to {' '.join(skips)}, not {' '.join(found)}")
 
 
 def _fill_positions(insts: list[Instruction], firstlineno: int) -> list[Positions | None]:

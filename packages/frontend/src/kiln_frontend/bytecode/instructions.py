@@ -41,8 +41,11 @@ class Instruction:
     * ``arg`` -- the integer argument as last encoded (``None`` for new instructions or
       argument-less opcodes).  The assembler recomputes it from ``argval``/``target`` for
       const/name/local/free/compare/jump opcodes; it only keeps the *flag bits* of
-      ``LOAD_GLOBAL`` (bit 0: push NULL), 3.12 ``LOAD_ATTR`` (bit 0: method load) and 3.12
-      ``LOAD_SUPER_ATTR`` (bits 0-1).  For every other opcode ``arg`` is used as is.
+      ``LOAD_GLOBAL`` (bit 0: push NULL), 3.12+ ``LOAD_ATTR`` (bit 0: method load), 3.12+
+      ``LOAD_SUPER_ATTR`` (bits 0-1) and 3.13 ``COMPARE_OP`` (bit 4: bool result).  For
+      every other opcode ``arg`` is used as is.
+    * ``argval`` of a 3.13 superinstruction over two locals (``LOAD_FAST_LOAD_FAST``, ...):
+      the pair of names.
     * ``argval`` -- the resolved argument: the constant, the name, the local/cell/free
       variable name, the comparison operator string, or the jump target's offset for
       decoded jumps; otherwise the same as ``arg``.
@@ -183,7 +186,7 @@ def decode(code: CodeType) -> list[Instruction]:
         opname = versions.OPNAMES.get(op)
         if opname is None:
             raise ValueError(f"{code.co_name}: unknown opcode {op} at offset {i}")
-        arg = (ext | oparg) if op >= versions.HAVE_ARGUMENT else None
+        arg = (ext | oparg) if versions.has_arg(opname) else None
         first = i if prefix_start is None else prefix_start
         ext = 0
         prefix_start = None
@@ -236,6 +239,8 @@ def _decode_argval(opname: str, arg: int | None, consts: tuple, names: tuple,
         return consts[arg]
     if opname in versions.HAS_NAME:
         return names[arg >> versions.name_arg_shift(opname)]
+    if opname in versions.PAIRED_LOCAL_OPS:
+        return versions.decode_paired_locals(arg, localsplus)
     if opname in versions.HAS_LOCAL or opname in versions.HAS_FREE:
         return localsplus[arg]
     if opname in versions.HAS_COMPARE:

@@ -103,10 +103,15 @@ def make_resume_code(
     ]
 
     body, first = _reachable_copy(original, start)
+    # 3.13's superinstructions over two locals become plain loads and stores, so the rule
+    # below sees each read (and no slot of the new argument order has to fit in 4 bits).
+    body = [part for inst in body for part in versions.split_paired(inst)]
     # The compiler proved locals bound from the original entry; here only the arguments
-    # are, so every other local read must check (3.12's LOAD_FAST does not).
+    # are, so every other local read must check (3.12+'s LOAD_FAST does not).  A 3.13
+    # LOAD_FAST of a cell or free variable loads the cell, which the closure provides.
     for inst in body:
-        if inst.opname == "LOAD_FAST" and inst.argval not in passed:
+        if (inst.opname == "LOAD_FAST" and inst.argval not in passed
+                and inst.argval not in closure_set):
             inst.opname = versions.CHECKED_LOAD_FAST
     prologue: list[Instruction] = versions.copy_free_vars(len(closure_names))
     prologue += versions.resume(0)

@@ -1,19 +1,27 @@
-"""Everything that differs between CPython 3.11 and 3.12 bytecode, in one module.
+"""Everything that differs between CPython 3.11, 3.12 and 3.13 bytecode, in one module.
 
 No other module of ``kiln_frontend.bytecode`` looks at ``sys.version_info`` or at opcode
 numbers directly: they ask this module.  It holds
 
 * opcode tables (names, numbers, inline CACHE counts, which opcodes take a const/name/local/
   free-variable/jump/comparison argument),
-* the version-specific argument encodings (LOAD_GLOBAL's NULL bit, 3.12 LOAD_ATTR's method
-  bit, LOAD_SUPER_ATTR's two flag bits, COMPARE_OP's 3.12 mask bits, BINARY_OP's operator
-  index) in both directions,
+* the version-specific argument encodings (LOAD_GLOBAL's NULL bit, 3.12+ LOAD_ATTR's method
+  bit, LOAD_SUPER_ATTR's two flag bits, COMPARE_OP's 3.12 mask bits and 3.13 bool bit,
+  BINARY_OP's operator index, 3.13's two local slots in one argument) in both directions,
 * jump direction rules (3.11 has FORWARD/BACKWARD variants of every conditional jump, 3.12
   has only forward conditional jumps),
 * opcode classification (``is_jump``, ``is_conditional_jump``, ``is_return``, ...),
 * ``stack_effect(inst, jump=...)``,
 * builders that return instruction lists for common operations (``load_global``,
   ``call_function``, ``return_const``, ``make_function``, ...).
+
+Call layout of generated code.  Every builder that prepares a call takes and leaves the
+3.11/3.12 layout ``[NULL, callable, *args]`` (``push_null()`` then the callable, or
+``load_global(name, push_null=True)``) on every version; on 3.13, whose CALL wants
+``[callable, NULL, *args]``, ``call_function``/``call_function_kw``/``call_function_ex`` swap
+the two slots first (three SWAPs).  So code built from these builders (and every tracker's
+``reconstruct``) is written once.  The exception is the method form, whose layout
+``load_method`` and ``call_method`` keep native on every version.
 """
 
 from __future__ import annotations
@@ -27,14 +35,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .instructions import Instruction
 
+#: the CPython versions kiln's bytecode layer (and the opcode handlers) know
+SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12), (3, 13))
+
 PY_VERSION = sys.version_info[:2]
-if PY_VERSION not in ((3, 11), (3, 12)):
+if PY_VERSION not in SUPPORTED_VERSIONS:
     raise ImportError(
-        f"kiln_frontend.bytecode supports CPython 3.11 and 3.12, not {sys.version.split()[0]}"
+        "kiln_frontend.bytecode supports CPython 3.11 to 3.13, not "
+        f"{sys.version.split()[0]}"
     )
 
 PY311 = PY_VERSION == (3, 11)
-PY312 = PY_VERSION == (3, 12)
+#: 3.12 or later: what 3.12 changed and 3.13 kept (RETURN_CONST, LOAD_ATTR's method bit,
+#: forward-only conditional jumps, COMPARE_OP's outcome mask, END_FOR, ...)
+PY312 = PY_VERSION >= (3, 12)
+#: 3.13 or later: CALL's ``[callable, self_or_null]`` order, CALL_KW, TO_BOOL, superinstructions
+#: over two locals, MAKE_FUNCTION + SET_FUNCTION_ATTRIBUTE, CONVERT_VALUE/FORMAT_*, ...
+PY313 = PY_VERSION >= (3, 13)
 
 # --------------------------------------------------------------------------------------
 # Opcode tables
@@ -54,14 +71,31 @@ def _names(ops: Iterable[int]) -> frozenset[str]:
     return frozenset(OPNAMES[o] for o in ops if o in OPNAMES)
 
 
-#: opname -> number of inline CACHE code units that follow the instruction.
-CACHE_ENTRIES: dict[str, int] = {
-    OPNAMES[op]: n for op, n in enumerate(_opcode._inline_cache_entries) if n and op in OPNAMES
-}
+#: opname -> number of inline CACHE code units that follow the instruction (a list by
+#: opcode on 3.11/3.12, a dict by opname on 3.13).
+if isinstance(_opcode._inline_cache_entries, dict):
+    CACHE_ENTRIES: dict[str, int] = {
+        name: n for name, n in _opcode._inline_cache_entries.items() if n and name in OPMAP
+    }
+else:
+    CACHE_ENTRIES = {
+        OPNAMES[op]: n for op, n in enumerate(_opcode._inline_cache_entries)
+        if n and op in OPNAMES
+    }
 
 HAS_CONST = _names(dis.hasconst)  # LOAD_CONST, KW_NAMES, (3.12) RETURN_CONST
 HAS_NAME = _names(dis.hasname)  # index into co_names (maybe shifted, see NAME_ARG_SHIFT)
 HAS_LOCAL = _names(dis.haslocal)  # index into "localsplus" (see localsplus_names)
+#: 3.13 superinstructions over two local slots (``arg = first << 4 | second``): their
+#: ``argval`` is the pair of names; each slot must be below 16 (the assembler splits the
+#: instruction in two otherwise)
+PAIRED_LOCAL_OPS: dict[str, tuple[str, str]] = {
+    name: pair for name, pair in {
+        "LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"),
+        "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
+        "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST"),
+    }.items() if name in OPMAP
+}
 HAS_FREE = _names(dis.hasfree)  # index into "localsplus" too (3.11+)
 HAS_COMPARE = _names(dis.hascompare)  # COMPARE_OP
 JUMPS = _names(dis.hasjrel) | _names(dis.hasjabs)  # all relative on 3.11/3.12
@@ -75,11 +109,24 @@ if PY312:
     NAME_ARG_SHIFT["LOAD_ATTR"] = 1  # low bit: "load method" (replaces 3.11's LOAD_METHOD)
     NAME_ARG_SHIFT["LOAD_SUPER_ATTR"] = 2  # bit 0: load method, bit 1: two-argument super()
 
+#: 3.13: the NULL of a call (LOAD_GLOBAL's bit 0, LOAD_ATTR's and LOAD_SUPER_ATTR's method
+#: bit, PUSH_NULL) sits above the callable; 3.11/3.12 put it below.
+NULL_ABOVE_CALLABLE = PY313
+
+#: Pseudo-instructions of the compiler that are no real opcode on this version, and the
+#: real opcode that does their work (3.13 loads a cell for a closure with LOAD_FAST).
+PSEUDO_OPNAMES: dict[str, str] = {"LOAD_CLOSURE": "LOAD_FAST"} if PY313 else {}
+
 BACKWARD_JUMPS = frozenset(n for n in JUMPS if "BACKWARD" in n)
 UNCONDITIONAL_JUMPS = frozenset(
     n for n in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT") if n in OPMAP
 )
 CONDITIONAL_JUMPS = JUMPS - UNCONDITIONAL_JUMPS  # POP_JUMP_*, JUMP_IF_*_OR_POP, FOR_ITER, SEND
+
+#: what an exhausted FOR_ITER skips after jumping to its target (3.12: the END_FOR there;
+#: 3.13: END_FOR and the POP_TOP after it), so these must follow the target in this order
+FOR_ITER_SKIPS: tuple[str, ...] = (
+    ("END_FOR", "POP_TOP") if PY313 else ("END_FOR",) if PY312 else ())
 
 RETURNS = frozenset(n for n in ("RETURN_VALUE", "RETURN_CONST") if n in OPMAP)
 RAISES = frozenset({"RAISE_VARARGS", "RERAISE"})
@@ -90,7 +137,7 @@ TERMINATORS = UNCONDITIONAL_JUMPS | RETURNS | RAISES
 #: bound (3.12's LOAD_FAST trusts the compiler's analysis; 3.11's checks every time).
 CHECKED_LOAD_FAST = "LOAD_FAST_CHECK" if PY312 else "LOAD_FAST"
 
-#: The 3.12 compiler writes one location entry per run of instructions with equal
+#: The 3.12+ compiler writes one location entry per run of instructions with equal
 #: positions; 3.11 writes one (or more) per instruction.
 LINETABLE_MERGES_RUNS = PY312
 
@@ -99,7 +146,12 @@ BINARY_OPS: tuple[str, ...] = tuple(sym for _name, sym in dis._nb_ops)
 COMPARE_OPS: tuple[str, ...] = tuple(dis.cmp_op)
 
 # 3.12 COMPARE_OP keeps, under the operator index (arg >> 4), a mask of the outcomes that make
-# the comparison true; the specialized int/float/str comparisons read it.
+# the comparison true; the specialized int/float/str comparisons read it.  3.13 moves the
+# index up one bit (arg >> 5): bit 4 asks for the result converted to bool (what a following
+# POP_JUMP_IF_* needs, since 3.13's conditional jumps take only bools).
+_COMPARE_SHIFT = 5 if PY313 else 4 if PY312 else 0
+#: 3.13 COMPARE_OP flag: convert the result with bool()
+COMPARE_TO_BOOL = 16 if PY313 else 0
 _UNORDERED, _LESS, _GREATER, _EQUAL = 1, 2, 4, 8
 _COMPARE_MASKS = {
     "<": _LESS,
@@ -168,6 +220,8 @@ def normalize_opname(opname: str) -> str:
     """
     if opname in OPMAP:
         return opname
+    if opname in PSEUDO_OPNAMES:
+        return PSEUDO_OPNAMES[opname]
     variants = _JUMP_VARIANTS.get(opname)
     if variants is not None:
         return variants[0]
@@ -198,8 +252,13 @@ def cache_entries(opname: str) -> int:
     return CACHE_ENTRIES.get(opname, 0)
 
 
+#: opcodes that take an argument (3.13's WITH_EXCEPT_START is above HAVE_ARGUMENT and takes
+#: none; ``dis.hasarg`` exists from 3.12)
+_HAS_ARG = frozenset(getattr(dis, "hasarg", range(HAVE_ARGUMENT, 256)))
+
+
 def has_arg(opname: str) -> bool:
-    return OPMAP[opname] >= HAVE_ARGUMENT
+    return OPMAP[opname] in _HAS_ARG
 
 
 # --------------------------------------------------------------------------------------
@@ -267,17 +326,54 @@ def name_arg_shift(opname: str) -> int:
 
 
 def decode_compare(arg: int) -> str:
-    return COMPARE_OPS[arg >> 4] if PY312 else COMPARE_OPS[arg]
+    return COMPARE_OPS[arg >> _COMPARE_SHIFT]
 
 
-def encode_compare(op: str | int) -> int:
-    """COMPARE_OP argument for operator ``op`` ("<", "==", ... or its cmp_op index)."""
+def encode_compare(op: str | int, to_bool: bool = False) -> int:
+    """COMPARE_OP argument for operator ``op`` ("<", "==", ... or its cmp_op index);
+    ``to_bool`` (3.13): the result converted to bool (ignored before 3.13)."""
     if isinstance(op, int):
         op = COMPARE_OPS[op]
     index = COMPARE_OPS.index(op)
     if PY312:
-        return (index << 4) | _COMPARE_MASKS[op]
+        arg = (index << _COMPARE_SHIFT) | _COMPARE_MASKS[op]
+        return arg | COMPARE_TO_BOOL if to_bool else arg
     return index
+
+
+def compare_to_bool(arg: int | None) -> bool:
+    """Whether a decoded COMPARE_OP argument asks for a bool result (3.13's bit 4)."""
+    return bool(COMPARE_TO_BOOL and arg is not None and arg & COMPARE_TO_BOOL)
+
+
+def decode_paired_locals(arg: int, localsplus: Sequence[str]) -> tuple[str, str]:
+    """The two local names of a 3.13 superinstruction's argument (first, second)."""
+    return localsplus[arg >> 4], localsplus[arg & 15]
+
+
+def encode_paired_locals(first: int, second: int) -> int | None:
+    """The argument of a superinstruction over slots ``first`` and ``second``, or None when a
+    slot does not fit in four bits (the instruction must then be split)."""
+    if first > 15 or second > 15:
+        return None
+    return (first << 4) | second
+
+
+def split_paired(inst: Instruction) -> list[Instruction]:
+    """A 3.13 superinstruction as its two plain instructions (LOAD_FAST_LOAD_FAST (a, b) ->
+    LOAD_FAST a; LOAD_FAST b).  The first is ``inst`` itself, changed in place (so jumps to it
+    and its exception-table entry stay); the second is new, with the same positions and
+    exception-table entry.  Any other instruction comes back alone."""
+    from .instructions import Instruction
+
+    pair = PAIRED_LOCAL_OPS.get(inst.opname)
+    if pair is None:
+        return [inst]
+    first_name, second_name = inst.argval
+    second = Instruction(pair[1], None, second_name, None, inst.positions, None,
+                         inst.exn_tab_entry)
+    inst.opname, inst.arg, inst.argval = pair[0], None, first_name
+    return [inst, second]
 
 
 def encode_binary_op(op: str | int) -> int:
@@ -305,15 +401,15 @@ def argrepr(inst: Instruction) -> str:
         arg = inst.arg or 0
         if name == "LOAD_GLOBAL" and arg & 1:
             return f"NULL + {argval}"
-        if PY312 and name == "LOAD_ATTR" and arg & 1:
-            return f"{argval} + NULL|self"
-        if PY312 and name == "LOAD_SUPER_ATTR" and arg & 1:
+        if PY312 and name in ("LOAD_ATTR", "LOAD_SUPER_ATTR") and arg & 1:
             return f"{argval} + NULL|self"
         return str(argval)
+    if name in PAIRED_LOCAL_OPS:
+        return ", ".join(argval) if isinstance(argval, tuple) else str(argval)
     if name in HAS_LOCAL or name in HAS_FREE:
         return str(argval)
     if name in HAS_COMPARE:
-        return str(argval)
+        return f"bool({argval})" if compare_to_bool(inst.arg) else str(argval)
     if name == "BINARY_OP":
         try:
             return BINARY_OPS[encode_binary_op(argval)]
@@ -338,7 +434,7 @@ def _short_repr(value: Any, limit: int = 60) -> str:
 
 def _arg_for_effect(inst: Instruction) -> int | None:
     name = inst.opname
-    if OPMAP[name] < HAVE_ARGUMENT:
+    if not has_arg(name):
         return None
     if name in HAS_NAME:
         mask = (1 << name_arg_shift(name)) - 1
@@ -388,13 +484,16 @@ def push_null() -> list[Instruction]:
     return [_ci("PUSH_NULL")]
 
 
+push_null_ = push_null  # for builders whose parameter is called push_null
+
+
 def load_const(value: Any) -> list[Instruction]:
     return [_ci("LOAD_CONST", argval=value)]
 
 
 def load_fast(name: str, checked: bool = False) -> list[Instruction]:
     """Push local ``name``.  ``checked``: the local may be unbound here, raise
-    UnboundLocalError then (3.12's plain LOAD_FAST does not check; 3.11's always does)."""
+    UnboundLocalError then (3.12+'s plain LOAD_FAST does not check; 3.11's always does)."""
     return [_ci(CHECKED_LOAD_FAST if checked else "LOAD_FAST", argval=name)]
 
 
@@ -407,12 +506,16 @@ def load_deref(name: str) -> list[Instruction]:
 
 
 def load_closure(name: str) -> list[Instruction]:
+    """Push the cell of cell/free variable ``name`` (3.13: a LOAD_FAST of its slot)."""
     return [_ci("LOAD_CLOSURE", argval=name)]
 
 
 def load_global(name: str, push_null: bool = False) -> list[Instruction]:
-    """Push global ``name``; with ``push_null`` a NULL is pushed first (call convention:
-    ``[NULL, callable, *args]``)."""
+    """Push global ``name``; with ``push_null`` a NULL is pushed first (kiln's call layout
+    ``[NULL, callable, *args]`` on every version, see the module docstring; on 3.13 that is
+    PUSH_NULL then the global, as LOAD_GLOBAL's own NULL bit would push it above)."""
+    if push_null and NULL_ABOVE_CALLABLE:
+        return push_null_() + [_ci("LOAD_GLOBAL", arg=0, argval=name)]
     return [_ci("LOAD_GLOBAL", arg=1 if push_null else 0, argval=name)]
 
 
@@ -422,7 +525,8 @@ def load_attr(name: str) -> list[Instruction]:
 
 
 def load_method(name: str) -> list[Instruction]:
-    """``obj -> [method, obj]`` or ``[NULL, attr]``; follow with ``call_method(nargs)``."""
+    """``obj -> [method, obj]`` or ``[NULL, attr]`` (3.13: ``[attr, NULL]``); follow with
+    ``call_method(nargs)``."""
     if PY311:
         return [_ci("LOAD_METHOD", argval=name)]
     return [_ci("LOAD_ATTR", arg=1, argval=name)]
@@ -457,17 +561,32 @@ def pop_top() -> list[Instruction]:
     return [_ci("POP_TOP")]
 
 
+def _null_to_native(depth: int) -> list[Instruction]:
+    """Turn kiln's call layout ``[NULL, callable, *depth-1 items]`` into this version's:
+    nothing before 3.13; on 3.13 the NULL and the callable trade places (``[callable, NULL,
+    ...]``): the transposition of stack positions ``depth`` and ``depth + 1`` written as
+    three swaps with the top."""
+    if not NULL_ABOVE_CALLABLE:
+        return []
+    if depth == 1:
+        return swap(2)
+    return swap(depth) + swap(depth + 1) + swap(depth)
+
+
 def call_function(nargs: int, push_null_before: bool = False) -> list[Instruction]:
     """Call a callable with ``nargs`` positional arguments.
 
     Expected stack: ``[NULL, callable, *args]`` (e.g. after ``load_global(name, True)``
-    or ``push_null()``) when ``push_null_before`` is False; ``[callable, *args]`` when it is
-    True (the NULL is then pushed and rotated under the callable).  Leaves the result.
-    3.11: ``PRECALL n; CALL n``; 3.12: ``CALL n``.
+    or ``push_null()`` and the callable) when ``push_null_before`` is False;
+    ``[callable, *args]`` when it is True (the NULL is then pushed and rotated into place).
+    Leaves the result.  3.11: ``PRECALL n; CALL n``; 3.12: ``CALL n``; 3.13: the NULL moved
+    above the callable, ``CALL n``.
     """
     insts: list[Instruction] = []
     if push_null_before:
-        insts += push_null() + rot_n(nargs + 2)
+        insts += push_null() + rot_n(nargs + (1 if NULL_ABOVE_CALLABLE else 2))
+    else:
+        insts += _null_to_native(nargs + 1)
     if PY311:
         insts.append(_ci("PRECALL", arg=nargs))
     insts.append(_ci("CALL", arg=nargs))
@@ -475,8 +594,11 @@ def call_function(nargs: int, push_null_before: bool = False) -> list[Instructio
 
 
 def call_method(nargs: int) -> list[Instruction]:
-    """Call after ``load_method(name)`` and ``nargs`` pushed arguments."""
-    return call_function(nargs, push_null_before=False)
+    """Call after ``load_method(name)`` and ``nargs`` pushed arguments (the method form's
+    layout is native on every version)."""
+    if PY311:
+        return [_ci("PRECALL", arg=nargs), _ci("CALL", arg=nargs)]
+    return [_ci("CALL", arg=nargs)]
 
 
 def call_function_kw(nargs: int, kw_names: Sequence[str],
@@ -484,12 +606,16 @@ def call_function_kw(nargs: int, kw_names: Sequence[str],
     """Call with ``nargs`` arguments in total, the last ``len(kw_names)`` passed by keyword.
 
     Stack as for :func:`call_function`.  Emits ``KW_NAMES`` right before the call
-    (3.11: before ``PRECALL``).
+    (3.11: before ``PRECALL``); 3.13: the names as a constant, then ``CALL_KW``.
     """
     kw_names = tuple(kw_names)
     insts: list[Instruction] = []
     if push_null_before:
-        insts += push_null() + rot_n(nargs + 2)
+        insts += push_null() + rot_n(nargs + (1 if NULL_ABOVE_CALLABLE else 2))
+    else:
+        insts += _null_to_native(nargs + 1)
+    if PY313:
+        return insts + [_ci("LOAD_CONST", argval=kw_names), _ci("CALL_KW", arg=nargs)]
     insts.append(_ci("KW_NAMES", argval=kw_names))
     if PY311:
         insts.append(_ci("PRECALL", arg=nargs))
@@ -498,8 +624,15 @@ def call_function_kw(nargs: int, kw_names: Sequence[str],
 
 
 def call_function_ex(has_kwargs: bool) -> list[Instruction]:
-    """``CALL_FUNCTION_EX``: stack ``[NULL, callable, args_tuple, (kwargs_dict)]``."""
-    return [_ci("CALL_FUNCTION_EX", arg=1 if has_kwargs else 0)]
+    """``CALL_FUNCTION_EX``: stack ``[NULL, callable, args_tuple, (kwargs_dict)]`` (kiln's
+    call layout; 3.13's NULL is moved above the callable first)."""
+    return _null_to_native(3 if has_kwargs else 2) + [
+        _ci("CALL_FUNCTION_EX", arg=1 if has_kwargs else 0)]
+
+
+def to_bool() -> list[Instruction]:
+    """3.13: ``TOS = bool(TOS)`` (what its POP_JUMP_IF_TRUE/FALSE need); nothing before."""
+    return [_ci("TO_BOOL")] if PY313 else []
 
 
 def return_value() -> list[Instruction]:
@@ -507,7 +640,7 @@ def return_value() -> list[Instruction]:
 
 
 def return_const(value: Any) -> list[Instruction]:
-    """3.11: ``LOAD_CONST v; RETURN_VALUE``; 3.12: ``RETURN_CONST v``."""
+    """3.11: ``LOAD_CONST v; RETURN_VALUE``; 3.12+: ``RETURN_CONST v``."""
     if PY312:
         return [_ci("RETURN_CONST", argval=value)]
     return [_ci("LOAD_CONST", argval=value), _ci("RETURN_VALUE")]
@@ -534,8 +667,10 @@ def binary_op(op: str) -> list[Instruction]:
     return [_ci("BINARY_OP", arg=encode_binary_op(op))]
 
 
-def compare_op(op: str) -> list[Instruction]:
-    return [_ci("COMPARE_OP", argval=op)]
+def compare_op(op: str, to_bool: bool = False) -> list[Instruction]:
+    """``COMPARE_OP``; ``to_bool``: the result converted to bool (3.13's flag bit; a bool
+    already before 3.13 for the comparisons of builtin types, anything for others)."""
+    return [_ci("COMPARE_OP", arg=encode_compare(op, to_bool), argval=op)]
 
 
 def binary_subscr() -> list[Instruction]:
@@ -548,14 +683,16 @@ def jump(target: Instruction) -> list[Instruction]:
 
 
 def pop_jump_if(condition: str, target: Instruction) -> list[Instruction]:
-    """Pop TOS and jump when it is ``"true"``, ``"false"``, ``"none"`` or ``"not_none"``."""
+    """Pop TOS and jump when it is ``"true"``, ``"false"``, ``"none"`` or ``"not_none"``
+    (any object: on 3.13 a TO_BOOL comes first for true/false)."""
     generic = {
         "true": "POP_JUMP_IF_TRUE",
         "false": "POP_JUMP_IF_FALSE",
         "none": "POP_JUMP_IF_NONE",
         "not_none": "POP_JUMP_IF_NOT_NONE",
     }[condition]
-    return [_ci(generic, target=target)]
+    prefix = to_bool() if condition in ("true", "false") else []
+    return prefix + [_ci(generic, target=target)]
 
 
 def make_function(code: Any, closure_vars: Sequence[str] = ()) -> list[Instruction]:
@@ -570,10 +707,23 @@ def make_function(code: Any, closure_vars: Sequence[str] = ()) -> list[Instructi
     if closure_vars:
         insts += [_ci("LOAD_CLOSURE", argval=name) for name in closure_vars]
         insts += build_tuple(len(closure_vars))
-        flags |= 0x08
+        flags |= MAKE_FUNCTION_CLOSURE
     insts.append(_ci("LOAD_CONST", argval=code))
+    if PY313:
+        # 3.13: MAKE_FUNCTION takes only the code; each attribute is set after it
+        insts.append(_ci("MAKE_FUNCTION"))
+        if flags:
+            insts.append(_ci("SET_FUNCTION_ATTRIBUTE", arg=flags))
+        return insts
     insts.append(_ci("MAKE_FUNCTION", arg=flags))
     return insts
+
+
+#: MAKE_FUNCTION's flags (3.11/3.12) and SET_FUNCTION_ATTRIBUTE's argument (3.13)
+MAKE_FUNCTION_DEFAULTS = 0x01
+MAKE_FUNCTION_KWDEFAULTS = 0x02
+MAKE_FUNCTION_ANNOTATIONS = 0x04
+MAKE_FUNCTION_CLOSURE = 0x08
 
 
 def copy_free_vars(n: int) -> list[Instruction]:
@@ -585,6 +735,6 @@ def make_cells(cellvars: Sequence[str]) -> list[Instruction]:
 
 
 def prologue(cellvars: Sequence[str], freevars: Sequence[str]) -> list[Instruction]:
-    """The start every 3.11/3.12 function needs: ``COPY_FREE_VARS``, ``MAKE_CELL`` per cell
+    """The start every 3.11+ function needs: ``COPY_FREE_VARS``, ``MAKE_CELL`` per cell
     variable, then ``RESUME 0`` (the compiler's order)."""
     return copy_free_vars(len(freevars)) + make_cells(cellvars) + resume(0)

@@ -6,9 +6,27 @@ from __future__ import annotations
 from ..bytecode import versions
 
 _READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_CLOSURE",
-                    "LOAD_DEREF", "DELETE_FAST", "LOAD_FAST_LOAD_FAST",
-                    "LOAD_FROM_DICT_OR_DEREF", "MAKE_CELL"})
+                    "LOAD_DEREF", "DELETE_FAST", "LOAD_FROM_DICT_OR_DEREF", "MAKE_CELL"})
 _WRITES = frozenset({"STORE_FAST"})
+
+
+def _reads_writes(inst) -> tuple[set[str], set[str]]:
+    """(names read, names written) by ``inst``; a 3.13 superinstruction over two locals counts
+    as its two plain instructions (a store then a load of one name: the load reads the new
+    value, so the name is not read before)."""
+    parts = versions.PAIRED_LOCAL_OPS.get(inst.opname)
+    if parts is not None:
+        reads: set[str] = set()
+        writes: set[str] = set()
+        for opname, name in zip(parts, inst.argval, strict=True):
+            if opname in _READS and name not in writes:
+                reads.add(name)
+            elif opname in _WRITES:
+                writes.add(name)
+        return reads, writes
+    name = inst.argval if isinstance(inst.argval, str) else None
+    return ({name} if inst.opname in _READS and name else set(),
+            {name} if inst.opname in _WRITES and name else set())
 
 
 def live_variables(instructions: list) -> list[frozenset[str]]:
@@ -30,9 +48,9 @@ def live_variables(instructions: list) -> list[frozenset[str]]:
     reads = []
     writes = []
     for inst in instructions:
-        name = inst.argval if isinstance(inst.argval, str) else None
-        reads.append({name} if inst.opname in _READS and name else set())
-        writes.append({name} if inst.opname in _WRITES and name else set())
+        r, w = _reads_writes(inst)
+        reads.append(r)
+        writes.append(w)
     live_in: list[set[str]] = [set() for _ in range(n)]
     changed = True
     while changed:

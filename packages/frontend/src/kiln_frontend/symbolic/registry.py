@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from ..bytecode import versions as _versions
 from ..exc import Unsupported
 
-SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12))
+SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = _versions.SUPPORTED_VERSIONS
 
 Handler = Callable[..., None]
 

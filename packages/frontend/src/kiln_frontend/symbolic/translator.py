@@ -60,10 +60,12 @@ MAX_INLINE_DEPTH = 24
 #: how many instructions one frame may interpret (unrolled loops included)
 MAX_STEPS = 200_000
 
-_CALL_OPNAMES = frozenset({"CALL", "CALL_FUNCTION_EX"})
+_CALL_OPNAMES = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 _NEVER_BREAK_AT = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF",
                              "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME", "COPY_FREE_VARS",
-                             "MAKE_CELL", "STORE_FAST", "POP_TOP", "COPY", "SWAP"})
+                             "MAKE_CELL", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
+                             "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST",
+                             "STORE_FAST_STORE_FAST"})
 _CALL_PREFIX_OPNAMES = frozenset({"PRECALL", "KW_NAMES"})
 
 
@@ -818,6 +820,8 @@ class InstructionTranslator(InstructionTranslatorBase):
     def _pops(self, inst) -> int | None:
         if inst.opname == "CALL":
             return inst.arg + 2
+        if inst.opname == "CALL_KW":  # 3.13: the keyword names are on the stack too
+            return inst.arg + 3
         if inst.opname == "CALL_FUNCTION_EX":
             return 3 + (inst.arg & 1)
         return None

@@ -1,5 +1,10 @@
-"""Calls: PRECALL/CALL/KW_NAMES (3.11), CALL/KW_NAMES (3.12), CALL_FUNCTION_EX,
-MAKE_FUNCTION, PUSH_NULL, CALL_INTRINSIC_1."""
+"""Calls: PRECALL/CALL/KW_NAMES (3.11), CALL/KW_NAMES (3.12), CALL/CALL_KW (3.13),
+CALL_FUNCTION_EX, MAKE_FUNCTION (+ 3.13's SET_FUNCTION_ATTRIBUTE), PUSH_NULL,
+CALL_INTRINSIC_1.
+
+The NULL of a call sits below the callable on 3.11/3.12 (``[NULL, callable, *args]``, or
+``[method, self, *args]``) and above it on 3.13 (``[callable, NULL, *args]``, or
+``[method, self, *args]``)."""
 
 from __future__ import annotations
 
@@ -18,24 +23,47 @@ def PRECALL(tx, inst):
     tx.call_prefix.append(inst)
 
 
-@handler("KW_NAMES")
+@handler("KW_NAMES", versions=((3, 11), (3, 12)))
 def KW_NAMES(tx, inst):
     tx.kw_names = tuple(inst.argval)
     tx.call_prefix.append(inst)
 
 
-@handler("CALL")
+@handler("CALL", versions=((3, 11), (3, 12)))
 def CALL(tx, inst):
-    argc = inst.arg
     kw_names = tx.kw_names or ()
     tx.kw_names = None
-    args = tx.popn(argc)
+    args = tx.popn(inst.arg)
     first, second = tx.popn(2)
     if isinstance(first, NullVariable):
         fn = second
     else:
         fn = first
         args = [second, *args]
+    _call(tx, fn, args, kw_names)
+
+
+@handler("CALL", versions=(3, 13))
+def CALL_313(tx, inst):
+    _call(tx, *_callable_and_args_313(tx, inst.arg), ())
+
+
+@handler("CALL_KW", versions=(3, 13))
+def CALL_KW(tx, inst):
+    kw_names = tuple(tx.realize(tx.pop()).as_python_constant())
+    _call(tx, *_callable_and_args_313(tx, inst.arg), kw_names)
+
+
+def _callable_and_args_313(tx, argc: int):
+    """3.13: ``[callable, self_or_null, *args]`` -> (callable, [self, *args] or args)."""
+    args = tx.popn(argc)
+    fn, self_or_null = tx.popn(2)
+    if not isinstance(self_or_null, NullVariable):
+        args = [self_or_null, *args]
+    return fn, args
+
+
+def _call(tx, fn, args, kw_names):
     nkw = len(kw_names)
     pos = args[:len(args) - nkw]
     kwargs = dict(zip(kw_names, args[len(args) - nkw:], strict=True))
@@ -44,7 +72,7 @@ def CALL(tx, inst):
     tx.push(result)
 
 
-@handler("CALL_FUNCTION_EX")
+@handler("CALL_FUNCTION_EX", versions=((3, 11), (3, 12)))
 def CALL_FUNCTION_EX(tx, inst):
     flags = inst.arg or 0
     kwargs_var = tx.pop() if flags & 1 else None
@@ -53,6 +81,24 @@ def CALL_FUNCTION_EX(tx, inst):
     null = tx.pop()
     if not isinstance(null, NullVariable):
         raise Unsupported("CALL_FUNCTION_EX without NULL (internal error)")
+    _call_ex(tx, fn, args_var, kwargs_var)
+
+
+@handler("CALL_FUNCTION_EX", versions=(3, 13))
+def CALL_FUNCTION_EX_313(tx, inst):
+    flags = inst.arg or 0
+    kwargs_var = tx.pop() if flags & 1 else None
+    args_var = tx.realize(tx.pop())
+    null = tx.pop()
+    fn = tx.pop()
+    if not isinstance(null, NullVariable):
+        # a method loaded without its method bit is pushed with a NULL too; anything else
+        # here would be a self this handler does not model
+        raise Unsupported("CALL_FUNCTION_EX without NULL (internal error)")
+    _call_ex(tx, fn, args_var, kwargs_var)
+
+
+def _call_ex(tx, fn, args_var, kwargs_var):
     args = tx.unpack_sequence(args_var)
     kwargs = {}
     if kwargs_var is not None:
@@ -68,7 +114,7 @@ def CALL_FUNCTION_EX(tx, inst):
     tx.push(result)
 
 
-@handler("MAKE_FUNCTION")
+@handler("MAKE_FUNCTION", versions=((3, 11), (3, 12)))
 def MAKE_FUNCTION(tx, inst):
     flags = inst.arg or 0
     code = tx.pop().as_python_constant()
@@ -77,6 +123,38 @@ def MAKE_FUNCTION(tx, inst):
         tx.pop()  # annotations
     kwdefaults = tx.pop() if flags & 0x02 else None
     defaults = tx.pop() if flags & 0x01 else None
+    tx.push(_make_function(tx, code, defaults, kwdefaults, closure))
+
+
+@handler("MAKE_FUNCTION", versions=(3, 13))
+def MAKE_FUNCTION_313(tx, inst):
+    """3.13: the bare function; SET_FUNCTION_ATTRIBUTE adds defaults, closure, ... after."""
+    tx.push(_make_function(tx, tx.pop().as_python_constant(), None, None, None))
+
+
+@handler("SET_FUNCTION_ATTRIBUTE", versions=(3, 13))
+def SET_FUNCTION_ATTRIBUTE(tx, inst):
+    fn = tx.pop()
+    value = tx.pop()
+    if not isinstance(fn, NestedUserFunctionVariable):
+        raise Unsupported(f"SET_FUNCTION_ATTRIBUTE on {fn.describe()} (internal error)")
+    flag = inst.arg or 0
+    if flag == 0x04:  # annotations: not modelled (as on 3.11/3.12)
+        tx.push(fn)
+        return
+    if flag not in (0x01, 0x02, 0x08):
+        raise Unsupported(f"SET_FUNCTION_ATTRIBUTE {flag}")
+    made = _make_function(tx, fn.code, value if flag == 0x01 else None,
+                          value if flag == 0x02 else None, value if flag == 0x08 else None)
+    # a new tracker: the attribute added to those already set
+    tx.push(NestedUserFunctionVariable(
+        fn.code, fn.f_globals, fn.qualname,
+        made.defaults if flag == 0x01 else fn.defaults,
+        made.kwdefaults if flag == 0x02 else fn.kwdefaults,
+        made.closure if flag == 0x08 else fn.closure))
+
+
+def _make_function(tx, code, defaults, kwdefaults, closure):
     closure_items = list(closure.items) if isinstance(closure, TupleVariable) else []
     defaults_items = tx.unpack_sequence(defaults) if defaults is not None else []
     kwdefaults_items = {}
@@ -84,8 +162,8 @@ def MAKE_FUNCTION(tx, inst):
         if not isinstance(kwdefaults, ConstDictVariable):
             raise Unsupported("keyword defaults that are not a dict")
         kwdefaults_items = dict(kwdefaults.items)
-    tx.push(NestedUserFunctionVariable(code, tx.f_globals, code.co_qualname, defaults_items,
-                                       kwdefaults_items, closure_items))
+    return NestedUserFunctionVariable(code, tx.f_globals, code.co_qualname, defaults_items,
+                                      kwdefaults_items, closure_items)
 
 
 _INTRINSIC_STOPITERATION_ERROR = 3
@@ -112,7 +190,7 @@ def _stop_iteration_error(tx, exc):
     return exc
 
 
-@handler("CALL_INTRINSIC_1", versions=(3, 12))
+@handler("CALL_INTRINSIC_1", versions=((3, 12), (3, 13)))
 def CALL_INTRINSIC_1(tx, inst):
     import operator
 

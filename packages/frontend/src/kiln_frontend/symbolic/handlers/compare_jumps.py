@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...bytecode import versions
 from ...exc import Unsupported
 from ..registry import handler
 from ..variables import ConstantVariable
@@ -17,7 +18,32 @@ def COMPARE_OP(tx, inst):
     op = COMPARE_OPERATORS.get(inst.argval)
     if op is None:
         raise Unsupported(f"comparison {inst.argval!r}")
-    tx.push(call_operator(tx, op, [left, right], {}))
+    result = call_operator(tx, op, [left, right], {})
+    if versions.compare_to_bool(inst.arg):  # 3.13: ``bool(left < right)``
+        result = _to_bool(tx, inst, result)
+    tx.push(result)
+
+
+@handler("TO_BOOL", versions=(3, 13))
+def TO_BOOL(tx, inst):
+    tx.push(_to_bool(tx, inst, tx.pop()))
+
+
+#: jumps that take TO_BOOL's result (and compute truth themselves while tracing)
+_TRUTH_JUMPS = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"})
+
+
+def _to_bool(tx, inst, value):
+    """3.13's ``bool(value)`` (TO_BOOL, COMPARE_OP's bool bit).  Before a POP_JUMP_IF_TRUE/
+    FALSE the value stays as it is: the jump takes its truth, or breaks the graph with the
+    value on the stack (the resume code converts it again).  Elsewhere (``not x``) the truth is
+    taken now; one that cannot be traced breaks the graph at this instruction, which then runs
+    in Python."""
+    value = tx.realize(value)
+    following = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
+    if following is not None and following.opname in _TRUTH_JUMPS:
+        return value
+    return ConstantVariable(value.truth_value(tx))
 
 
 @handler("IS_OP")
@@ -56,8 +82,9 @@ def _pop_jump(expect: bool):
     return fn
 
 
-POP_JUMP_IF_TRUE = handler("POP_JUMP_IF_TRUE", versions=(3, 12))(_pop_jump(True))
-POP_JUMP_IF_FALSE = handler("POP_JUMP_IF_FALSE", versions=(3, 12))(_pop_jump(False))
+_PY312_ON = ((3, 12), (3, 13))
+POP_JUMP_IF_TRUE = handler("POP_JUMP_IF_TRUE", versions=_PY312_ON)(_pop_jump(True))
+POP_JUMP_IF_FALSE = handler("POP_JUMP_IF_FALSE", versions=_PY312_ON)(_pop_jump(False))
 POP_JUMP_FORWARD_IF_TRUE = handler("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE",
                                    versions=(3, 11))(_pop_jump(True))
 POP_JUMP_FORWARD_IF_FALSE = handler("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE",
@@ -81,8 +108,8 @@ def _pop_jump_none(expect_none: bool):
     return fn
 
 
-POP_JUMP_IF_NONE = handler("POP_JUMP_IF_NONE", versions=(3, 12))(_pop_jump_none(True))
-POP_JUMP_IF_NOT_NONE = handler("POP_JUMP_IF_NOT_NONE", versions=(3, 12))(
+POP_JUMP_IF_NONE = handler("POP_JUMP_IF_NONE", versions=_PY312_ON)(_pop_jump_none(True))
+POP_JUMP_IF_NOT_NONE = handler("POP_JUMP_IF_NOT_NONE", versions=_PY312_ON)(
     _pop_jump_none(False))
 POP_JUMP_FORWARD_IF_NONE = handler("POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE",
                                    versions=(3, 11))(_pop_jump_none(True))
@@ -132,14 +159,15 @@ def FOR_ITER_311(tx, inst):
         tx.push(item)
 
 
-@handler("FOR_ITER", versions=(3, 12))
+@handler("FOR_ITER", versions=_PY312_ON)
 def FOR_ITER_312(tx, inst):
     item = _next(tx)
     if item is None:
-        # 3.12: the iterator is popped and END_FOR (the jump target) is skipped
+        # 3.12+: the iterator is popped and END_FOR at the jump target is skipped (3.13:
+        # END_FOR and the POP_TOP after it)
         tx.pop()
         tx.jump(inst)
-        tx.ip += 1
+        tx.ip += len(versions.FOR_ITER_SKIPS)
     else:
         tx.push(item)
 
@@ -147,3 +175,8 @@ def FOR_ITER_312(tx, inst):
 @handler("END_FOR", versions=(3, 12))
 def END_FOR(tx, inst):
     tx.popn(2)
+
+
+@handler("END_FOR", versions=(3, 13))
+def END_FOR_313(tx, inst):
+    tx.pop()  # 3.13: a POP_TOP follows it

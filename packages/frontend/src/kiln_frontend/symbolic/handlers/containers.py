@@ -164,7 +164,7 @@ def BUILD_SLICE(tx, inst):
     tx.push(_slice([tx.realize(p) for p in tx.popn(inst.arg)]))
 
 
-@handler("BINARY_SLICE", versions=(3, 12))
+@handler("BINARY_SLICE", versions=((3, 12), (3, 13)))
 def BINARY_SLICE(tx, inst):
     end = tx.realize(tx.pop())
     start = tx.realize(tx.pop())
@@ -172,7 +172,7 @@ def BINARY_SLICE(tx, inst):
     tx.push(tx.getitem(container, _slice([start, end])))
 
 
-@handler("STORE_SLICE", versions=(3, 12))
+@handler("STORE_SLICE", versions=((3, 12), (3, 13)))
 def STORE_SLICE(tx, inst):
     end = tx.realize(tx.pop())
     start = tx.realize(tx.pop())
@@ -190,23 +190,42 @@ def BUILD_STRING(tx, inst):
         raise Unsupported("building a string from non-constants") from None
 
 
-@handler("FORMAT_VALUE")
+_CONVERSIONS = {1: str, 2: repr, 3: ascii}
+
+
+def _constant_to_format(value):
+    try:
+        return value.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"formatting {value.describe()}") from None
+
+
+@handler("FORMAT_VALUE", versions=((3, 11), (3, 12)))
 def FORMAT_VALUE(tx, inst):
     flags = inst.arg or 0
     spec = tx.pop().as_python_constant() if flags & 0x04 else ""
-    value = tx.pop()
-    try:
-        v = value.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"formatting {value.describe()}") from None
-    conv = flags & 0x03
-    if conv == 1:
-        v = str(v)
-    elif conv == 2:
-        v = repr(v)
-    elif conv == 3:
-        v = ascii(v)
+    v = _constant_to_format(tx.pop())
+    conv = _CONVERSIONS.get(flags & 0x03)
+    if conv is not None:
+        v = conv(v)
     tx.push(ConstantVariable(format(v, spec)))
+
+
+@handler("CONVERT_VALUE", versions=(3, 13))
+def CONVERT_VALUE(tx, inst):
+    """3.13 f-string ``!s``/``!r``/``!a``."""
+    tx.push(ConstantVariable(_CONVERSIONS[inst.arg](_constant_to_format(tx.pop()))))
+
+
+@handler("FORMAT_SIMPLE", versions=(3, 13))
+def FORMAT_SIMPLE(tx, inst):
+    tx.push(ConstantVariable(format(_constant_to_format(tx.pop()), "")))
+
+
+@handler("FORMAT_WITH_SPEC", versions=(3, 13))
+def FORMAT_WITH_SPEC(tx, inst):
+    spec = tx.pop().as_python_constant()
+    tx.push(ConstantVariable(format(_constant_to_format(tx.pop()), spec)))
 
 
 @handler("BUILD_SET")

@@ -9,9 +9,47 @@ from ..variables.exceptions import TracedException
 from ..variables.misc import DeletedVariable, GetAttrVariable, LazyVariable
 
 
-@handler("LOAD_FAST", "LOAD_FAST_CHECK")
+@handler("LOAD_FAST", "LOAD_FAST_CHECK", versions=((3, 11), (3, 12)))
 def LOAD_FAST(tx, inst):
-    name = inst.argval
+    _load_fast(tx, inst.argval)
+
+
+@handler("LOAD_FAST", "LOAD_FAST_CHECK", versions=(3, 13))
+def LOAD_FAST_313(tx, inst):
+    """3.13 loads a cell for a closure with LOAD_FAST of its slot (3.11/3.12: LOAD_CLOSURE)."""
+    if _is_cell_slot(tx, inst.argval):
+        tx.push(tx.load_closure(inst.argval))
+    else:
+        _load_fast(tx, inst.argval)
+
+
+def _is_cell_slot(tx, name: str) -> bool:
+    return name in tx.fresh_cells or name in tx.code.co_cellvars or \
+        name in tx.code.co_freevars
+
+
+@handler("LOAD_FAST_LOAD_FAST", versions=(3, 13))
+def LOAD_FAST_LOAD_FAST(tx, inst):
+    first, second = inst.argval
+    _load_fast(tx, first)
+    _load_fast(tx, second)
+
+
+@handler("STORE_FAST_LOAD_FAST", versions=(3, 13))
+def STORE_FAST_LOAD_FAST(tx, inst):
+    first, second = inst.argval
+    _store_fast(tx, first)
+    _load_fast(tx, second)
+
+
+@handler("STORE_FAST_STORE_FAST", versions=(3, 13))
+def STORE_FAST_STORE_FAST(tx, inst):
+    first, second = inst.argval
+    _store_fast(tx, first)
+    _store_fast(tx, second)
+
+
+def _load_fast(tx, name: str) -> None:
     value = tx.symbolic_locals.get(name)
     if value is None or isinstance(value, DeletedVariable):
         raise Unsupported(f"UnboundLocalError: local variable {name!r} read before assignment")
@@ -21,7 +59,7 @@ def LOAD_FAST(tx, inst):
     tx.push(value)
 
 
-@handler("LOAD_FAST_AND_CLEAR", versions=(3, 12))
+@handler("LOAD_FAST_AND_CLEAR", versions=((3, 12), (3, 13)))
 def LOAD_FAST_AND_CLEAR(tx, inst):
     name = inst.argval
     value = tx.symbolic_locals.pop(name, None)
@@ -32,12 +70,16 @@ def LOAD_FAST_AND_CLEAR(tx, inst):
 
 @handler("STORE_FAST")
 def STORE_FAST(tx, inst):
+    _store_fast(tx, inst.argval)
+
+
+def _store_fast(tx, name: str) -> None:
     value = tx.pop()
-    tx.fresh_cells.pop(inst.argval, None)  # the slot holds a value again, not that cell
+    tx.fresh_cells.pop(name, None)  # the slot holds a value again, not that cell
     if isinstance(value, DeletedVariable):
-        tx.symbolic_locals.pop(inst.argval, None)
+        tx.symbolic_locals.pop(name, None)
     else:
-        tx.symbolic_locals[inst.argval] = value
+        tx.symbolic_locals[name] = value
 
 
 @handler("DELETE_FAST")
@@ -52,12 +94,20 @@ def LOAD_CONST(tx, inst):
     tx.push(ConstantVariable.create(inst.argval))
 
 
-@handler("LOAD_GLOBAL")
+@handler("LOAD_GLOBAL", versions=((3, 11), (3, 12)))
 def LOAD_GLOBAL(tx, inst):
     value = tx.load_global(inst.argval)
     if (inst.arg or 0) & 1:
         tx.push(NullVariable())
     tx.push(value)
+
+
+@handler("LOAD_GLOBAL", versions=(3, 13))
+def LOAD_GLOBAL_313(tx, inst):
+    """3.13: the NULL of a call goes above the callable."""
+    tx.push(tx.load_global(inst.argval))
+    if (inst.arg or 0) & 1:
+        tx.push(NullVariable())
 
 
 @handler("STORE_GLOBAL")
@@ -163,6 +213,15 @@ def LOAD_ATTR_312(tx, inst):
     tx.push(value)
 
 
+@handler("LOAD_ATTR", versions=(3, 13))
+def LOAD_ATTR_313(tx, inst):
+    obj = tx.pop()
+    tx.push(_load_attr(tx, obj, inst.argval))
+    if (inst.arg or 0) & 1:
+        # method form: [bound attribute, NULL] is equivalent to [method, self] for CALL
+        tx.push(NullVariable())
+
+
 @handler("LOAD_METHOD", versions=(3, 11))
 def LOAD_METHOD(tx, inst):
     obj = tx.pop()
@@ -186,8 +245,7 @@ def DELETE_ATTR(tx, inst):
     tx.output.side_effects.delete_attr(tx, tx.realize(tx.pop()), inst.argval)
 
 
-@handler("LOAD_SUPER_ATTR", versions=(3, 12))
-def LOAD_SUPER_ATTR(tx, inst):
+def _super_attr(tx, inst):
     from ..variables.functions import SuperVariable
 
     obj = tx.realize(tx.pop())
@@ -197,10 +255,23 @@ def LOAD_SUPER_ATTR(tx, inst):
         klass = cls.as_python_constant()
     except Exception:  # noqa: BLE001
         raise Unsupported("super() with a non-constant class") from None
-    value = tx.getattr(SuperVariable(klass, obj), inst.argval)
+    return tx.getattr(SuperVariable(klass, obj), inst.argval)
+
+
+@handler("LOAD_SUPER_ATTR", versions=(3, 12))
+def LOAD_SUPER_ATTR(tx, inst):
+    value = _super_attr(tx, inst)
     if (inst.arg or 0) & 1:
         tx.push(NullVariable())
     tx.push(value)
+
+
+@handler("LOAD_SUPER_ATTR", versions=(3, 13))
+def LOAD_SUPER_ATTR_313(tx, inst):
+    """3.13: the method form's NULL goes above the attribute."""
+    tx.push(_super_attr(tx, inst))
+    if (inst.arg or 0) & 1:
+        tx.push(NullVariable())
 
 
 def _imported(name: str):

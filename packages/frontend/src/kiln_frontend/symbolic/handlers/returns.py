@@ -11,7 +11,7 @@ def RETURN_VALUE(tx, inst):
     tx.do_return(tx.realize(tx.pop()))
 
 
-@handler("RETURN_CONST", versions=(3, 12))
+@handler("RETURN_CONST", versions=((3, 12), (3, 13)))
 def RETURN_CONST(tx, inst):
     tx.do_return(ConstantVariable.create(inst.argval))
 
@@ -83,7 +83,7 @@ def SEND_311(tx, inst):
         tx.push(item)
 
 
-@handler("SEND", versions=(3, 12))
+@handler("SEND", versions=((3, 12), (3, 13)))
 def SEND_312(tx, inst):
     item, returned = _send(tx)
     tx.push(returned if item is None else item)
@@ -91,7 +91,7 @@ def SEND_312(tx, inst):
         tx.jump(inst)
 
 
-@handler("END_SEND", versions=(3, 12))
+@handler("END_SEND", versions=((3, 12), (3, 13)))
 def END_SEND(tx, inst):
     value = tx.pop()
     tx.pop()
