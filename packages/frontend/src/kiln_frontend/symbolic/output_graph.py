@@ -133,6 +133,9 @@ class OutputGraph:
 
         #: mutations of objects that outlive the frame, replayed after the graph
         self.side_effects = SideEffects(self)
+        #: generators made by calling inlined generator functions (a paused one inside
+        #: try/finally or with must run its cleanup where eager drops it: iterators.py)
+        self.generators: list[Any] = []
         self.guards.add(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
         self.guards.add(Guard(None, GuardKind.GLOBAL_STATE, torch_global_state()))
         #: (placeholder node, source, real tensor), in placeholder order

@@ -316,7 +316,9 @@ class InstructionTranslatorBase:
                 return tx
             from .variables.iterators import GeneratorVariable
 
-            return GeneratorVariable(tx, fn_var, args, kwargs)
+            gen = GeneratorVariable(tx, fn_var, args, kwargs)
+            self.output.generators.append(gen)
+            return gen
         elif suspended:
             raise Unsupported(f"{fn_var.get_name()} is not a generator function")
         tx.run()
@@ -770,6 +772,12 @@ class InstructionTranslator(InstructionTranslatorBase):
     # -- returning --------------------------------------------------------------------
 
     def do_return(self, value: VariableTracker) -> None:
+        from .variables.iterators import close_dropped_generators
+
+        # the frame's locals die after its return value is built: a generator paused
+        # inside try/finally or with that only they held runs its cleanup now, as in eager
+        close_dropped_generators(self, [value, *self.output.side_effects.values()],
+                                 frame_end=True)
         cg = self.new_codegen()
         side_effects = self.output.side_effects
         values = [value, *side_effects.values()]
@@ -808,6 +816,12 @@ class InstructionTranslator(InstructionTranslatorBase):
         return f"{base}{i}"
 
     def break_at(self, inst, index: int, reason: Unsupported) -> None:
+        from .variables.iterators import pending_cleanup
+
+        if any(pending_cleanup(g) for g in self.output.generators):
+            # neither rebuilt for the resume function nor dropped: its finally must run
+            raise Unsupported("graph break while a generator is paused inside try/finally "
+                              "or with") from reason
         self.graph_breaks.append(reason)
         if versions.is_conditional_jump(inst):
             return self.break_at_jump(inst, index)

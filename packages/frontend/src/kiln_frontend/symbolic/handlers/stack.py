@@ -13,7 +13,11 @@ def NOP(tx, inst):
 
 @handler("POP_TOP")
 def POP_TOP(tx, inst):
-    tx.pop()
+    from ..variables.iterators import GeneratorVariable, close_dropped_generators
+
+    value = tx.pop()
+    if isinstance(value, GeneratorVariable):  # `break` out of `for v in gen(...)`
+        close_dropped_generators(tx, [], only=value)
 
 
 @handler("COPY")

@@ -182,6 +182,33 @@ def _b_str(tx, args, kwargs):
     x = tx.realize(args[0])
     if hasattr(x, "str_value"):
         return ConstantVariable(x.str_value())
+    return _python_text_dunder(tx, x, ("__str__", "__repr__"))
+
+
+@builtin_handler(repr)
+def _b_repr(tx, args, kwargs):
+    """``repr(obj)``: an exception made while tracing knows its text; a user class's
+    Python ``__repr__`` is inlined; constants fold as before."""
+    if len(args) != 1 or kwargs:
+        return None
+    x = tx.realize(args[0])
+    if hasattr(x, "repr_value"):
+        return ConstantVariable(x.repr_value())
+    return _python_text_dunder(tx, x, ("__repr__",))
+
+
+def _python_text_dunder(tx, x: VariableTracker, names: tuple[str, ...]):
+    """The first of ``names`` the user object's class defines in Python, inlined
+    (``object.__str__`` calls ``__repr__``); None for other trackers."""
+    from .misc import PythonProtocolMixin, python_dunder
+
+    if not isinstance(x, PythonProtocolMixin) or hasattr(x, "str_value"):
+        return None
+    for name in names:
+        if python_dunder(x.python_type(), name) is not None:
+            return x._call_dunder(tx, name, [])
+        if getattr(x.python_type(), name) is not getattr(object, name):
+            return None  # a C method of a base class: not ours to guess
     return None
 
 

@@ -102,6 +102,17 @@ class ExceptionVariable(_frame_object_base()):
         return str(BaseException(*values)) if self.cls is not KeyError else \
             str(KeyError(*values))
 
+    def repr_value(self) -> str:
+        """``repr(exc)`` when its class's ``__repr__`` is BaseException's (its name and
+        constant args)."""
+        if self.cls.__repr__ is not BaseException.__repr__:
+            raise Unsupported(f"repr() of a {self.cls.__qualname__} (custom __repr__)")
+        try:
+            values = [a.as_python_constant() for a in self.args]
+        except NotConstant:
+            raise Unsupported("repr() of an exception with non-constant args") from None
+        return self.cls.__name__ + repr(BaseException(*values))[len("BaseException"):]
+
     def reconstruct(self, codegen):
         if self.cause is not None or self.context is not None or \
                 getattr(builtins, self.cls.__name__, None) is not self.cls or self.attrs:

@@ -238,11 +238,29 @@ class NestedUserFunctionVariable(VariableTracker):
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.closure = closure
+        #: attributes the frame assigned (``fn.__wrapped__ = f``, ``fn.calls = 0``): the
+        #: function's ``__dict__``, set again on the rebuilt function
+        self.attrs: dict[str, VariableTracker] = {}
+
+    #: attributes that change what the function is (not kept in its ``__dict__``)
+    _FIXED = frozenset({"__code__", "__closure__", "__globals__", "__defaults__",
+                        "__kwdefaults__", "__dict__", "__name__", "__qualname__",
+                        "__module__", "__annotations__", "__builtins__"})
 
     def get_code(self):
         return self.code
 
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if name in self._FIXED:
+            raise Unsupported(f"assignment to {name!r} of nested function {self.qualname}")
+        self.attrs[name] = value
+
+    def children(self):
+        return list(self.attrs.values())
+
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in self.attrs:
+            return self.attrs[name]
         if name == "__code__":
             return ConstantVariable(self.code)
         if name == "__closure__":
@@ -278,6 +296,14 @@ class NestedUserFunctionVariable(VariableTracker):
         return tx.inline_call(self, args, kwargs)
 
     def reconstruct(self, codegen):
+        self._reconstruct_function(codegen)
+        for name, value in self.attrs.items():  # fn.name = value, fn kept on the stack
+            codegen.extend(versions.copy(1))
+            codegen(value)
+            codegen.extend(versions.swap(2))
+            codegen.extend(versions.store_attr(name))
+
+    def _reconstruct_function(self, codegen):
         # MAKE_FUNCTION again, with the same cells (LOAD_CLOSURE of the frame's own cell
         # and free variables)
         from .misc import LocalCellVariable

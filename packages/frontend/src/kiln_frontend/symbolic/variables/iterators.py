@@ -187,6 +187,76 @@ def close_generator(tx, gen: GeneratorVariable) -> VariableTracker:
     return ConstantVariable(None)
 
 
+def pending_cleanup(gen: GeneratorVariable) -> bool:
+    """Whether dropping ``gen`` runs code: paused at a ``yield`` inside ``try``/``finally``
+    or ``with`` (CPython closes a dropped generator: GeneratorExit at that yield), or
+    delegating with ``yield from`` to a generator that is."""
+    if not gen.started or gen.finished or not getattr(gen.gen_tx, "paused_at_yield", False):
+        return False
+    gen_tx = gen.gen_tx
+    entry = gen_tx.instructions[gen_tx.ip - 1].exn_tab_entry
+    # (3.12+ wraps a generator's body in a handler turning StopIteration into RuntimeError)
+    if entry is not None and entry.target.opname != "CALL_INTRINSIC_1":
+        return True
+    return any(isinstance(v, GeneratorVariable) and pending_cleanup(v) for v in gen_tx.stack)
+
+
+def _reachable(tx, roots: list[VariableTracker]) -> set[int]:
+    """ids of the trackers reachable from ``roots``, from every live translator's locals
+    and stack (up the inlining chain), and from what paused generators hold."""
+    seen: set[int] = set()
+    pending = list(roots)
+    t = tx
+    while t is not None:
+        pending += list(t.symbolic_locals.values()) + list(t.stack)
+        t = t.parent
+    while pending:
+        v = pending.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        pending += v.children()
+        realized = getattr(v, "realized", None)
+        if realized is not None:
+            pending.append(realized)
+        if isinstance(v, GeneratorVariable):
+            pending += list(v.gen_tx.symbolic_locals.values()) + list(v.gen_tx.stack)
+    return seen
+
+
+def close_dropped_generators(tx, roots: list[VariableTracker], *,
+                             only: GeneratorVariable | None = None,
+                             frame_end: bool = False) -> None:
+    """Close (``close_generator``, traced here) each generator with a pending cleanup
+    that nothing reaches any more, as CPython does when its last reference goes. At the
+    frame's end its own locals no longer count; two or more such generators would run
+    their cleanups in an order this cannot know: a graph break (the frame runs as is).
+    What the cleanup raises is dropped, as CPython's unraisable hook does."""
+    candidates = [only] if only is not None else list(tx.output.generators)
+    candidates = [g for g in candidates if pending_cleanup(g)]
+    if not candidates:
+        return
+    if frame_end:
+        seen: set[int] = set()
+        pending = list(roots)
+        while pending:  # only what the return value and the side effects hold
+            v = pending.pop()
+            if id(v) not in seen:
+                seen.add(id(v))
+                pending += v.children()
+    else:
+        seen = _reachable(tx, roots)
+    dropped = [g for g in candidates if id(g) not in seen]
+    if len(dropped) > 1:
+        raise Unsupported(f"{len(dropped)} generators paused inside try/finally or with "
+                          "are dropped together")
+    for gen in dropped:
+        try:
+            close_generator(tx, gen)
+        except TracedException:
+            pass  # CPython reports it to sys.unraisablehook; it is not raised
+
+
 class _BuiltinIterator(IteratorVariable):
     """A builtin iterator over other iterators: rebuilt as ``cls(*parts)``."""
 
