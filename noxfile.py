@@ -90,6 +90,26 @@ def tests(session: nox.Session) -> None:
     )
 
 
+# CPython 3.13 (issue 30): torch for cp313 is the registry's standard Linux wheel, with its
+# CUDA runtime packages as dependencies (several GB, kept by pip's cache); it runs on CPU.
+PYTHON_313 = os.environ.get("KILN_NOX_PYTHON_313", "3.13")
+#: what tests_py313 runs: the frontend suite (the soundness modules are part of it) and the
+#: integration tests that capture real models
+PY313_TESTS = (
+    "packages/frontend/tests",
+    "tests-integration/test_capture_models.py",
+    "tests-integration/test_capture_encoder_decoder.py",
+)
+
+
+@nox.session(python=PYTHON_313)
+def tests_py313(session: nox.Session) -> None:
+    """The frontend on CPython 3.13: its suite, the soundness modules and the integration
+    capture tests, against one full install (torch from the registry's cp313 wheel)."""
+    _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *PY313_TESTS, *session.posargs)
+
+
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """Compile the seed examples and a real model, print what happened and how fast."""
