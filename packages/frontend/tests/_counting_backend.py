@@ -8,6 +8,13 @@ from typing import Any
 
 import torch
 
+#: the torch release the parity tests' exact graph counts and their xfails are written
+#: against (the one the nox sessions pin). On another release (the lent GPU machine's 2.11)
+#: torch.compile breaks graphs in other places: kiln may then make fewer graphs than it, never
+#: more, and an xfail that passes there is not an error
+REFERENCE_TORCH = "2.13"
+ON_REFERENCE_TORCH = torch.__version__.startswith(REFERENCE_TORCH + ".")
+
 
 class CountingBackend:
     """Records every GraphModule and its example inputs and runs it as is (like the

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from _counting_backend import CountingBackend
+from _counting_backend import ON_REFERENCE_TORCH, CountingBackend
 
 
 class Cases:
@@ -42,7 +42,8 @@ class Cases:
         return register(fn) if fn is not None else register
 
     def params(self):
-        return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=self.xfails[name]))
+        return [pytest.param(name, marks=pytest.mark.xfail(strict=ON_REFERENCE_TORCH,
+                                                           reason=self.xfails[name]))
                 if name in self.xfails else name for name in self.cases]
 
     def names(self):
@@ -178,6 +179,10 @@ def check_matches_torch(case, path: str) -> None:
     same(actual, expected)
     if ref_graphs == 0:
         return  # torch.compile gave up on the whole frame: no graph count to match
+    if not ON_REFERENCE_TORCH:
+        assert graphs <= ref_graphs, f"kiln made {graphs} graphs, torch {torch.__version__}'s " \
+                                     f"torch.compile {ref_graphs} (fullgraph={fullgraph})"
+        return
     assert graphs == ref_graphs, f"kiln made {graphs} graphs, torch.compile {ref_graphs} " \
                                  f"(fullgraph={fullgraph})"
 

@@ -78,8 +78,9 @@ def assembled(monkeypatch):
 
 def test_a_miss_and_a_hit_end_in_the_same_assemble(assembled):
     m = _net()
+    hits = kiln.stats().graph_cache_hits  # earlier tests in this process may have hit too
     first, second = _compile(m), _compile(m)
-    assert kiln.stats().graph_cache_hits == 1
+    assert kiln.stats().graph_cache_hits == hits + 1
     fresh, hit = assembled
     assert fresh.local is not None and hit.local is None  # a hit derives what it lacks
     assert fresh.wrapper_source == hit.wrapper_source
