@@ -28,7 +28,7 @@ Two designs (``registers_enabled``):
   of ``CHUNK_BYTES`` looped over in RBLOCK blocks twice, the second pass from L2 (only about
   #SMs x chunk bytes are in flight). Measured 20% of copy bandwidth on an H200.
 
-``benchmarks/softmax_long_sweep.py`` measures both against hand-written variants (chunk
+``experiments/softmax-long-rows/softmax_long_sweep.py`` measures both against hand-written variants (chunk
 size, warps, spin, persistent grid) and the copy bandwidth.
 
 **Lagged units** (``Tiling.coop_lagged``, ``KILN_TRITON_COOPERATIVE=lagged``,
@@ -47,7 +47,7 @@ that its row's stats are long done (no wait), early enough that its chunk is sti
 a program that starts after it (every normalize unit's stats units come earlier in the
 order, and stats units never wait), so nothing depends on how many programs are resident,
 and under the Triton interpreter (programs one after another, in order) it runs as is. On
-an H200, hand-written (``benchmarks/softmax_long_sweep.py``, ``lag_*``): 85.0% of copy
+an H200, hand-written (``experiments/softmax-long-rows/softmax_long_sweep.py``, ``lag_*``): 85.0% of copy
 bandwidth on 1024x262144 float32 at 32 KB x 8 warps and a 10 MB lag, against 76-78% for the
 designs above; the lag matters (8 MB: 72%, 16 MB: 77%, 32 MB: 65%, the L2 misses).
 kiln's own kernel, the default since session 8, measures the same (85.1%; it had measured
@@ -102,7 +102,7 @@ COMBINABLE = ("sum", "max", "min")
 #: the chunk in registers (``Tiling.coop_registers``) when a config fits the row: one read
 REGISTERS = True
 #: registers: (chunk KB, warps, register cap or None) per config, the first the default; a
-#: chunk is one RBLOCK block. On an H200 (benchmarks/softmax_long_sweep.py, hand-written
+#: chunk is one RBLOCK block. On an H200 (experiments/softmax-long-rows/softmax_long_sweep.py, hand-written
 #: kernels): 64 KB x 16 warps at two programs per SM was best (77-81% of copy bandwidth);
 #: kiln's kernel needs 77 registers there (one program per SM), capped at 64 (a 16-byte spill)
 REGISTER_CONFIGS = ((64, 16, 64), (64, 16, None), (32, 8, None))
@@ -173,14 +173,14 @@ def partials_block(k: int, num_warps: int) -> int:
     num_warps). A smaller block shares the row's layout and is replicated across the tile:
     at K = 32 and 8 warps, every partial was loaded by 32 lanes, the K units of a row read
     the same few L2 lines thousands of times, and the lagged kernel measured 44-56% of copy
-    bandwidth on an H200 with its normalize units waiting (benchmarks/softmax_lag_bisect.py);
+    bandwidth on an H200 with its normalize units waiting (experiments/softmax-long-rows/softmax_lag_bisect.py);
     with the block as wide as the tile, 84-86%, as the hand-written kernel."""
     return max(1 << max(0, (k - 1).bit_length()), ROW_TILE_PER_THREAD * 32 * num_warps)
 
 
 def registers_enabled() -> bool:
     """The registers design unless ``REGISTERS`` is off or ``KILN_TRITON_COOPERATIVE=reread``
-    asks for the re-read one (benchmarks/softmax_long_sweep.py measures both)."""
+    asks for the re-read one (experiments/softmax-long-rows/softmax_long_sweep.py measures both)."""
     return REGISTERS and os.environ.get(ENV, "") != "reread"
 
 

@@ -17,7 +17,7 @@ process: eager, ``kiln_frontend.compile(backend=<eager>)`` and
 
 Ratios are from one run (the machine is shared); run it twice to see the spread.
 
-    python benchmarks/overhead.py [--calls N] [--repeats R] [--models a,b]
+    python experiments/call-overhead/overhead.py [--calls N] [--repeats R] [--models a,b]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _linear_stack():
 
 def _timm(name, **kw):
     def build():
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests-integration"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests-integration"))
         import _torchvision_shim
 
         _torchvision_shim.install()

@@ -3,9 +3,9 @@
     # the lent H200 (python3.12, torch 2.11, triton 3.6), from the repo root; JSON in --out
     python3 packages/frontend/hatch_build.py --inplace
     PYTHONPATH="$(python3 scripts/entry_points.py):$(ls -d packages/*/src | tr '\\n' ':')" \\
-        python3 -u benchmarks/softmax_long_sweep.py --out "$OUT"
+        python3 -u experiments/softmax-long-rows/softmax_long_sweep.py --out "$OUT"
     # no GPU: compile every variant for sm_90 only (what CI-less checking can do)
-    python benchmarks/softmax_long_sweep.py --compile-only
+    python experiments/softmax-long-rows/softmax_long_sweep.py --compile-only
 
 Why (issue 11, item 3): kiln's looped online softmax reads each row twice from DRAM and
 writes it once, so it tops out near 2/3 of copy bandwidth; the cooperative-rows kernel
@@ -47,7 +47,10 @@ import traceback
 
 import triton
 import triton.language as tl
-from _common import environ
+
+# benchmarks/_common.py (the environment record every benchmark writes)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+from _common import environ  # noqa: E402
 
 T0 = time.perf_counter()
 SHAPES = [(1024, 262144), (256, 1048576), (4096, 65536)]

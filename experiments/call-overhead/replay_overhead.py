@@ -20,7 +20,7 @@ Two measurements, each on a graph so small that its kernels cost next to nothing
 Numbers are microseconds per call, the median of ``--repeats`` runs of ``--calls`` calls;
 the machine is shared, so compare rows from one run.
 
-    python benchmarks/replay_overhead.py [--calls N] [--repeats R] [--baseline REV]
+    python experiments/call-overhead/replay_overhead.py [--calls N] [--repeats R] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_SRC = "packages/runtime/src/kiln_runtime/cudagraphs.py"
 
 

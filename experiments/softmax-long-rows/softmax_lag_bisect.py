@@ -1,9 +1,9 @@
 """Why kiln's generated lagged softmax kernel is slower than the hand-written one (issue 11).
 
     # the lent H200, from the repo root (see softmax_long_sweep.py for the set-up)
-    python3 -u benchmarks/softmax_lag_bisect.py --out "$OUT"
+    python3 -u experiments/softmax-long-rows/softmax_lag_bisect.py --out "$OUT"
     # no GPU: every edit applies and every variant is right under the interpreter
-    TRITON_INTERPRET=1 python benchmarks/softmax_lag_bisect.py --interpret-smoke
+    TRITON_INTERPRET=1 python experiments/softmax-long-rows/softmax_lag_bisect.py --interpret-smoke
 
 kiln's kernel (``KILN_TRITON_COOPERATIVE=lagged``) is generated for each shape, then launched
 three ways in one process: through kiln's own wrapper and launcher, verbatim through this

@@ -14,7 +14,7 @@ The real per-launch cost on a GPU adds Triton's C launcher and the driver (measu
 lead on the H200). Run before and after a launcher change; numbers from a shared machine
 are noisy: compare runs taken back to back.
 
-    python benchmarks/launch_overhead.py [--layers N] [--calls C] [--repeats R] [--json PATH]
+    python experiments/call-overhead/launch_overhead.py [--layers N] [--calls C] [--repeats R] [--json PATH]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Issue 12's CPU training levers, each switched on in turn, in one process (an A/B/C/D run).
 
-    python benchmarks/train_levers.py block            # or bert-small, mlp, resnet18
-    python benchmarks/train_levers.py block --rounds 30 --threads 2
+    python experiments/train-levers/train_levers.py block            # or bert-small, mlp, resnet18
+    python experiments/train-levers/train_levers.py block --rounds 30 --threads 2
 
 Builds eager, inductor and one kiln model per row of ``VARIANTS`` (each compiled with the
 levers of its row on and the others off; every variant's first step is checked against
@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("KILN_GRAPH_CACHE", "0")  # each variant compiles its own graphs
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests-integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # train.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests-integration"))
 import torch  # noqa: E402
 
 LEVERS = ("view-chains", "flash-bw-kept", "embed-bw-kept", "cat-rows")
