@@ -11,6 +11,7 @@
 
 from .core_ops import CORE_OP_GROUPS, CORE_OPS, is_core_op
 from .decompositions import FUNCTION_RULES, KEEP, core_decompositions
+from .flex_attention import flex_attention_dense  # noqa: F401  (registers its rule)
 from .inference import (
     AliasedInputMutationError,
     InferenceInfo,

@@ -253,6 +253,14 @@ class InstructionTranslatorBase:
 
                 return self.output.create_graph_op("call_function", torch.select,
                                                    [obj, ConstantVariable(0), index], {})
+            if getattr(self.output, "getitem_as_index", False):
+                # inside a FlexAttention mod: ``table[q_idx]`` with 0-d index tensors is
+                # aten.index, not an int read (hops/flex_attention.py)
+                from .hops.flex_attention import index_with_tensors
+
+                indexed = index_with_tensors(self, obj, index)
+                if indexed is not None:
+                    return indexed
             return self.output.create_graph_op("call_function", operator.getitem,
                                                [obj, index], {})
         if hasattr(obj, "getitem"):

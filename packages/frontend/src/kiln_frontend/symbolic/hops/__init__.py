@@ -139,4 +139,5 @@ def _load_entries() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import autograd_function, control_flow  # noqa: F401
+        from . import autograd_function, checkpoint, control_flow  # noqa: F401
+        from . import flex_attention  # noqa: F401
