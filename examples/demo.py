@@ -5,8 +5,8 @@
 1. The seed toy_example: frame capture with a graph break (three graphs), guards.
 2. `cos(x) + sin(y)` through the full `kiln` backend: one fused C++ kernel.
 3. `dynamic=True`: one graph over symbolic sizes s0, s1, no recompile on new shapes.
-4. A real model (a transformer encoder block and timm's resnet18 when installed), steady-state
-   speed against eager.
+4. Real models (a transformer encoder block, GPT-2 from a config, timm's resnet18), kiln beside
+   torch.compile: steady-state speed over eager and cold compile time, one table.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 import kiln
 import kiln_frontend
 import torch
+import torch._dynamo  # the demo compares with torch.compile; kiln never imports it
 
 
 def banner(title: str) -> None:
@@ -158,29 +159,86 @@ class EncoderBlock(torch.nn.Module):
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
-def real_models() -> None:
-    banner("4. real models, eval mode: kiln vs eager")
+def _real_models() -> list[tuple[str, torch.nn.Module, tuple]]:
+    """The models of section 4: ones where compiling matters on a CPU (pointwise chains,
+    norms and attention between the matmuls), built without downloads."""
+    torch.manual_seed(0)
     models = [("transformer encoder block", EncoderBlock().eval(), (torch.randn(8, 128, 256),))]
-    try:
+    try:  # torchvision does not import beside this torch: timm and transformers need the shim
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests-integration"))
         import _torchvision_shim
 
         _torchvision_shim.install()
+    except Exception as e:
+        print(f"(the torchvision shim is not available: {e})")
+    try:
+        import transformers
+
+        config = transformers.GPT2Config(n_layer=2, n_embd=256, n_head=4, n_positions=256,
+                                         vocab_size=1000, bos_token_id=0, eos_token_id=0,
+                                         use_cache=False)
+        models.append(("GPT-2 (2 layers, from config)", transformers.GPT2Model(config).eval(),
+                       (torch.randint(0, 1000, (4, 128)),)))
+    except Exception as e:  # transformers is optional for the demo
+        print(f"(transformers not available: {e})")
+    try:
         import timm
 
-        models.append(("timm resnet18", timm.create_model("resnet18").eval(), (torch.randn(4, 3, 160, 160),)))
+        models.append(("timm resnet18", timm.create_model("resnet18").eval(),
+                       (torch.randn(4, 3, 160, 160),)))
     except Exception as e:  # timm is optional for the demo
         print(f"(timm not available: {e})")
-    for name, model, args in models:
-        with torch.no_grad():
-            compiled = kiln.compile(model)
-            t0 = time.perf_counter()
-            out = compiled(*args)
-            cold = time.perf_counter() - t0
-            torch.testing.assert_close(out, model(*args), rtol=1e-3, atol=1e-3)
-        t_eager, t_kiln = bench(model, args), bench(compiled, args)
-        print(f"{name:28} cold compile {cold:6.1f} s   eager {t_eager * 1e3:7.2f} ms   "
-              f"kiln {t_kiln * 1e3:7.2f} ms   speedup {t_eager / t_kiln:.2f}x")
+    return models
+
+
+def _first_tensor(out):
+    """A model's main output (HF models return a ModelOutput)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    return out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
+
+
+def _compiled_row(compile_fn, model, args) -> tuple[float, float, object]:
+    """(cold compile seconds, steady seconds per call, compiled model) for one compiler,
+    its first result checked against eager."""
+    with torch.no_grad():
+        compiled = compile_fn(model)
+        t0 = time.perf_counter()
+        out = compiled(*args)
+        cold = time.perf_counter() - t0
+        torch.testing.assert_close(_first_tensor(out), _first_tensor(model(*args)),
+                                   rtol=1e-3, atol=1e-3)
+    return cold, bench(compiled, args), compiled
+
+
+def real_models() -> None:
+    """kiln beside torch.compile (inductor) on the same models, in one run. Set
+    KILN_DEMO_NO_INDUCTOR=1 to leave torch.compile out (its cold compile takes a while)."""
+    with_inductor = os.environ.get("KILN_DEMO_NO_INDUCTOR") != "1"
+    banner("4. real models, eval mode: kiln beside torch.compile (inductor), speed over eager")
+    rows = []
+    for name, model, args in _real_models():
+        print(f"  {name} ...", flush=True)
+        t_eager = bench(model, args)
+        kiln_cold, t_kiln, _ = _compiled_row(kiln.compile, model, args)
+        if with_inductor:
+            torch._dynamo.reset()
+            inductor_cold, t_inductor, _ = _compiled_row(torch.compile, model, args)
+        else:
+            inductor_cold = t_inductor = float("nan")
+        rows.append((name, t_eager, t_inductor, inductor_cold, t_kiln, kiln_cold))
+    print(f"\n{'model':30} {'eager':>9} {'torch.compile':>22} {'kiln':>22}")
+    print(f"{'':30} {'ms':>9} {'ms  (x eager)  cold s':>22} {'ms  (x eager)  cold s':>22}")
+    def cell(t: float, cold: float, t_eager: float) -> str:
+        if t != t:  # left out (NaN)
+            return f"{'(not run)':>22}"
+        return f"{t * 1e3:8.2f} ({t_eager / t:4.2f}x) {cold:6.1f}"
+
+    for name, t_eager, t_ind, cold_ind, t_kiln, cold_kiln in rows:
+        print(f"{name:30} {t_eager * 1e3:9.2f} {cell(t_ind, cold_ind, t_eager)} "
+              f"{cell(t_kiln, cold_kiln, t_eager)}")
+    print("\n(median of 20 calls after 3 warm-ups; cold = first call, compile included; "
+          f"{torch.get_num_threads()} threads; a busy machine makes every column slower)")
     print(f"\nkiln.stats(): {kiln.stats()}")
 
 
