@@ -128,6 +128,8 @@ def _writes_in_place(node: torch.fx.Node) -> bool:
     if node.target is operator.setitem or node.kwargs.get("out") is not None or \
             node.kwargs.get("inplace") is True:
         return True
+    if node.target in (operator.and_, operator.or_, operator.not_):  # ``a & b``: a new value
+        return False
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")
 
