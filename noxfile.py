@@ -10,6 +10,7 @@ multi-GB CUDA build); the packages themselves declare `torch>=2.11`.
 
 from __future__ import annotations
 
+import glob
 import os
 
 import nox
@@ -92,7 +93,17 @@ def tests(session: nox.Session) -> None:
 
 # CPython 3.13 (issue 30): torch for cp313 is the registry's standard Linux wheel, with its
 # CUDA runtime packages as dependencies (several GB, kept by pip's cache); it runs on CPU.
-PYTHON_313 = os.environ.get("KILN_NOX_PYTHON_313", "3.13")
+def _python_313() -> str:
+    """pyenv's 3.13 where there is one (these machines install 3.13.0 under pyenv, whose
+    ``python3.13`` shim on PATH fails unless 3.13 is a selected pyenv version), else
+    ``python3.13`` from PATH; ``KILN_NOX_PYTHON_313`` overrides both."""
+    if os.environ.get("KILN_NOX_PYTHON_313"):
+        return os.environ["KILN_NOX_PYTHON_313"]
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13")))
+    return found[-1] if found else "3.13"
+
+
+PYTHON_313 = _python_313()
 #: what tests_py313 runs: the frontend suite (the soundness modules are part of it) and the
 #: integration tests that capture real models
 PY313_TESTS = (
