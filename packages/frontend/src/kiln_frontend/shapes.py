@@ -218,7 +218,8 @@ def dynamic_dims_for(output: Any, source: Source, value: torch.Tensor) -> tuple[
     frame's ``dynamic`` setting, ``mark_dynamic`` and the automatic-dynamic record in
     ``frame_state``."""
     ndim = value.dim()
-    if ndim == 0 or value.layout != torch.strided or value.is_nested:
+    if ndim == 0 or value.layout != torch.strided or value.is_nested or \
+            hasattr(type(value), "__tensor_flatten__"):  # subclasses: static sizes
         return ()
     dims: set[int] = set(getattr(value, DYNAMIC_DIMS_ATTR, ()))
     dynamic = output.dynamic

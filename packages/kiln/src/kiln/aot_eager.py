@@ -54,6 +54,11 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: Sequence, option
     """The ``aot_eager`` backend: aotgrad's graphs (inference, or forward and backward) run
     with torch ops, no loopir and no codegen."""
     config = Options.from_user(options)
+    from .subclasses import compile_subclass_graph, has_subclasses
+
+    if has_subclasses(gm, example_inputs):  # tensor subclasses: a plain graph inside
+        return compile_subclass_graph(
+            gm, example_inputs, lambda g, xs: aot_eager_backend(g, xs, options))
     trace = DebugTrace.for_compile(config)
     trace.write("fx_graph.txt", gm)
     try:

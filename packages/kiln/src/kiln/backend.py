@@ -31,6 +31,7 @@ from .codegens import codegen_by_name, codegen_for_device, prepare_codegen
 from .debug import NO_TRACE, DebugTrace
 from .options import Options
 from .stages import KilnCompileError, lower_and_schedule
+from .subclasses import compile_subclass_graph, has_subclasses
 from .training import compile_training
 from .wrappers import needs_autograd, non_strided_tensors, run_eagerly
 
@@ -58,6 +59,9 @@ def loopir_interpret_backend(gm: torch.fx.GraphModule, example_inputs: Sequence,
 
 def compile_graph(gm, example_inputs: Sequence, config: Options, table=stages.KILN) -> Callable:
     """One torch-level graph: a cache hit or the stages, then assemble."""
+    if has_subclasses(gm, example_inputs):  # tensor subclasses: a plain graph inside
+        return compile_subclass_graph(
+            gm, example_inputs, lambda g, xs: compile_graph(g, xs, config, table))
     declined = non_strided_tensors(gm, example_inputs)
     if declined or needs_autograd(gm, example_inputs):
         return run_eagerly(gm, declined) if declined else _training(gm, example_inputs, config, table)

@@ -143,10 +143,20 @@ class TensorVariable(VariableTracker):
             return UncapturedTensorVariable.wrap(
                 builder, value, f"a {layout} tensor: only strided tensors are captured "
                                 "(sparse tensors run eagerly)")
+        from .tensor_subclass import guard_subclass, traceable_subclass
+
+        if traceable_subclass(type(value)):  # flattened by the backend (tensor_subclass.py)
+            try:
+                if builder.guard and builder.source is not None:
+                    guard_subclass(builder.tx.output, builder.source, value)
+            except Unsupported as e:
+                return UncapturedTensorVariable.wrap(builder, value, str(e))
+            return builder.tx.output.add_graph_input(builder.source, value)
         if not plain_tensor_class(type(value)):
             return UncapturedTensorVariable.wrap(
                 builder, value, f"a {type(value).__qualname__}, a tensor subclass that "
-                                "overrides torch's functions: kiln captures plain tensors only "
+                                "overrides torch's functions (__torch_function__): kiln "
+                                "captures plain tensors and traceable subclasses only "
                                 "(its uses run eagerly)")
         return builder.tx.output.add_graph_input(builder.source, value)
 
