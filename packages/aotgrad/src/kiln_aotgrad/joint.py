@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from . import checkpoint
 from .decompositions import core_decompositions, function_rules
 from .effects import eliminate_dead_code
 from .inference import (
@@ -135,13 +137,18 @@ def trace_joint(
     requires_grad = [isinstance(p, torch.Tensor) and p.requires_grad for p in fake_primals]
     grad_primals = [i for i, rg in enumerate(requires_grad) if rg]
 
+    # checkpoint regions: interpreted node by node so their tags reach the ATen nodes
+    regions = checkpoint.tagged(gm)
+    module = checkpoint.InterpretedModule(gm) if regions else gm
+    prefix = "inner." if regions else ""
+
     def call(primals):
-        params = dict(zip(lifted_names, primals[:n_lifted], strict=True))
+        params = {prefix + k: v for k, v in zip(lifted_names, primals[:n_lifted], strict=True)}
         user_args = tuple(primals[n_lifted:])
-        with torch.enable_grad(), function_rules():
+        with torch.enable_grad(), function_rules(), checkpoint.interpreted(regions):
             if params and isinstance(gm, torch.nn.Module):
-                return torch.func.functional_call(gm, params, user_args)
-            return gm(*user_args)
+                return torch.func.functional_call(module, params, user_args)
+            return module(*user_args)
 
     # 0. a probe run on fake tensors: the output structure, and which outputs need a tangent
     dispatcher = _python_dispatcher if symbolic else contextlib.nullcontext
@@ -182,8 +189,11 @@ def trace_joint(
         step1 = make_fx(joint, decomposition_table=table, tracing_mode="real")(
             *fake_primals, *fake_tangents
         )
-        functional = torch.func.functionalize(step1, remove="mutations")
-        with torch.no_grad(), _real_constants_allowed(fake_mode):
+        functional = torch.func.functionalize(
+            functools.partial(checkpoint.run_interpreted, step1) if regions else step1,
+            remove="mutations")
+        with torch.no_grad(), _real_constants_allowed(fake_mode), \
+                checkpoint.interpreted(regions):
             step2 = make_fx(functional, decomposition_table=table, tracing_mode="real")(
                 *fake_primals, *fake_tangents
             )

@@ -21,6 +21,10 @@ recompute (the fewest bytes possible), and among those plans recompute the least
 solved by Lagrangian relaxation: the price per recomputed byte is the knapsack's multiplier,
 found by bisection (saved bytes do not increase as the price falls, so the plans shrink
 monotonically with ``f``).
+
+Activation-checkpoint regions (``checkpoint.py``) override the op kinds: a node the region
+recomputes can never be saved and costs nothing to recompute (a matmul too), so the cut falls
+on what enters the region; a node a selective policy saves runs in the forward.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
+from . import checkpoint
 from .core_ops import CORE_OP_GROUPS
 from .effects import eliminate_dead_code, runs_for_effect
 from .joint import JointGraph
@@ -175,6 +180,8 @@ class _JointView:
         }
         # nodes run for their effect (a check that raises), in the graph whose values they read
         effects = [n for n in self.nodes if n.op == "call_function" and runs_for_effect(n)]
+        # activation-checkpoint regions: forward nodes to recompute or to keep
+        self.checkpoint = checkpoint.decisions(self.nodes, self.backward, self.fw_outputs)
         self.fw_effects = [n for n in effects if n not in self.backward]
         self.bw_effects = [n for n in effects if n in self.backward]
 
@@ -261,13 +268,19 @@ def _min_cut(view: _JointView, price: float) -> list[torch.fx.Node]:
         if n in view.backward:
             net.add_edge(n_in, sink, INF)
             continue
-        net.add_edge(n_in, n_out, saved_bytes_of(n))
-        if n.op == "placeholder" or not _recomputable(n) or n in fw_required:
-            net.add_edge(source, n_in, INF)
+        decision = view.checkpoint.get(n)
+        if decision == checkpoint.RECOMPUTE and n not in fw_required:
+            # inside a checkpoint region: never saved, recomputed for free (matmuls too)
+            net.add_edge(n_in, n_out, INF)
         else:
-            cost = _recompute_cost(n, price)
-            if cost > 0:
-                net.add_edge(source, n_in, cost)
+            net.add_edge(n_in, n_out, saved_bytes_of(n))
+            if n.op == "placeholder" or not _recomputable(n) or n in fw_required or \
+                    decision == checkpoint.SAVE:
+                net.add_edge(source, n_in, INF)
+            else:
+                cost = _recompute_cost(n, price)
+                if cost > 0:
+                    net.add_edge(source, n_in, cost)
         for user in n.users:
             if user.op != "output":
                 net.add_edge(n_out, (user, "in"), INF)

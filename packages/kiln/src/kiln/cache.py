@@ -409,6 +409,7 @@ def normalized_graph(gm: torch.fx.GraphModule) -> tuple[str, GraphNames]:
     counter = itertools.count()
     lines: list[str] = []
     modules: dict[str, str] = {}
+    regions: dict[Any, int] = {}
 
     def arg(a: Any) -> str:
         if isinstance(a, torch.fx.Node):
@@ -430,7 +431,7 @@ def normalized_graph(gm: torch.fx.GraphModule) -> tuple[str, GraphNames]:
             continue
         name = f"v{next(counter)}"
         node_names[n] = name
-        call = f"({arg(n.args)[1:-1].rstrip(',')}; {arg(n.kwargs)})"
+        call = f"({arg(n.args)[1:-1].rstrip(',')}; {arg(n.kwargs)})" + _recompute_text(n, regions)
         if n.op == "call_function":
             lines.append(f"{name} = {_callable_name(n.target)}{call}")
         elif n.op == "call_method":
@@ -451,6 +452,18 @@ def normalized_graph(gm: torch.fx.GraphModule) -> tuple[str, GraphNames]:
             raise NotCacheable(f"unknown node kind {n.op}")
     lines += [f"{m}: {text}" for m, text in modules.items()]
     return "\n".join(lines), names
+
+
+def _recompute_text(n: torch.fx.Node, regions: dict[Any, int]) -> str:
+    """An activation-checkpoint region's tag (it changes what the partition saves). A selective
+    policy is a function whose closure no text captures: such graphs are not cached."""
+    policy = n.meta.get("recompute")
+    if policy is None:
+        return ""
+    if callable(policy):
+        raise NotCacheable("a selective activation-checkpoint policy")
+    region = regions.setdefault(n.meta.get("ac_graph_id"), len(regions))  # numbered per graph
+    return f" @recompute({policy.name}, {region})"
 
 
 def _inputs_text(example_inputs: Sequence) -> str:
