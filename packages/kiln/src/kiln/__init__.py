@@ -9,6 +9,8 @@
     print(kiln.stats())
 
 - ``kiln.compile``: torch.compile's signature over kiln's frontend, backend ``"kiln"``.
+- ``kiln.compile_repeated_blocks(model)`` / ``@kiln.compile_region``: one compile serves every
+  instance of a repeated block (regional compilation).
 - ``kiln.Options``: the backend's options (``codegen``, ``debug``, ``debug_dir``, ``cpp_flags``,
   ``mode``); ``KILN_COMPILE_DEBUG=1`` writes a debug folder per compiled graph.
 - ``kiln.stats()`` / ``kiln.reset_stats()``: graphs compiled, kernels, cache hits, fallbacks.
@@ -26,12 +28,15 @@ from __future__ import annotations
 from . import higher_order  # noqa: F401  (installs loopir's subgraph compiler)
 from .api import compile
 from .options import Options
+from .regional import compile_region, compile_repeated_blocks
 from .stats import Stats, reset_stats, stats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "compile",
+    "compile_repeated_blocks",
+    "compile_region",
     "Options",
     "Stats",
     "stats",
