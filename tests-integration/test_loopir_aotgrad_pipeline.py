@@ -1,14 +1,13 @@
-"""loopir on graphs from kiln_aotgrad.trace_inference (test-only dependency)."""
+"""loopir on graphs from kiln_aotgrad.trace_inference (here, not in loopir's tests: loopir does not
+depend on aotgrad)."""
 
 from __future__ import annotations
 
+import kiln_aotgrad
+import kiln_loopir as K
 import pytest
 import torch
 import torch.nn.functional as F
-
-kiln_aotgrad = pytest.importorskip("kiln_aotgrad")
-
-import kiln_loopir as K  # noqa: E402
 
 
 def _symbolic(*tensors):

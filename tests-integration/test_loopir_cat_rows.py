@@ -8,6 +8,12 @@ and so does a cat along an outer dim or of short rows."""
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# loopir's test helpers (trace, lower, schedule, interpret, compare with eager)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "loopir" / "tests"))
+
 import pytest
 import torch
 from helpers import check

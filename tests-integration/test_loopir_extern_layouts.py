@@ -8,6 +8,12 @@ said ``[b, t, h, d]``: the kernel after SDPA read it transposed."""
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# loopir's test helpers (trace, lower, schedule, interpret, compare with eager)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "loopir" / "tests"))
+
 import kiln_loopir as K
 import pytest
 import torch

@@ -8,6 +8,12 @@ instead of passing ``mm`` the buffer with transposed strides, as eager does."""
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# loopir's test helpers (trace, lower, schedule, interpret, compare with eager)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "loopir" / "tests"))
+
 import torch
 from helpers import check
 from kiln_loopir.ir import ComputedBuffer, ExternKernel, ReinterpretView

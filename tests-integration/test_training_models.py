@@ -270,7 +270,7 @@ def run_triton_case(name: str) -> None:
 @pytest.mark.triton_interpret
 @pytest.mark.parametrize("name", sorted(_TRITON_MODELS))
 def test_trains_like_eager_through_triton(name, tmp_path):
-    pytest.importorskip("kiln_codegen_triton")
+    import kiln_codegen_triton  # noqa: F401  (installed with kiln: a broken import fails)
     here = Path(__file__).resolve().parent
     code = (
         f"import sys; sys.path.insert(0, {str(here)!r}); "

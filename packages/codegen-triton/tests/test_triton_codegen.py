@@ -37,21 +37,6 @@ def test_cos_plus_sin_is_one_kernel_one_read_each_one_write():
     assert "pointwise1d" in c.module.meta["output_code"] or "pointwise1d" in c.module.wrapper_source
 
 
-def test_dynamic_sin_cos_one_kernel_two_stores_wrapper_computes_xnumel():
-    kiln = pytest.importorskip("kiln")  # the full install (nox -s tests); not a dependency
-
-    def f(x):
-        y = x.sin()
-        z = y.cos()
-        return y, z
-
-    compiled = kiln.compile(f, dynamic=True, options={"codegen": "triton"})
-    for shape in [(3, 5), (4, 7)]:
-        x = torch.randn(shape)
-        for a, e in zip(compiled(x), f(x), strict=True):
-            torch.testing.assert_close(a, e)
-
-
 def test_dynamic_sizes_are_kernel_arguments():
     import kiln_loopir
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -206,37 +191,7 @@ def test_mm_epilogue_fuses_into_the_next_kernel():
     assert len(c.module.kernels) == 1  # bias + relu in one Triton kernel after the aten mm
 
 
-# ---------------------------------------------------------------- kiln integration
-
-
-def test_kiln_compile_with_triton_codegen_runs_generated_kernels(monkeypatch):
-    monkeypatch.setenv("KILN_GRAPH_CACHE", "0")  # compile here, not load from an earlier run
-    kiln = pytest.importorskip("kiln")  # the full install (nox -s tests); not a dependency
-
-    kiln.reset_stats()
-
-    def f(x):
-        return torch.tanh(x) * torch.sigmoid(x).sum(-1, keepdim=True)
-
-    compiled = kiln.compile(f, options={"codegen": "triton"})
-    x = torch.randn(9, 20)
-    torch.testing.assert_close(compiled(x), f(x))
-    s = kiln.stats()
-    assert s.kernels_generated > 0 and s.interpreter_fallbacks == 0 and s.eager_fallbacks == 0, s
-
-
-def test_sources_land_in_the_debug_folder(tmp_path, monkeypatch):
-    kiln = pytest.importorskip("kiln")  # the full install (nox -s tests); not a dependency
-    debug = pytest.importorskip("kiln.debug")
-
-    monkeypatch.setattr(debug, "_run_dir", None)  # a fresh run folder, under tmp_path
-
-    compiled = kiln.compile(lambda x: x.exp() + 1, options={"codegen": "triton", "debug": True,
-                                                            "debug_dir": str(tmp_path)})
-    x = torch.randn(10)
-    torch.testing.assert_close(compiled(x), x.exp() + 1)
-    text = "\n".join(p.read_text() for p in tmp_path.rglob("output_code.py"))
-    assert "@triton.jit" in text and "def call(args)" in text
+# ---------------------------------------------------------------- kernels that do not load
 
 
 def test_a_kernel_that_does_not_load_falls_back_to_the_interpreter(monkeypatch, caplog):

@@ -93,24 +93,6 @@ def test_kiln_calls_torch_compiled_function(torch_backend, no_internal_errors):
     assert_kiln_still_captures()
 
 
-@pytest.mark.parametrize("torch_backend", TORCH_BACKENDS)
-def test_kiln_package_compile_calls_torch_compiled_function(torch_backend, no_internal_errors):
-    kiln = pytest.importorskip("kiln")
-
-    @torch.compile(backend=torch_backend)
-    def g(x):
-        return torch.relu(x) - 0.5
-
-    def f(x):
-        return g(x + 1).sum(0) * 2
-
-    x = torch.randn(3, 4)
-    t0 = time.perf_counter()
-    out = kiln.compile(f)(x)
-    assert time.perf_counter() - t0 < 60  # kiln's own compile of two small graphs
-    assert_close(out, f(x))
-
-
 def test_torch_compiled_module_inside_kiln(no_internal_errors):
     lin = torch.nn.Linear(4, 3)
     opt = torch.compile(lin, backend="eager")

@@ -1,5 +1,6 @@
-"""Test helpers: trace functions to ATen graphs (make_fx + torch's core decompositions, or
-kiln_aotgrad.trace_inference when installed), lower, schedule and interpret them."""
+"""Test helpers: trace functions to ATen graphs (make_fx + torch's core decompositions), lower,
+schedule and interpret them. ``via="aotgrad"`` (kiln_aotgrad.trace_inference) is for the loopir
+tests in tests-integration: loopir does not depend on aotgrad, so its own tests never ask for it."""
 
 from __future__ import annotations
 

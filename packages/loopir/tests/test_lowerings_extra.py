@@ -1,7 +1,7 @@
 """Lowerings of norms, scans, scatter_reduce/index_reduce, adaptive pooling and pointwise
 specials (lowerings/norms.py, scans.py, scatter_reduce.py, resize.py, special.py): each checked
-against eager through the interpreter for several dtypes, and a few through the C++ codegen;
-none may take the aten fallback."""
+against eager through the interpreter for several dtypes (a few also through the C++ codegen:
+codegen-cpp's test_loopir_lowerings_cpp.py); none may take the aten fallback."""
 
 from __future__ import annotations
 
@@ -132,52 +132,6 @@ def test_pointwise_specials(dtype):
           x, e, **_tol(dtype))
     _no_fallback("aten::digamma.default", "aten::polygamma.default", "aten::ldexp.Tensor",
                  "aten::angle.default", "aten::narrow_copy.default")
-
-
-# ---- through the C++ codegen ----------------------------------------------------------------
-
-
-def _cpp(fn, *args, atol=None, rtol=None):
-    pytest.importorskip("kiln_codegen_cpp")
-    from kiln_codegen_cpp import compile_fx
-
-    gm = torch.fx.symbolic_trace(fn)
-    compiled = compile_fx(gm, list(args))
-    out = compiled(*args)
-    ref = torch.utils._pytree.tree_leaves(fn(*args))
-    assert len(out) == len(ref)
-    kw = {} if atol is None else dict(atol=atol, rtol=rtol)
-    for a, b in zip(out, ref, strict=True):
-        torch.testing.assert_close(a, b, equal_nan=True, **kw)
-
-
-def test_cpp_norms_and_scans():
-    x = torch.randn(6, 9)
-    x[2, 2] = float("nan")
-    _cpp(lambda x: (torch.linalg.vector_norm(x, 2, dim=1), torch.linalg.vector_norm(x, math.inf),
-                    torch.linalg.vector_norm(x, 3.0, dim=0), torch.cumsum(x, 1), torch.cumprod(x, 0),
-                    torch.cummax(x, 1), torch.cummin(x.half(), 0), torch.logcumsumexp(x, 1)),
-         x, atol=1e-5, rtol=1e-5)
-    _no_fallback("aten::linalg_vector_norm.default", "aten::cumsum.default", "aten::cummax.default",
-                 "aten::cummin.default", "aten::logcumsumexp.default", "aten::cumprod.default")
-
-
-def test_cpp_scatter_reduce_pooling_specials():
-    x = torch.randn(5, 6)
-    idx = torch.tensor([[0, 1, 2, 0, 1, 3], [4, 0, 1, 2, 3, 4]])
-    src = torch.randn(2, 6)
-    xi = torch.randint(-9, 9, (5, 6))
-    _cpp(lambda x, idx, src, xi: (torch.scatter_reduce(x, 0, idx, src, "amax", include_self=False),
-                                  torch.scatter_reduce(x, 0, idx, src, "mean"),
-                                  torch.scatter_reduce(xi, 0, idx, xi[:2], "mean", include_self=False),
-                                  x.index_reduce(0, idx[0, :4], src.repeat(2, 1), "prod"),
-                                  F.adaptive_avg_pool2d(x[None], (4, 4)),
-                                  F.adaptive_max_pool2d(x[None], (2, 4), return_indices=True),
-                                  torch.digamma(x * 4), torch.polygamma(1, x * 4)),
-         x, idx, src, xi)
-    _no_fallback("aten::scatter_reduce.two", "aten::index_reduce.default",
-                 "aten::_adaptive_avg_pool2d.default", "aten::adaptive_max_pool2d.default",
-                 "aten::digamma.default", "aten::polygamma.default")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])

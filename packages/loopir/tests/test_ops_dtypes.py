@@ -246,16 +246,6 @@ def test_fallback_multi_output():
     check(lambda x: (torch.sort(x, 1)[0] * 2, torch.topk(x, 3).indices), x)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
-def test_unfold(dtype):
-    """``unfold`` (sliding windows) is a strided view: of an input, of a loop, of a transpose,
-    a 0-d tensor, and one window as long as the dim."""
-    x, y = make((3, 10), dtype, seed=9), make((), dtype, seed=10)
-    check(lambda x, y: (x.unfold(1, 4, 2), x.unfold(0, 2, 1).clone(),
-                        (x.t() if dtype == torch.bool else x.t() * 2).unfold(0, 3, 3),
-                        x.unfold(-1, 10, 1), y.unfold(0, 1, 1)), x, y, via="aotgrad")
-
-
 @pytest.mark.parametrize("exponent", [1, 2, 3, 2.0, 3.0, 0.5, -1.0, -2.0, -0.5, 1.5])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float16, torch.float32])
 def test_pow_scalar_exponent_dtypes(dtype, exponent):

@@ -49,16 +49,6 @@ def test_as_strided_inplace_on_a_computed_value():
     torch.testing.assert_close(out[0], f(x.clone()))
 
 
-def test_as_strided_of_a_value_laid_out_unlike_eager():
-    """as_strided addresses eager's storage: a value loopir realized with other strides than
-    eager's is copied into eager's layout first."""
-    def f(x):
-        y = x.transpose(0, 1) * 2.0  # eager keeps y laid out like x (strides [1, 5])
-        return torch.as_strided(y, [5, 4], [4, 1]) + 1.0
-
-    check(f, torch.randn(4, 5), via="aotgrad")
-
-
 def test_cat_of_many_inputs_writes_slices():
     """More inputs than a where-chain should load: one loop per input writing into its slice
     of the result (no aten fallback), each fusing its own pointwise producer."""
@@ -72,9 +62,3 @@ def test_cat_of_many_inputs_writes_slices():
     assert sum(counters["aten_fallbacks"].values()) == before
     _no_aten_fallback(graph)
     assert len([b for b in graph.buffers if isinstance(b, ScatterBuffer)]) == len(xs) - 1
-
-
-def test_cat_of_many_inputs_channels_last():
-    """The result keeps eager's (channels-last) layout; the slice loops index it."""
-    xs = [torch.randn(2, 2 + k, 3, 3).contiguous(memory_format=torch.channels_last) for k in range(10)]
-    check(lambda *xs: torch.cat(xs, 1).sin(), *xs, via="aotgrad")

@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 import warnings
 
+import kiln
 import pytest
 import torch
 from kiln_frontend import config, reset
-
-kiln = pytest.importorskip("kiln")
 
 
 @pytest.fixture(autouse=True)
