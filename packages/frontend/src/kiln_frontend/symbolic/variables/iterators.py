@@ -195,6 +195,10 @@ def pending_cleanup(gen: GeneratorVariable) -> bool:
         return False
     gen_tx = gen.gen_tx
     entry = gen_tx.instructions[gen_tx.ip - 1].exn_tab_entry
+    # 3.12+ covers the yield inside `yield from` with the delegation's own handler
+    # (CLEANUP_THROW): what covers that handler is the user's code around `yield from`
+    while entry is not None and entry.target.opname == "CLEANUP_THROW":
+        entry = entry.target.exn_tab_entry
     # (3.12+ wraps a generator's body in a handler turning StopIteration into RuntimeError)
     if entry is not None and entry.target.opname != "CALL_INTRINSIC_1":
         return True
