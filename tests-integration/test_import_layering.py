@@ -50,10 +50,6 @@ DEPENDS_ON = {
 KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
     "frontend": [
         frozenset({
-            "kiln_frontend.bytecode.instructions",
-            "kiln_frontend.bytecode.versions",
-        }),
-        frozenset({
             "kiln_frontend.convert",
             "kiln_frontend.eval_frame",
             "kiln_frontend.shapes",

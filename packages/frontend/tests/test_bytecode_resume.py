@@ -27,6 +27,7 @@ def _import_bytecode():
 
 bc = _import_bytecode()
 versions = bc.versions
+builders = bc.builders
 
 
 def _find(fn, pred, nth=0):
@@ -299,11 +300,11 @@ def test_simulated_graph_break_builds_resume_function_in_frame():
         # unbound), then call the resume function: [NULL, resume_fn, s1, s2, c, d]
         spill = []
         for slot in reversed(layout):
-            spill += versions.store_fast("__tmp_null" if slot is None else f"__tmp_{slot}")
-        make = versions.push_null() + versions.make_function(rc, rc.co_freevars)
-        call_it = (versions.load_fast("__tmp_s1") + versions.load_fast("__tmp_s2")
-                   + versions.load_fast("c") + versions.load_fast("d")
-                   + versions.call_function(4) + versions.return_value())
+            spill += builders.store_fast("__tmp_null" if slot is None else f"__tmp_{slot}")
+        make = builders.push_null() + builders.make_function(rc, rc.co_freevars)
+        call_it = (builders.load_fast("__tmp_s1") + builders.load_fast("__tmp_s2")
+                   + builders.load_fast("c") + builders.load_fast("d")
+                   + builders.call_function(4) + builders.return_value())
         insts[k:] = spill + make + call_it
 
     new = types.FunctionType(bc.transform_code(fn_src.__code__, transform), globals())
@@ -326,9 +327,9 @@ def test_simulated_graph_break_with_cells():
 
     def transform(insts, options):
         k = next(i for i, inst in enumerate(insts) if inst.offset == target.offset)
-        insts[k:] = (versions.make_function(rc, rc.co_freevars) + versions.load_fast("peek")
-                     + versions.call_function(1, push_null_before=True)
-                     + versions.return_value())
+        insts[k:] = (builders.make_function(rc, rc.co_freevars) + builders.load_fast("peek")
+                     + builders.call_function(1, push_null_before=True)
+                     + builders.return_value())
 
     new = types.FunctionType(bc.transform_code(_cellular.__code__, transform), globals())
     assert new(4) == _cellular(4)

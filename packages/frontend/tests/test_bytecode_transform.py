@@ -28,6 +28,7 @@ def _import_bytecode():
 
 bc = _import_bytecode()
 versions = bc.versions
+builders = bc.builders
 tables = importlib.import_module("kiln_frontend.bytecode.tables")
 
 # --------------------------------------------------------------------------------------
@@ -241,8 +242,8 @@ def _insert_after_resume(code, make):
 
 
 def _counter_call():
-    return (versions.load_global("_count", push_null=True) + versions.call_function(0)
-            + versions.pop_top())
+    return (builders.load_global("_count", push_null=True) + builders.call_function(0)
+            + builders.pop_top())
 
 
 def _run(fn, args):
@@ -257,7 +258,7 @@ def _run(fn, args):
 def test_edited_code_runs_identically(fn, arg_sets, edit):
     def edit_code(code):
         if edit == "nop":
-            return _insert_after_resume(code, versions.nop)
+            return _insert_after_resume(code, builders.nop)
         if edit == "counter":
             return _insert_after_resume(code, _counter_call)
         if edit == "nops_everywhere":
@@ -314,11 +315,11 @@ def _frame_summary(fn, *args):
 def test_tracebacks_keep_lines_and_columns_after_insertion():
     original = _frame_summary(_raiser, {})
     assert original.lineno == RAISE_LINE
-    code = _insert_after_resume(_raiser.__code__, lambda: versions.nop() + versions.nop() + _counter_call())
+    code = _insert_after_resume(_raiser.__code__, lambda: builders.nop() + builders.nop() + _counter_call())
 
     def transform(insts, options):  # also insert right before the failing subscript
         k = next(i for i, inst in enumerate(insts) if inst.opname == "BINARY_SUBSCR")
-        insts[k:k] = versions.nop()
+        insts[k:k] = builders.nop()
 
     code = bc.transform_code(code, transform)
     got = _frame_summary(_with_code(_raiser, code), {})
@@ -332,8 +333,8 @@ def test_new_instructions_inherit_the_previous_line():
     insts = bc.decode(code)
     k = next(i for i, inst in enumerate(insts) if inst.opname == "BINARY_SUBSCR")
     # make the inserted code itself raise: call a global that does not exist
-    insts[k:k] = (versions.load_global("_no_such_global_", push_null=True)
-                  + versions.call_function(0) + versions.pop_top())
+    insts[k:k] = (builders.load_global("_no_such_global_", push_null=True)
+                  + builders.call_function(0) + builders.pop_top())
     new = _with_code(_raiser, bc.assemble(insts, code))
     with pytest.raises(NameError) as info:
         new({})
@@ -345,24 +346,24 @@ def test_function_built_from_builders():
         pass
 
     insts = (
-        versions.resume()
-        + versions.load_global("_kw", push_null=True)
-        + versions.load_fast("a")
-        + versions.load_fast("b")
-        + versions.load_const(7)
-        + versions.call_function_kw(3, ("c",))
-        + versions.store_fast("res")
-        + versions.load_global("sorted")  # no NULL: inserted by call_function below
-        + versions.load_fast("res")
-        + versions.load_const(4)
-        + versions.binary_subscr()
-        + versions.call_function(1, push_null_before=True)
-        + versions.load_fast("res")
-        + versions.build_tuple(2)
-        + versions.unpack_sequence(2)
-        + versions.swap(2)
-        + versions.build_tuple(2)
-        + versions.return_value()
+        builders.resume()
+        + builders.load_global("_kw", push_null=True)
+        + builders.load_fast("a")
+        + builders.load_fast("b")
+        + builders.load_const(7)
+        + builders.call_function_kw(3, ("c",))
+        + builders.store_fast("res")
+        + builders.load_global("sorted")  # no NULL: inserted by call_function below
+        + builders.load_fast("res")
+        + builders.load_const(4)
+        + builders.binary_subscr()
+        + builders.call_function(1, push_null_before=True)
+        + builders.load_fast("res")
+        + builders.build_tuple(2)
+        + builders.unpack_sequence(2)
+        + builders.swap(2)
+        + builders.build_tuple(2)
+        + builders.return_value()
     )
     code = bc.assemble(insts, template.__code__)
     assert "res" in code.co_varnames
@@ -385,20 +386,20 @@ def test_call_builders_take_one_call_layout_on_every_version(nargs):
     args = list(range(nargs))
 
     def call(build_call, *pushes):
-        insts = versions.resume() + versions.push_null() + versions.load_global("_collect")
+        insts = builders.resume() + builders.push_null() + builders.load_global("_collect")
         for p in pushes:
             insts += p
-        insts += build_call + versions.return_value()
+        insts += build_call + builders.return_value()
         return types.FunctionType(bc.assemble(insts, template.__code__), globals())(0)
 
-    loads = [versions.load_const(v) for v in args]
-    assert call(versions.call_function(nargs), *loads) == _collect(*args)
-    kw = call(versions.call_function_kw(nargs + 1, ("c",)), *loads, versions.load_const(9))
+    loads = [builders.load_const(v) for v in args]
+    assert call(builders.call_function(nargs), *loads) == _collect(*args)
+    kw = call(builders.call_function_kw(nargs + 1, ("c",)), *loads, builders.load_const(9))
     assert kw == _collect(*args, c=9)
-    as_tuple = versions.load_const(tuple(args))
-    assert call(versions.call_function_ex(False), as_tuple) == _collect(*args)
-    kwargs = versions.load_const("c") + versions.load_const(5) + versions.build_map(1)
-    assert call(versions.call_function_ex(True), as_tuple, kwargs) == _collect(*args, c=5)
+    as_tuple = builders.load_const(tuple(args))
+    assert call(builders.call_function_ex(False), as_tuple) == _collect(*args)
+    kwargs = builders.load_const("c") + builders.load_const(5) + builders.build_map(1)
+    assert call(builders.call_function_ex(True), as_tuple, kwargs) == _collect(*args, c=5)
 
 
 def test_builders_method_calls_attributes_and_return_const():
@@ -406,23 +407,23 @@ def test_builders_method_calls_attributes_and_return_const():
         pass
 
     insts = (
-        versions.resume()
-        + versions.load_fast("s")
-        + versions.load_method("replace")
-        + versions.load_const("a")
-        + versions.load_const("b")
-        + versions.call_method(2)
-        + versions.store_fast("t")
-        + versions.load_fast("t")
-        + versions.load_attr("upper")
-        + versions.call_function(0, push_null_before=True)
-        + versions.load_fast("t")
-        + versions.compare_op("==")
-        + versions.pop_jump_if("true", None)
-        + versions.load_fast("t")
-        + versions.return_value()
+        builders.resume()
+        + builders.load_fast("s")
+        + builders.load_method("replace")
+        + builders.load_const("a")
+        + builders.load_const("b")
+        + builders.call_method(2)
+        + builders.store_fast("t")
+        + builders.load_fast("t")
+        + builders.load_attr("upper")
+        + builders.call_function(0, push_null_before=True)
+        + builders.load_fast("t")
+        + builders.compare_op("==")
+        + builders.pop_jump_if("true", None)
+        + builders.load_fast("t")
+        + builders.return_value()
     )
-    tail = versions.return_const("same")
+    tail = builders.return_const("same")
     jump = next(i for i in insts if i.opname in versions.CONDITIONAL_JUMPS)
     jump.target = tail[0]
     code = bc.assemble(insts + tail, template.__code__)
@@ -441,10 +442,10 @@ def test_make_function_builder_with_closure():
     inner = template.__code__.co_consts[1]
     assert isinstance(inner, types.CodeType)
     insts = (
-        versions.prologue(template.__code__.co_cellvars, ())
-        + versions.make_function(inner, ("x",))
-        + versions.call_function(0, push_null_before=True)
-        + versions.return_value()
+        builders.prologue(template.__code__.co_cellvars, ())
+        + builders.make_function(inner, ("x",))
+        + builders.call_function(0, push_null_before=True)
+        + builders.return_value()
     )
     fn = types.FunctionType(bc.assemble(insts, template.__code__), globals())
     assert fn(41) == 41
@@ -465,19 +466,19 @@ def test_backward_conditional_jumps(generic):
     }[generic]
     head = bc.create_instruction("LOAD_FAST", argval="i")
     insts = (
-        versions.resume()
-        + versions.build_list(0) + versions.store_fast("out")
-        + versions.load_fast("n") + versions.store_fast("i")
+        builders.resume()
+        + builders.build_list(0) + builders.store_fast("out")
+        + builders.load_fast("n") + builders.store_fast("i")
         + [head]
-        + versions.load_const(1) + versions.binary_op("-=") + versions.store_fast("i")
-        + versions.load_fast("out") + versions.load_method("append")
-        + versions.load_fast("i") + versions.call_method(1) + versions.pop_top()
-        + versions.load_global("cond", push_null=True) + versions.load_fast("i")
-        + versions.call_function(1)
+        + builders.load_const(1) + builders.binary_op("-=") + builders.store_fast("i")
+        + builders.load_fast("out") + builders.load_method("append")
+        + builders.load_fast("i") + builders.call_method(1) + builders.pop_top()
+        + builders.load_global("cond", push_null=True) + builders.load_fast("i")
+        + builders.call_function(1)
         # 3.13's POP_JUMP_IF_TRUE/FALSE take only bools
-        + (versions.to_bool() if generic in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE") else [])
+        + (builders.to_bool() if generic in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE") else [])
         + [bc.create_instruction(generic, target=head)]
-        + versions.load_fast("out") + versions.return_value()
+        + builders.load_fast("out") + builders.return_value()
     )
     code = bc.assemble(insts, template.__code__)
     names = [i.opname for i in bc.decode(code)]
@@ -537,35 +538,35 @@ def test_stack_depths_and_errors():
     def template():
         pass
 
-    bad = versions.resume() + versions.pop_top() + versions.return_const(None)
+    bad = builders.resume() + builders.pop_top() + builders.return_const(None)
     with pytest.raises(bc.BytecodeError, match="underflow"):
         bc.assemble(bad, template.__code__)
-    end = versions.return_value()
-    mismatch = (versions.resume() + versions.load_const(1) + versions.load_const(True)
-                + versions.pop_jump_if("true", end[0]) + versions.load_const(2) + end)
+    end = builders.return_value()
+    mismatch = (builders.resume() + builders.load_const(1) + builders.load_const(True)
+                + builders.pop_jump_if("true", end[0]) + builders.load_const(2) + end)
     with pytest.raises(bc.BytecodeError, match="inconsistent stack depth"):
         bc.assemble(mismatch, template.__code__)
     with pytest.raises(bc.BytecodeError, match="not in the list"):
-        bc.assemble(versions.resume() + versions.jump(bc.create_instruction("NOP")),
+        bc.assemble(builders.resume() + builders.jump(bc.create_instruction("NOP")),
                     template.__code__)
     with pytest.raises(TypeError):
-        bc.assemble(versions.resume() + versions.return_const(None), template.__code__,
+        bc.assemble(builders.resume() + builders.return_const(None), template.__code__,
                     co_code=b"")
 
 
 def test_stack_effect_and_classification():
-    ret = versions.return_value()[0]
+    ret = builders.return_value()[0]
     assert bc.is_return(ret) and bc.is_terminator(ret) and not bc.is_jump(ret)
-    j = versions.jump(ret)[0]
+    j = builders.jump(ret)[0]
     assert bc.is_jump(j) and bc.is_unconditional_jump(j) and not bc.is_conditional_jump(j)
-    c = versions.pop_jump_if("false", ret)[-1]  # 3.13: after a TO_BOOL
+    c = builders.pop_jump_if("false", ret)[-1]  # 3.13: after a TO_BOOL
     assert bc.is_conditional_jump(c) and not bc.is_terminator(c)
     assert bc.stack_effect(c, jump=True) == -1
-    assert sum(bc.stack_effect(i) for i in versions.load_global("g", push_null=True)) == 2
-    assert bc.stack_effect(versions.load_global("g")[0]) == 1
-    assert bc.stack_effect(versions.build_tuple(3)[0]) == -2
-    assert sum(bc.stack_effect(i) for i in versions.call_function(2)) == -3
-    assert bc.stack_effect(versions.load_method("m")[0]) == 1
+    assert sum(bc.stack_effect(i) for i in builders.load_global("g", push_null=True)) == 2
+    assert bc.stack_effect(builders.load_global("g")[0]) == 1
+    assert bc.stack_effect(builders.build_tuple(3)[0]) == -2
+    assert sum(bc.stack_effect(i) for i in builders.call_function(2)) == -3
+    assert bc.stack_effect(builders.load_method("m")[0]) == 1
     assert bc.is_raise(bc.create_instruction("RERAISE", arg=0))
     assert versions.is_backward_jump("JUMP_BACKWARD")
     assert versions.generic_opname("JUMP_BACKWARD") == "JUMP"
@@ -595,10 +596,10 @@ def test_new_consts_names_and_locals_are_interned():
     def f():
         return 1
 
-    insts = (versions.resume() + versions.load_const(1.0) + versions.load_const(1)
-             + versions.load_const(True) + versions.load_const(-0.0) + versions.load_const(0.0)
-             + versions.build_tuple(5) + versions.store_fast("tmp") + versions.load_fast("tmp")
-             + versions.return_value())
+    insts = (builders.resume() + builders.load_const(1.0) + builders.load_const(1)
+             + builders.load_const(True) + builders.load_const(-0.0) + builders.load_const(0.0)
+             + builders.build_tuple(5) + builders.store_fast("tmp") + builders.load_fast("tmp")
+             + builders.return_value())
     code = bc.assemble(insts, f.__code__)
     assert types.FunctionType(code, {})() == (1.0, 1, True, -0.0, 0.0)
     kinds = [(type(c), repr(c)) for c in code.co_consts]
@@ -627,15 +628,15 @@ def test_location_table_edge_cases():
         P(8, 8, 79, 94),  # short form boundary
         P(8, 8, 80, 81),
     ]
-    insts = versions.resume()
+    insts = builders.resume()
     insts[0].positions = cases[0]
     body = []
     for pos in cases:
-        inst = versions.nop()[0]
+        inst = builders.nop()[0]
         inst.positions = pos
         inst.offset = 0  # pretend it is original so None is not filled in
         body.append(inst)
-    ret = versions.return_const(None)
+    ret = builders.return_const(None)
     for i in ret:
         i.positions = cases[0]
     code = bc.assemble(insts + body + ret, template.__code__)
@@ -665,7 +666,7 @@ def test_transform_code_can_add_arguments():
         options["co_varnames"] = ("a", "b") + options["co_varnames"][1:]
         options["co_argcount"] = 2
         k = next(i for i, inst in enumerate(insts) if inst.opname == "RETURN_VALUE")
-        insts[k:k] = versions.load_fast("b") + versions.binary_op("+")
+        insts[k:k] = builders.load_fast("b") + builders.binary_op("+")
 
     fn = types.FunctionType(bc.transform_code(f.__code__, transform), {})
     assert fn(3, 1) == 7

@@ -1,4 +1,4 @@
-"""kiln's bytecode layer for CPython 3.11 and 3.12 (pure Python, no torch).
+"""kiln's bytecode layer for CPython 3.11 to 3.13 (pure Python, no torch).
 
 Public API (documented in docs/bytecode.md):
 
@@ -7,11 +7,13 @@ Public API (documented in docs/bytecode.md):
 * :func:`assemble`, :func:`transform_code`, :class:`BytecodeError` -- back to a CodeType;
 * :func:`make_resume_code` -- continuation functions for graph breaks;
 * :func:`disassemble` -- dis-like text;
-* :mod:`.versions` -- the only module that knows 3.11 vs 3.12 (builders, stack effects,
-  opcode classification), re-exported here as ``versions``.
+* :mod:`.versions` -- the only module that knows 3.11, 3.12 and 3.13 apart (encodings, stack
+  effects, opcode classification), re-exported here as ``versions``;
+* :mod:`.builders` -- instruction lists for common operations (``load_global``,
+  ``call_function``, ...), in the form ``versions`` names, re-exported as ``builders``.
 """
 
-from . import versions
+from . import builders, versions
 from .assemble import BytecodeError, assemble, stack_depths, transform_code
 from .disasm import disassemble
 from .instructions import ExceptionTableEntry, Instruction, Positions, create_instruction, decode
@@ -33,6 +35,7 @@ __all__ = [
     "Instruction",
     "Positions",
     "assemble",
+    "builders",
     "create_instruction",
     "decode",
     "disassemble",

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from types import CodeType
 from typing import Any
 
-from . import tables, versions
+from . import builders, tables, versions
 from .instructions import Instruction, Positions, decode
 
 #: code fields that ``assemble`` computes itself; passing them is an error.
@@ -199,7 +199,7 @@ def assemble(instructions: Sequence[Instruction], template: CodeType, **fields: 
         for inst in insts:
             if inst.opname in versions.PAIRED_LOCAL_OPS and versions.encode_paired_locals(
                     *(slot_of.get(v, 0) for v in inst.argval)) is None:
-                expanded += versions.split_paired(inst)
+                expanded += builders.split_paired(inst)
             else:
                 expanded.append(inst)
         insts = expanded

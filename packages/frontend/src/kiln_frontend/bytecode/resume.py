@@ -15,7 +15,7 @@ Cell and free variables: every cell variable and every free variable of the orig
 becomes a *free* variable of the continuation (``co_freevars == code.co_cellvars +
 code.co_freevars``), so the continuation shares the cells with the original frame and with
 closures created before the break.  Build the function in the original (transformed) frame
-with ``versions.make_function(resume_code, resume_code.co_freevars)`` (``LOAD_CLOSURE``
+with ``builders.make_function(resume_code, resume_code.co_freevars)`` (``LOAD_CLOSURE``
 pushes each cell), or outside with
 ``types.FunctionType(resume_code, globals, name, None, closure)`` where ``closure`` is the
 tuple of cells for ``resume_code.co_freevars`` in order (for an original without cell
@@ -30,7 +30,7 @@ import inspect
 from collections.abc import Sequence
 from types import CodeType
 
-from . import versions
+from . import builders, versions
 from .assemble import BytecodeError, assemble
 from .instructions import (
     ExceptionTableEntry,
@@ -105,7 +105,7 @@ def make_resume_code(
     body, first = _reachable_copy(original, start)
     # 3.13's superinstructions over two locals become plain loads and stores, so the rule
     # below sees each read (and no slot of the new argument order has to fit in 4 bits).
-    body = [part for inst in body for part in versions.split_paired(inst)]
+    body = [part for inst in body for part in builders.split_paired(inst)]
     # The compiler proved locals bound from the original entry; here only the arguments
     # are, so every other local read must check (3.12+'s LOAD_FAST does not).  A 3.13
     # LOAD_FAST of a cell or free variable loads the cell, which the closure provides.
@@ -113,10 +113,10 @@ def make_resume_code(
         if (inst.opname == "LOAD_FAST" and inst.argval not in passed
                 and inst.argval not in closure_set):
             inst.opname = versions.CHECKED_LOAD_FAST
-    prologue: list[Instruction] = versions.copy_free_vars(len(closure_names))
-    prologue += versions.resume(0)
+    prologue: list[Instruction] = builders.copy_free_vars(len(closure_names))
+    prologue += builders.resume(0)
     for s in stack_vars:
-        prologue += versions.push_null() if s is None else versions.load_fast(s)
+        prologue += builders.push_null() if s is None else builders.load_fast(s)
     prologue.append(create_instruction("JUMP_FORWARD", target=first))
     if first.lineno is not None:
         for inst in prologue:

@@ -1,7 +1,7 @@
 """PyCodegen: emits the bytecode that rebuilds tracked values in the transformed code.
 
 Every instruction is made through ``kiln_frontend.bytecode`` (``create_instruction`` and the
-``versions`` builders), so nothing here knows which Python version runs."""
+``builders``), so nothing here knows which Python version runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch.fx
 
-from ..bytecode import create_instruction, versions
+from ..bytecode import builders, create_instruction
 from ..exc import Unsupported
 from .variables.base import VariableTracker
 
@@ -44,36 +44,36 @@ class PyCodegen:
 
     def load_local(self, name: str) -> None:
         if name in self.cellvars or name in self.freevars:
-            self.extend(versions.load_deref(name))
+            self.extend(builders.load_deref(name))
         else:
-            self.extend(versions.load_fast(name))
+            self.extend(builders.load_fast(name))
 
     def store_local(self, name: str) -> None:
         if name in self.cellvars or name in self.freevars:
             self.append(create_instruction("STORE_DEREF", argval=name))
         else:
-            self.extend(versions.store_fast(name))
+            self.extend(builders.store_fast(name))
 
     def load_fast(self, name: str) -> None:
-        self.extend(versions.load_fast(name))
+        self.extend(builders.load_fast(name))
 
     def store_fast(self, name: str) -> None:
-        self.extend(versions.store_fast(name))
+        self.extend(builders.store_fast(name))
 
     def load_deref(self, name: str) -> None:
-        self.extend(versions.load_deref(name))
+        self.extend(builders.load_deref(name))
 
     def load_global(self, name: str, push_null: bool = False) -> None:
-        self.extend(versions.load_global(name, push_null))
+        self.extend(builders.load_global(name, push_null))
 
     def load_attr(self, name: str) -> None:
-        self.extend(versions.load_attr(name))
+        self.extend(builders.load_attr(name))
 
     def load_const(self, value: Any) -> None:
         if type(value) is tuple and all(isinstance(v, _LITERAL_TYPES) for v in value):
-            self.extend(versions.load_const(value))
+            self.extend(builders.load_const(value))
         elif isinstance(value, _LITERAL_TYPES):
-            self.extend(versions.load_const(value))
+            self.extend(builders.load_const(value))
         else:
             self.load_const_object(value)
 
@@ -86,22 +86,22 @@ class PyCodegen:
             self.load_global(name)
         else:
             self._keep_alive.append(value)
-            self.extend(versions.load_const(value))
+            self.extend(builders.load_const(value))
 
     def push_null(self) -> None:
-        self.extend(versions.push_null())
+        self.extend(builders.push_null())
 
     def binary_subscr(self) -> None:
-        self.extend(versions.binary_subscr())
+        self.extend(builders.binary_subscr())
 
     def build_tuple(self, n: int) -> None:
-        self.extend(versions.build_tuple(n))
+        self.extend(builders.build_tuple(n))
 
     def build_list(self, n: int) -> None:
-        self.extend(versions.build_list(n))
+        self.extend(builders.build_list(n))
 
     def build_map(self, n: int) -> None:
-        self.extend(versions.build_map(n))
+        self.extend(builders.build_map(n))
 
     def build_slice(self, n: int) -> None:
         self.append(create_instruction("BUILD_SLICE", arg=n))
@@ -111,20 +111,20 @@ class PyCodegen:
 
     def call_simple(self, nargs: int) -> None:
         """Stack ``[callable, *args]`` (no NULL) -> result."""
-        self.extend(versions.call_function(nargs, push_null_before=True))
+        self.extend(builders.call_function(nargs, push_null_before=True))
 
     def call_function(self, nargs: int) -> None:
         """Stack ``[NULL, callable, *args]`` -> result."""
-        self.extend(versions.call_function(nargs, push_null_before=False))
+        self.extend(builders.call_function(nargs, push_null_before=False))
 
     def make_function(self, code, closure_vars) -> None:
-        self.extend(versions.make_function(code, closure_vars))
+        self.extend(builders.make_function(code, closure_vars))
 
     def pop_top(self) -> None:
-        self.extend(versions.pop_top())
+        self.extend(builders.pop_top())
 
     def return_value(self) -> None:
-        self.extend(versions.return_value())
+        self.extend(builders.return_value())
 
     # -- rebuilding trackers ----------------------------------------------------------
 

@@ -27,7 +27,7 @@ import dataclasses
 import inspect
 from typing import Any
 
-from ..bytecode import create_instruction, versions
+from ..bytecode import builders, create_instruction
 from ..exc import Unsupported
 from .variables.base import VariableTracker
 
@@ -349,14 +349,14 @@ class SideEffects:
                     else:
                         load()
                         cg.load_fast(obj)
-                        cg.extend(versions.store_attr(name))
+                        cg.extend(builders.store_attr(name))
         for name, load in globals_plan:
             load()
             cg.append(create_instruction("STORE_GLOBAL", argval=name))
         for cell, load in cells_plan:
             load()
             cg.load_const_object(cell)
-            cg.extend(versions.store_attr("cell_contents"))
+            cg.extend(builders.store_attr("cell_contents"))
 
 
 def delete_subscr(tx: Any, obj: VariableTracker, index: VariableTracker) -> None:

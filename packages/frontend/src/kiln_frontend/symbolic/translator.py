@@ -20,7 +20,14 @@ import types
 import weakref
 from typing import Any
 
-from ..bytecode import BytecodeError, create_instruction, decode, make_resume_code, versions
+from ..bytecode import (
+    BytecodeError,
+    builders,
+    create_instruction,
+    decode,
+    make_resume_code,
+    versions,
+)
 from ..exc import Unsupported
 from ..sources import (
     BuiltinSource,
@@ -639,7 +646,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             source.reconstruct(cg)
         cg.call_function(len(inputs))
         if outputs:
-            cg.extend(versions.unpack_sequence(len(outputs)))
+            cg.extend(builders.unpack_sequence(len(outputs)))
             for i in range(len(outputs)):
                 cg.store_fast(f"___kiln_graph_out_{i}")
         else:
@@ -690,16 +697,16 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.resume_names.append(name)
         head: list = []
         if fn is None:
-            head += versions.push_null()
-            head += versions.make_function(code, code.co_freevars)
+            head += builders.push_null()
+            head += builders.make_function(code, code.co_freevars)
         else:
             if self.f_globals.get(name) is not fn:
                 self.output.install_global(name, fn)
             else:
                 self.output.installed_globals[name] = fn
-            head += versions.load_global(name, True)
+            head += builders.load_global(name, True)
         nargs = len([s for s in stack_vars if s is not None]) + len(live)
-        tail = versions.call_function(nargs) + versions.return_value()
+        tail = builders.call_function(nargs) + builders.return_value()
         return head, tail
 
     def finish(self, insts: list) -> None:
@@ -960,7 +967,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.output.side_effects.codegen(cg)  # Python must see the mutations already
         cg(cond)
         if or_pop:
-            cg.extend(versions.copy(1))
+            cg.extend(builders.copy(1))
             cg.store_fast("___kiln_cond")
         rest_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
                      for i, v in enumerate(rest)]
@@ -982,7 +989,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
         fall = branch(fall_index, live_fall, False)
         jump = branch(jump_index, live_jump, or_pop)
-        cg.extend(versions.pop_jump_if(sense, jump[0]))
+        cg.extend(builders.pop_jump_if(sense, jump[0]))
         cg.extend(fall)
         cg.extend(jump)
         self.finish(self.graph_call(outputs) + cg.insts)

@@ -9,7 +9,7 @@ import inspect
 import types
 from typing import Any
 
-from ...bytecode import versions
+from ...bytecode import builders
 from ...exc import Unsupported
 from ...guards import Guard, GuardKind
 from .base import NotConstant, VariableTracker, tracker_for
@@ -298,10 +298,10 @@ class NestedUserFunctionVariable(VariableTracker):
     def reconstruct(self, codegen):
         self._reconstruct_function(codegen)
         for name, value in self.attrs.items():  # fn.name = value, fn kept on the stack
-            codegen.extend(versions.copy(1))
+            codegen.extend(builders.copy(1))
             codegen(value)
-            codegen.extend(versions.swap(2))
-            codegen.extend(versions.store_attr(name))
+            codegen.extend(builders.swap(2))
+            codegen.extend(builders.store_attr(name))
 
     def _reconstruct_function(self, codegen):
         # MAKE_FUNCTION again, with the same cells (LOAD_CLOSURE of the frame's own cell
@@ -412,7 +412,7 @@ def _load_cell(codegen, cell, local_cell_cls) -> None:
                 value.source is None)):
             codegen(value)
             codegen.load_fast(temp)
-            codegen.extend(versions.store_attr("cell_contents"))
+            codegen.extend(builders.store_attr("cell_contents"))
     codegen.load_fast(cells[key][0])
 
 
@@ -568,7 +568,7 @@ class PartialVariable(VariableTracker):
             codegen.load_const(k)
             codegen(v)
         codegen.build_map(len(self.keywords))
-        codegen.extend(versions.call_function_ex(True))
+        codegen.extend(builders.call_function_ex(True))
 
     def describe(self) -> str:
         return f"PartialVariable({self.func.describe()})"
