@@ -1,14 +1,10 @@
 """Higher-order operators through the whole stack (``kiln.compile``, fullgraph=True): torch.cond
 and while_loop compiled as one graph whose bodies are compiled by the same pipeline, an extern
 call picking the branch at run time; gradients through cond; autograd.Function under grad mode
-with the user's backward. C++ codegen, and Triton under TRITON_INTERPRET=1 where it runs."""
+with the user's backward. C++ codegen; the same operators through Triton's interpreter:
+test_higher_order_triton.py."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-import textwrap
 
 import kiln
 import pytest
@@ -87,52 +83,6 @@ def test_while_loop_runs_compiled():
         torch.testing.assert_close(compiled(i, x), f(i, x))
     assert kiln.stats().graphs_compiled == 3
     assert kiln.stats().eager_fallbacks == 0
-
-
-_TRITON = textwrap.dedent("""
-    import torch, kiln
-    from torch._higher_order_ops.while_loop import while_loop
-    W = torch.randn(4, 4)
-    def f(x, y):
-        return torch.cond(x.sum() > 0, lambda a, b: (a @ W).sin() + b, lambda a, b: a.cos() * b,
-                          (x, y)) * 2
-    def g(i, x):
-        return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1), (i, x))
-    cf = kiln.compile(f, fullgraph=True, options={"codegen": "triton"})
-    cg = kiln.compile(g, fullgraph=True, options={"codegen": "triton"})
-    y = torch.randn(4)
-    for x in (torch.rand(4) + 0.1, -torch.rand(4) - 0.1):
-        torch.testing.assert_close(cf(x, y), f(x, y))
-    for start in (0, 7):
-        torch.testing.assert_close(cg(torch.tensor(start), y), g(torch.tensor(start), y))
-    class Gate(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x.sin() * 2
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            return grad * x * 100
-    def h(x):
-        return Gate.apply(x * 3).sum()
-    ch = kiln.compile(h, fullgraph=True, options={"codegen": "triton"})
-    a = torch.randn(6, requires_grad=True)
-    b = a.detach().clone().requires_grad_()
-    ch(a).backward()
-    h(b).backward()
-    torch.testing.assert_close(a.grad, b.grad)
-    assert kiln.stats().eager_fallbacks == 0, kiln.stats()
-    print("ok")
-""")
-
-
-def test_cond_while_loop_and_autograd_function_through_triton_interpreted():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "KILN_GRAPH_CACHE": "0"}
-    run = subprocess.run([sys.executable, "-c", _TRITON], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
 
 
 class Gate(torch.autograd.Function):

@@ -1,8 +1,13 @@
 """How kiln compiles the bodies of higher-order operators (``torch.cond``'s branches,
 ``while_loop``'s cond and body) that loopir meets as ATen GraphModules: each body goes through
 the same pipeline as a whole graph (aotgrad's inference trace, then the stages from ``lower``:
-loopir, the device's default codegen, runtime) and loopir's extern call runs it
+loopir, codegen, runtime) and loopir's extern call runs it
 (``kiln_loopir.lowerings.higher_order``).
+
+A body is compiled with the Options of the compile whose graph holds it: ``kiln.stages``'
+``lower`` stage, where loopir meets the node and compiles its bodies, sets them for its
+duration (``body_options``); so ``codegen="triton"`` on a CPU makes Triton bodies too. Outside
+a compile (loopir lowering a graph by itself) bodies get the default Options.
 
 The graph cache never stores a graph holding such bodies: a body is a GraphModule attribute of
 the graph, which has no stable text (``kiln.cache`` raises NotCacheable), and the wrapper names
@@ -10,10 +15,28 @@ bodies compiled in this process."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 
 import torch
 from kiln_loopir.lowerings.higher_order import set_subgraph_compiler
+
+from .options import Options
+
+#: the Options of the compile now lowering a graph (None: outside one)
+_OPTIONS: contextvars.ContextVar[Options | None] = contextvars.ContextVar(
+    "kiln_body_options", default=None)
+
+
+@contextlib.contextmanager
+def body_options(config: Options) -> Iterator[None]:
+    """Bodies met while this is open are compiled with ``config``."""
+    token = _OPTIONS.set(config)
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
 
 
 def compile_subgraph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -21,10 +44,9 @@ def compile_subgraph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
     import kiln_aotgrad
 
     from .backend import compile_aten
-    from .options import Options
 
     aten = kiln_aotgrad.trace_inference(gm, example_inputs)
-    compiled = compile_aten(aten, Options())
+    compiled = compile_aten(aten, _OPTIONS.get() or Options())
 
     def body(*args):
         out = compiled(*args)

@@ -37,6 +37,7 @@ from . import constants
 from .artifact import Artifact, LocalValues, WeightGuards
 from .codegens import codegen_for_device, random_policy
 from .debug import NO_TRACE, DebugTrace
+from .higher_order import body_options
 from .names import GraphNames, graph_names
 from .options import Options
 from .passes import fold_conv_batchnorm
@@ -106,7 +107,9 @@ def trace(c: Compile) -> None:
 
 
 def lower(c: Compile) -> None:
-    with random_numbers(random_policy(c.config)):
+    """loopir's lowering; higher-order operators' bodies it meets compile with this compile's
+    Options (``kiln.higher_order.body_options``)."""
+    with random_numbers(random_policy(c.config)), body_options(c.config):
         c.graph = kiln_loopir.lower(c.aten_gm)
 
 
