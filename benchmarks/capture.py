@@ -29,7 +29,8 @@ of torch.compile's.
 managers, closures, recompiles, builtins/stdlib), from the frontend's test modules: every
 ``packages/frontend/tests/test_capture_*.py`` that defines a module-level ``CASES`` list of
 ``(name, family, fn, args)`` is imported by path (``args``: one call's arguments, or a
-``Calls`` list of argument tuples, a sequence of calls; see ``tests/_capture_cases.py``).
+``Calls`` list of argument tuples, a sequence of calls; see ``tests/_capture_cases.py``), or
+of ``(fn, make_args, graphs)`` (test_capture_py313_forms: the family is the module's name).
 Each case runs under kiln and torch.compile in the same process; per family the table
 gives the cases, how many each compiler captures as one graph (no error, one graph per
 compile: a sequence of calls may compile again), and how many kiln matches torch.compile's
@@ -323,9 +324,14 @@ def feature_cases() -> list[tuple[str, str, Callable[[str], tuple]]]:
         except Exception as e:  # noqa: BLE001 - one broken module does not stop the table
             print(f"{path.name}: not imported ({first_line(e)})", file=sys.stderr)
             continue
-        for name, family, fn, args in getattr(mod, "CASES", ()):
-            cases.append((f"{path.stem}::{name}", family, run_case_list(fn, args)))
         family = path.stem[len("test_capture_"):].replace("_", " ")
+        for entry in getattr(mod, "CASES", ()):
+            if len(entry) == 3:  # (fn, make_args, graphs): test_capture_py313_forms' form
+                fn, make_args, _graphs = entry
+                name, case_family, args = fn.__name__, family, make_args()
+            else:
+                name, case_family, fn, args = entry
+            cases.append((f"{path.stem}::{name}", case_family, run_case_list(fn, args)))
         for value in vars(mod).values():
             if type(value).__name__ == "Cases" and hasattr(value, "cases"):
                 for name, case in value.cases.items():
