@@ -30,10 +30,16 @@ __all__ = ["aot_eager_backend", "compile_inference", "with_output_structure"]
 def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence, config: Options, *,
                       back_half: Callable) -> Callable:
     """Fold constants and trace (the kiln stages), then ``back_half``; the fold's sources
-    guarded (a change compiles again), the grad-mode guard around it."""
+    guarded (a change compiles again), the grad-mode guard around it. A graph that needs
+    autograd is compiled for training, each forward and backward graph by ``back_half``."""
     c = stages.Compile(gm, example_inputs, config, DebugTrace.for_compile(config))
     c.trace.write("fx_graph.txt", gm)
     try:
+        if needs_autograd(gm, example_inputs):
+            return compile_training(
+                gm, example_inputs, config, back_half=back_half, trace=c.trace,
+                compile_piece=functools.partial(compile_inference, config=config,
+                                                back_half=back_half))
         stages.run(stages.KILN, c, until="trace")
         compiled = back_half(c.aten_gm, config, trace=c.trace)
     except stages.DECLINED as e:

@@ -68,10 +68,17 @@ class GraphNames:
         return found
 
 
-def graph_names(gm: torch.fx.GraphModule) -> GraphNames:
+def graph_names(gm: torch.nn.Module) -> GraphNames:
     """The names ``kiln.cache.normalized_graph`` gives ``gm``'s modules and attributes (the
-    same walk, without the graph's text)."""
+    same walk, without the graph's text). The backend also takes a plain ``nn.Module``
+    (aotgrad traces any module): its children and own tensors are named in their order."""
     names = GraphNames()
+    if not isinstance(gm, torch.fx.GraphModule):
+        for name, _ in gm.named_children():
+            names.add(name, "m")
+        for name, _ in [*gm.named_parameters(recurse=False), *gm.named_buffers(recurse=False)]:
+            names.add(name, "a")
+        return names
     for n in gm.graph.nodes:
         if n.op == "call_module":
             names.add(n.target, "m")

@@ -165,7 +165,8 @@ def describe(c: Compile) -> None:
     info = getattr(c.aten_gm, "meta", {}).get("kiln")
     weight_valued = False
     try:
-        recipes = (c.folded_gm.meta.get("kiln_folded_recipes") or {}) if c.folded_gm is not None else {}
+        # (a plain nn.Module given to the backend has no graph meta and folds nothing)
+        recipes = getattr(c.folded_gm, "meta", {}).get("kiln_folded_recipes") or {}
         artifact.constants, weight_valued = constants.describe(
             c.schedule.graph.constant_buffers, values, c.gm, names, recipes,
             frozenset(getattr(info, "trace_constants", ())))
