@@ -13,6 +13,8 @@ from _counting_backend import CountingBackend
 from kiln_frontend import compile as kiln_compile
 from kiln_frontend.exc import Unsupported
 from kiln_frontend.symbolic import hops
+from torch._higher_order_ops.map import map as hmap
+from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
@@ -140,6 +142,50 @@ def test_while_loop_is_one_graph():
     assert len(backend.graphs) == 1
     targets = backend.call_targets(0)
     assert torch.ops.higher_order.while_loop in targets
+
+
+def test_map_is_one_graph_with_its_body_a_subgraph():
+    k = torch.randn(3)
+
+    def f(xs, b):
+        return hmap(lambda pair, b: (pair[0] * b + k, pair[1].sum()), (xs, xs.cos()), b)
+
+    backend = CountingBackend()
+    compiled = kiln_compile(f, backend=backend, fullgraph=True)
+    xs, b = torch.randn(4, 3), torch.randn(3)
+    for a, e in zip(compiled(xs, b), f(xs, b), strict=True):
+        torch.testing.assert_close(a, e)
+    assert len(backend.graphs) == 1
+    (node,) = [n for n in backend.graphs[0].graph.nodes
+               if n.target is torch.ops.higher_order.map_impl]
+    assert len(node.args[1]) == 2 and len(node.args[2]) == 2  # xs pytree flat; b and lifted k
+
+
+def test_scan_is_one_graph_with_dim_and_reverse_around_it():
+    def f(init, xs):
+        def combine(c, x):
+            n = c * 0.5 + x
+            return n, (n.sum(), n * 2)
+
+        return scan(combine, init, xs, dim=1, reverse=True)
+
+    backend = CountingBackend()
+    compiled = kiln_compile(f, backend=backend, fullgraph=True)
+    init, xs = torch.randn(3), torch.randn(3, 5)
+    (c, (s, d)), (ce, (se, de)) = compiled(init, xs), f(init, xs)
+    for a, e in ((c, ce), (s, se), (d, de)):
+        torch.testing.assert_close(a, e)
+    assert len(backend.graphs) == 1
+    assert torch.ops.higher_order.scan in backend.call_targets(0)
+
+
+def test_scan_changing_its_carry_breaks_naming_it():
+    def f(init, xs):
+        return scan(lambda c, x: (c.sum(), c + x), init, xs)
+
+    with pytest.raises(Unsupported, match="scan's combine_fn turns a carried"):
+        kiln_compile(f, backend=CountingBackend(), fullgraph=True)(torch.randn(3),
+                                                                   torch.randn(4, 3))
 
 
 def test_a_branch_that_changes_python_state_breaks_naming_it():

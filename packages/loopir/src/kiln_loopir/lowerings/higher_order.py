@@ -1,12 +1,13 @@
-"""Higher-order operators of ATen graphs: ``torch.ops.higher_order.cond`` and ``while_loop``,
-whose bodies are ATen GraphModules (``get_attr`` of the graph).
+"""Higher-order operators of ATen graphs: ``torch.ops.higher_order.cond``, ``while_loop``,
+``map_impl`` and ``scan``, whose bodies are ATen GraphModules (``get_attr`` of the graph).
 
 Each body is compiled on its own, when the node is lowered, by the subgraph compiler the full
 stack installs (``set_subgraph_compiler``: kiln compiles it with the same pipeline as any
 graph; without one, the body's ATen ops run eagerly). The node becomes one extern call of an
 operator of the ``kiln_hop`` library that runs the compiled bodies: ``cond`` picks a branch by
 the predicate's value (the one host read), ``while_loop`` runs cond and body until cond is
-false. The compiled bodies live in this process (``SUBGRAPHS``, by key); a graph holding such
+false, ``map`` runs the body on each slice of its mapped inputs and ``scan`` on the carry and
+each slice, each step's results copied into the stacked outputs. The compiled bodies live in this process (``SUBGRAPHS``, by key); a graph holding such
 a call is not cacheable across processes (the full stack says so when it compiles one).
 
 The extern's results are fresh tensors in the layouts the node's ``meta["val"]`` gives (the
@@ -16,6 +17,7 @@ is copied.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,7 +41,12 @@ def _eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 
 
 class Body:
-    """One compiled body and the layouts its results must have."""
+    """One compiled body and the layouts its results must have. Bodies are compiled for
+    contiguous inputs (``_compile_body``) and their arguments made contiguous when they are
+    not (map's slice of an expanded gradient, scan's slice of a moved dimension): the compiled
+    kernels index their inputs by the layouts they were compiled for, and the layouts the
+    trace gave a body's placeholders (stride 0 of an expanded tangent) need not be those of
+    the values it is called with."""
 
     def __init__(self, gm: torch.fx.GraphModule, fn: Callable, strides: list):
         self.gm = gm
@@ -47,7 +54,7 @@ class Body:
         self.strides = strides  # per output: a tuple of ints, or None (any dense layout)
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
-        out = self.fn(*args)
+        out = self.fn(*[a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
@@ -67,8 +74,17 @@ def _static_strides(meta: Any) -> list:
     return out
 
 
+def _contiguous(example: Any) -> Any:
+    """A placeholder's example value in the contiguous layout (see ``Body``)."""
+    if not isinstance(example, torch.Tensor) or example.is_contiguous():
+        return example
+    with example.fake_mode if hasattr(example, "fake_mode") else contextlib.nullcontext():
+        return torch.empty_strided(example.shape, torch._prims_common.make_contiguous_strides_for(
+            example.shape), dtype=example.dtype, device=example.device)
+
+
 def _compile_body(gm: torch.fx.GraphModule, kind: str, out_meta: Any) -> str:
-    example = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    example = [_contiguous(n.meta["val"]) for n in gm.graph.nodes if n.op == "placeholder"]
     compiler = _compiler[-1] if _compiler else _eager
     key = f"{kind}_{next(_keys)}"
     SUBGRAPHS[key] = Body(gm, compiler(gm, example), _static_strides(out_meta))
@@ -97,6 +113,8 @@ _lib = torch.library.Library("kiln_hop", "DEF")
 _lib.define("cond(Tensor pred, str true_key, str false_key, Tensor[] operands) -> Tensor[]")
 _lib.define("while_loop(str cond_key, str body_key, Tensor[] carried, Tensor[] additional)"
             " -> Tensor[]")
+_lib.define("map(str body_key, Tensor[] xs, Tensor[] args) -> Tensor[]")
+_lib.define("scan(str body_key, Tensor[] init, Tensor[] xs, Tensor[] additional) -> Tensor[]")
 
 
 def _cond(pred: torch.Tensor, true_key: str, false_key: str,
@@ -114,6 +132,43 @@ def _while_loop(cond_key: str, body_key: str, carried: list[torch.Tensor],
     return _fresh(values, [*carried, *additional], body)
 
 
+def _stacked(body: Body, first: int, steps: int, step: Sequence[torch.Tensor],
+             ) -> list[torch.Tensor]:
+    """Buffers for ``steps`` stacked copies of ``step``, in the layouts the graph expects
+    (``body.strides`` from output ``first`` on)."""
+    out = []
+    for i, t in enumerate(step):
+        stride = body.strides[first + i] if first + i < len(body.strides) else None
+        shape = (steps, *t.shape)
+        out.append(torch.empty(shape, dtype=t.dtype, device=t.device) if stride is None else
+                   torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device))
+    return out
+
+
+def _map(body_key: str, xs: list[torch.Tensor], args: list[torch.Tensor]) -> list[torch.Tensor]:
+    body = SUBGRAPHS[body_key]
+    out: list[torch.Tensor] = []
+    for i in range(xs[0].shape[0]):
+        step = body(*[x[i] for x in xs], *args)
+        out = out or _stacked(body, 0, xs[0].shape[0], step)
+        for buf, t in zip(out, step, strict=True):
+            buf[i].copy_(t)
+    return out
+
+
+def _scan(body_key: str, init: list[torch.Tensor], xs: list[torch.Tensor],
+          additional: list[torch.Tensor]) -> list[torch.Tensor]:
+    body = SUBGRAPHS[body_key]
+    carry, ys = list(init), []
+    for i in range(xs[0].shape[0]):
+        step = body(*carry, *[x[i] for x in xs], *additional)
+        carry, y = step[:len(init)], step[len(init):]
+        ys = ys or _stacked(body, len(init), xs[0].shape[0], y)
+        for buf, t in zip(ys, y, strict=True):
+            buf[i].copy_(t)
+    return [*_fresh(carry, [*init, *xs, *additional], body), *ys]
+
+
 def _cond_fake(pred, true_key, false_key, operands):
     return list(SUBGRAPHS[true_key].gm(*operands))
 
@@ -122,8 +177,21 @@ def _while_loop_fake(cond_key, body_key, carried, additional):
     return [torch.empty_like(t) for t in carried]
 
 
+def _map_fake(body_key, xs, args):
+    step = SUBGRAPHS[body_key].gm(*[x[0] for x in xs], *args)
+    return [t.new_empty((xs[0].shape[0], *t.shape)) for t in step]
+
+
+def _scan_fake(body_key, init, xs, additional):
+    step = SUBGRAPHS[body_key].gm(*init, *[x[0] for x in xs], *additional)
+    return [*[torch.empty_like(t) for t in step[:len(init)]],
+            *[t.new_empty((xs[0].shape[0], *t.shape)) for t in step[len(init):]]]
+
+
 for _name, _impl, _fake in (("cond", _cond, _cond_fake),
-                            ("while_loop", _while_loop, _while_loop_fake)):
+                            ("while_loop", _while_loop, _while_loop_fake),
+                            ("map", _map, _map_fake),
+                            ("scan", _scan, _scan_fake)):
     _lib.impl(_name, _impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"kiln_hop::{_name}", _fake, lib=_lib)
 
@@ -150,3 +218,18 @@ def while_loop(cond_gm, body_gm, carried, additional):
             _compile_body(body_gm, "while_body", meta)]
     return make_extern(torch.ops.kiln_hop.while_loop.default,
                        [*keys, list(carried), list(additional)], {}, meta)
+
+
+@lowering(torch.ops.higher_order.map_impl)
+def map_impl(body_gm, xs, args):
+    meta = _meta()
+    key = _compile_body(body_gm, "map_body", meta)
+    return make_extern(torch.ops.kiln_hop.map.default, [key, list(xs), list(args)], {}, meta)
+
+
+@lowering(torch.ops.higher_order.scan)
+def scan(combine_gm, init, xs, additional):
+    meta = _meta()
+    key = _compile_body(combine_gm, "scan_combine", meta)
+    return make_extern(torch.ops.kiln_hop.scan.default,
+                       [key, list(init), list(xs), list(additional)], {}, meta)

@@ -139,5 +139,10 @@ def _load_entries() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import autograd_function, checkpoint, control_flow  # noqa: F401
-        from . import flex_attention  # noqa: F401
+        from . import (  # noqa: F401
+            autograd_function,
+            checkpoint,
+            control_flow,
+            flex_attention,
+            map_scan,
+        )

@@ -12,7 +12,9 @@ which traces it into the joint graph) the node is an ``autograd.Function`` whose
 - ``bwd_graph(*grad per tensor output, *saved, *lifted)`` returns a gradient per tensor input
   the backward gives one for (``layout`` says which);
 - ctx attributes that are Python constants are read as constants by the backward's trace;
-  ``ctx.needs_input_grad`` is known; non-tensor outputs are constants of the trace.
+  ``ctx.needs_input_grad`` is known; non-tensor outputs are constants of the trace;
+- a new-style Function (``forward(*args)`` and ``setup_context(ctx, inputs, output)``): the
+  forward and then setup_context are traced into the one forward subgraph.
 
 A backward marked ``once_differentiable``, one that cannot be traced, ``mark_dirty`` (an in-place
 forward) and ``set_materialize_grads`` are graph breaks naming the Function: it then runs in
@@ -214,12 +216,21 @@ def capture_autograd_function(tx, cls: type, class_tracker: VariableTracker,
             fresh.append(a)
     forward = class_tracker.var_getattr(tx, "forward")
     what = f"{name}.forward"
+    after = None
+    fwd_args: list[VariableTracker] = [ctx, *fresh]
     if _uses_setup_context(cls):
-        raise Unsupported(f"{name} defines setup_context (captured only with ctx in forward "
-                          "yet): it runs in Python")
+        # new style: forward(*args), then setup_context(ctx, inputs, output) fills ctx, traced
+        # into the same forward body (as eager runs it, under no_grad)
+        setup = class_tracker.var_getattr(tx, "setup_context")
+        fwd_args = list(fresh)
+
+        def after(result):
+            tx.call_function(setup, [ctx, TupleVariable(list(fresh)), result], {})
+
     with _no_grad():
-        body = trace_body(tx, forward, [ctx, *fresh], what, num_args=len(tensors),
-                          collect=lambda r: _forward_tensors(r, ctx, saved_slots, what))
+        body = trace_body(tx, forward, fwd_args, what, num_args=len(tensors),
+                          collect=lambda r: _forward_tensors(r, ctx, saved_slots, what),
+                          after=after)
     out_structure = body.result
     n_out = len(_output_tensors(out_structure, what))
     nondiff = tuple(i for i, t in enumerate(_output_tensors(out_structure, what))

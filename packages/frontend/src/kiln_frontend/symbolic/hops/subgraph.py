@@ -154,6 +154,8 @@ def trace_body(tx, fn: VariableTracker, args: list[VariableTracker], what: str,
                num_args: int | None = None, single: bool = False,
                collect: Callable[[VariableTracker], list[TensorVariable]] | None = None,
                also: Sequence[TensorVariable] = (),
+               inputs: Sequence[TensorVariable] | None = None,
+               after: Callable[[VariableTracker], Any] | None = None,
                ) -> TracedBody:
     """Trace ``fn(*args, **kwargs)`` and cut its nodes out of the outer graph. The first
     ``num_args`` trackers of ``args`` (default: all) must be ``fresh_input``s made just before
@@ -161,16 +163,24 @@ def trace_body(tx, fn: VariableTracker, args: list[VariableTracker], what: str,
     its one tensor bare, not in a tuple (while_loop's cond); ``collect(result)``: the tensors
     it returns (default: the result's tensors); ``also``: further ``fresh_input``s, made after
     those of ``args``, that the body reaches another way (an autograd.Function's saved
-    tensors, through ctx)."""
+    tensors, through ctx); ``inputs``: all the ``fresh_input``s in placeholder order, where
+    ``args`` hold them inside structures (map's and scan's pytrees of tensors); ``after(result)``
+    is traced into the same body right after ``fn`` (a new-style autograd.Function's
+    ``setup_context``)."""
     out = tx.output
     graph = out.graph
-    marks = [a.proxy.node for a in args if isinstance(a, TensorVariable)
-             and a.proxy.node.target is subgraph_input] + [a.proxy.node for a in also]
+    if inputs is not None:
+        marks = [a.proxy.node for a in inputs]
+    else:
+        marks = [a.proxy.node for a in args if isinstance(a, TensorVariable)
+                 and a.proxy.node.target is subgraph_input] + [a.proxy.node for a in also]
     num_args = len(marks) if num_args is None else num_args
     start = marks[0] if marks else None
     before = None if start is not None else _last_node(graph)
     state = _python_state(tx, [fn, *args])
     result = tx.call_function(fn, list(args), dict(kwargs or {}))
+    if after is not None:
+        after(result)
     if _python_state(tx, [fn, *args]) != state:
         raise Unsupported(f"{what} changes Python state that outlives it (attributes, "
                           "globals, closure cells or containers of its caller)")
