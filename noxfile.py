@@ -2,7 +2,8 @@
 
 Each per-package session installs only that package and its declared kiln dependencies, so an
 undeclared import between packages fails here. `tests` installs everything and runs every
-package's tests plus tests-integration; `demo` runs the README's first command.
+package's tests plus tests-integration; `integration` runs tests-integration alone (CI runs it
+after the per-package sessions: .ci/run); `demo` runs the README's first command.
 
 torch is pinned to the CPU wheel that lies on this machine's disk (a bare `torch` would pull a
 multi-GB CUDA build); the packages themselves declare `torch>=2.11`.
@@ -89,6 +90,14 @@ def tests(session: nox.Session) -> None:
         "tests-integration",
         *session.posargs,
     )
+
+
+@nox.session(python=PYTHON)
+def integration(session: nox.Session) -> None:
+    """tests-integration alone, against one full install: with the per-package sessions, the
+    tests `tests` runs, each package's against only what it declares (what .ci/run runs)."""
+    _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests-integration", *session.posargs)
 
 
 # CPython 3.13 (issue 30): torch for cp313 is the registry's standard Linux wheel, with its
