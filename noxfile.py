@@ -94,8 +94,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
-    """tests-integration alone, against one full install: with the per-package sessions, the
-    tests `tests` runs, each package's against only what it declares (what .ci/run runs)."""
+    """tests-integration alone, against one full install (CI runs it after the per-package
+    sessions: together the tests of `tests`, each package's against only what it declares)."""
     _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests-integration", *session.posargs)
 
