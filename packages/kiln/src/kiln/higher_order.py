@@ -6,8 +6,8 @@ loopir, codegen, runtime) and loopir's extern call runs it
 
 A body is compiled with the Options of the compile whose graph holds it: ``kiln.stages``'
 ``lower`` stage, where loopir meets the node and compiles its bodies, sets them for its
-duration (``body_options``); so ``codegen="triton"`` on a CPU makes Triton bodies too. Outside
-a compile (loopir lowering a graph by itself) bodies get the default Options.
+duration (``kiln.options.body_options``); so ``codegen="triton"`` on a CPU makes Triton
+bodies too. Outside a compile (loopir lowering a graph by itself) bodies get the defaults.
 
 The graph cache never stores a graph holding such bodies: a body is a GraphModule attribute of
 the graph, which has no stable text (``kiln.cache`` raises NotCacheable), and the wrapper names
@@ -15,28 +15,12 @@ bodies compiled in this process."""
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from kiln_loopir.lowerings.higher_order import set_subgraph_compiler
 
-from .options import Options
-
-#: the Options of the compile now lowering a graph (None: outside one)
-_OPTIONS: contextvars.ContextVar[Options | None] = contextvars.ContextVar(
-    "kiln_body_options", default=None)
-
-
-@contextlib.contextmanager
-def body_options(config: Options) -> Iterator[None]:
-    """Bodies met while this is open are compiled with ``config``."""
-    token = _OPTIONS.set(config)
-    try:
-        yield
-    finally:
-        _OPTIONS.reset(token)
+from .options import current_body_options
 
 
 def compile_subgraph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -46,7 +30,7 @@ def compile_subgraph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
     from .backend import compile_aten
 
     aten = kiln_aotgrad.trace_inference(gm, example_inputs)
-    compiled = compile_aten(aten, _OPTIONS.get() or Options())
+    compiled = compile_aten(aten, current_body_options())
 
     def body(*args):
         out = compiled(*args)

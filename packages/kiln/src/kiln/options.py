@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["Options", "KNOWN_MODES"]
@@ -100,3 +102,26 @@ class Options:
     @property
     def debug_root(self) -> str:
         return self.debug_dir or os.environ.get("KILN_DEBUG_DIR") or "kiln_debug"
+
+
+#: the Options of the compile now lowering a graph (None: outside one); the bodies of
+#: higher-order operators it meets are compiled with them (``kiln.higher_order``)
+_BODY_OPTIONS: contextvars.ContextVar[Options | None] = contextvars.ContextVar(
+    "kiln_body_options", default=None)
+
+
+@contextlib.contextmanager
+def body_options(config: Options) -> Iterator[None]:
+    """Bodies met while this is open are compiled with ``config`` (``kiln.stages``' lower
+    stage opens it: ``codegen="triton"`` on a CPU makes Triton bodies too)."""
+    token = _BODY_OPTIONS.set(config)
+    try:
+        yield
+    finally:
+        _BODY_OPTIONS.reset(token)
+
+
+def current_body_options() -> Options:
+    """The Options a body met now is compiled with: the lowering compile's, else the
+    defaults (loopir lowering a graph by itself)."""
+    return _BODY_OPTIONS.get() or Options()

@@ -37,9 +37,8 @@ from . import constants
 from .artifact import Artifact, LocalValues, WeightGuards
 from .codegens import codegen_for_device, random_policy
 from .debug import NO_TRACE, DebugTrace
-from .higher_order import body_options
 from .names import GraphNames, graph_names
-from .options import Options
+from .options import Options, body_options
 from .passes import fold_conv_batchnorm
 from .passes.fold_batchnorm import FoldedParams
 from .recording import compiling
@@ -108,7 +107,7 @@ def trace(c: Compile) -> None:
 
 def lower(c: Compile) -> None:
     """loopir's lowering; higher-order operators' bodies it meets compile with this compile's
-    Options (``kiln.higher_order.body_options``)."""
+    Options (``kiln.options.body_options``)."""
     with random_numbers(random_policy(c.config)), body_options(c.config):
         c.graph = kiln_loopir.lower(c.aten_gm)
 
