@@ -7,6 +7,7 @@ torch.compile's graph count (``_reference_cases``)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import functools
 import itertools
@@ -776,7 +777,7 @@ def class_comparison_reflected(C):
     return C(f)(_x())
 
 
-@case(xfail='an assignment to a class attribute (Counter.count += 1) is not replayed as a side effect')
+@case
 def class_instance_counter_attribute(C):
     class Counter:
         count = 0
@@ -790,6 +791,41 @@ def class_instance_counter_attribute(C):
         return x + Counter.count
 
     return C(f)(_x())
+
+
+@case
+def class_attribute_store_seen_through_instances(C):
+    class Base:
+        scale = 1
+
+    class Child(Base):
+        pass
+
+    outside = Child()
+
+    def f(x):
+        made = Child()
+        before = made.scale
+        Base.scale = 3
+        return x * made.scale + before + Child.scale + outside.scale, Base.scale
+
+    out = C(f)(_x())
+    return out, Base.scale, Child.scale, outside.scale
+
+
+@case
+def class_attribute_store_then_shadowed_by_instance(C):
+    class Cfg:
+        depth = 2
+
+    def f(x, cfg):
+        Cfg.depth += 1
+        cfg.depth = 10
+        return x * cfg.depth + Cfg.depth
+
+    cfg = Cfg()
+    out = C(f)(_x(), cfg)
+    return out, Cfg.depth, cfg.depth
 
 
 @case
@@ -827,7 +863,7 @@ def class_eq_and_hash(C):
     return C(f)(_x())
 
 
-@case(xfail='instances of classes with __slots__ are not built while tracing')
+@case
 def class_slots(C):
     class P:
         __slots__ = ("a", "b")
@@ -840,6 +876,46 @@ def class_slots(C):
         p = P(x, 2)
         p.b = 3
         return p.a * p.b
+
+    return C(f)(_x())
+
+
+class _Slotted:
+    __slots__ = ("w", "b")
+
+    def __init__(self, w):
+        self.w = w
+
+
+class _SlottedWithDict(_Slotted):
+    def __init__(self, w, tag):
+        super().__init__(w)
+        self.tag = tag
+
+
+@case
+def class_slots_returned_and_unset(C):
+    def f(x):
+        p = _Slotted(x * 2)
+        has_b = hasattr(p, "b")
+        p.b = 1
+        q = _SlottedWithDict(x, "t")
+        q.extra = 3
+        return p, has_b, getattr(q, "b", 5), q
+
+    p, has_b, b, q = C(f)(_x())
+    return p.w, p.b, has_b, b, q.w, q.tag, q.extra, q.__dict__, type(q).__name__
+
+
+@case
+def class_slots_reject_unknown_attribute(C):
+    def f(x):
+        p = _Slotted(x)
+        try:
+            p.other = 1
+        except AttributeError:
+            return x - 1
+        return x + 1
 
     return C(f)(_x())
 
@@ -893,7 +969,7 @@ def class_namedtuple_subclass_method(C):
 
 # -- itertools ---------------------------------------------------------------------------
 
-@case(xfail='itertools.chain.from_iterable has no tracker')
+@case
 def itertools_chain_from_iterable(C):
     def f(x):
         parts = [[x, x + 1], [x + 2]]
@@ -913,7 +989,7 @@ def itertools_product_repeat(C):
     return C(f)(_x())
 
 
-@case(xfail='itertools.compress and filterfalse have no tracker')
+@case
 def itertools_compress_and_filterfalse(C):
     def f(x):
         items = [x, x * 2, x * 3, x * 4]
@@ -924,7 +1000,7 @@ def itertools_compress_and_filterfalse(C):
     return C(f)(_x())
 
 
-@case(xfail='itertools.tee has no tracker')
+@case
 def itertools_tee(C):
     def f(x):
         a, b = itertools.tee(iter([x, x + 1, x + 2]))
@@ -971,7 +1047,7 @@ def walrus_in_comprehension(C):
     return C(f)(_x())
 
 
-@case(xfail='MATCH_SEQUENCE/MATCH_MAPPING/MATCH_CLASS opcodes have no handler')
+@case
 def match_statement(C):
     def f(x, spec):
         match spec:
@@ -986,6 +1062,78 @@ def match_statement(C):
 
     g = C(f)
     return g(_x(), ("scale", 3)), g(_x(), {"shift": 2})
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+    y: int
+
+
+class _Shape:
+    __match_args__ = ("kind", "size")
+
+    def __init__(self, kind, size):
+        self.kind = kind
+        self.size = size
+
+
+@case
+def match_class_patterns(C):
+    def f(x, obj):
+        match obj:
+            case _Point(x=0, y=y):
+                return x + y
+            case _Point(a, b) if a > b:
+                return x * a - b
+            case _Shape("square", size=s) | _Shape("cube", s):
+                return x * s
+            case _Shape(kind=k):
+                return x - len(k)
+            case int(n):
+                return x + n
+            case _:
+                return x * 2
+
+    g = C(f)
+    return (g(_x(), _Point(0, 3)), g(_x(), _Point(5, 2)), g(_x(), _Point(1, 2)),
+            g(_x(), _Shape("square", 2)), g(_x(), _Shape("cube", 3)),
+            g(_x(), _Shape("line", 1)), g(_x(), 7), g(_x(), "s"))
+
+
+@case
+def match_mapping_rest_and_star(C):
+    def f(x, spec):
+        match spec:
+            case {"op": "add", "value": v, **rest}:
+                return x + v, sorted(rest)
+            case {"op": op}:
+                return x - 1, op
+            case [first, *middle, last]:
+                return x * first + last, len(middle)
+            case (1 | 2) as small:
+                return x * small, small
+            case _:
+                return x + 1, None
+
+    g = C(f)
+    return (g(_x(), {"op": "add", "value": 2, "k": 1}), g(_x(), {"op": "mul"}),
+            g(_x(), [1, 2, 3, 4]), g(_x(), 2), g(_x(), "abc"))
+
+
+@case
+def match_tensors_in_sequence(C):
+    def f(pair):
+        match pair:
+            case (a, b) if a.dim() == b.dim():
+                return a + b
+            case (a, *_):
+                return a * 2
+            case _:
+                return pair - 1
+
+    g = C(f)
+    return g((_x(), _x())), g([_x(3), _x(2, 2)]), g(_x())
 
 
 @case
@@ -1067,7 +1215,7 @@ def builtins_all_any_of_shapes(C):
     return C(f)(_x(2, 3), _x(2, 3))
 
 
-@case(xfail='id() of a container made in the frame is refused')
+@case
 def builtins_id_of_same_object(C):
     def f(x):
         a = [x]
@@ -1077,7 +1225,7 @@ def builtins_id_of_same_object(C):
     return C(f)(_x())
 
 
-@case(xfail='iter(callable, sentinel) has no tracker')
+@case
 def builtins_iter_sentinel_loop(C):
     def f(x):
         vals = iter([1, 2, 3, 0, 5])

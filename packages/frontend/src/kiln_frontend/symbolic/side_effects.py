@@ -59,6 +59,10 @@ def _check_attr_store(obj: VariableTracker, name: str, value: VariableTracker) -
     from .variables.torch import PythonModuleVariable
 
     what = f"assignment to attribute {name!r} of {obj.describe()}"
+    from .variables.misc import UserDefinedClassVariable
+
+    if isinstance(obj, UserDefinedClassVariable):
+        return _check_class_attr_store(obj.cls, name, value, what)
     if obj.source is None:
         raise Unsupported(f"{what} (an object without a source)")
     if isinstance(obj, PythonModuleVariable):
@@ -93,6 +97,33 @@ def _check_attr_store(obj: VariableTracker, name: str, value: VariableTracker) -
     raise Unsupported(what)
 
 
+def _check_class_attr_store(cls: type, name: str, value: VariableTracker, what: str) -> None:
+    """``Cls.name = value`` is replayed only where every read of it while tracing sees the
+    recorded value (``class_store``): a plain value the class itself already holds, replaced
+    by another plain value, so no lookup order changes (no descriptor comes or goes, no
+    base's entry is shadowed, ``hasattr`` answers as before), on a class whose metaclass
+    stores as ``type`` does.  Dunders are refused (slots and the data model read them)."""
+    from .variables.attributes import MISSING, class_attribute, is_descriptor
+
+    if type(cls).__setattr__ is not type.__setattr__:
+        raise Unsupported(f"{what} (its metaclass defines __setattr__)")
+    if name.startswith("__") and name.endswith("__"):
+        raise Unsupported(f"{what} (a special name)")
+    if cls.__module__.split(".")[0] == "torch":
+        raise Unsupported(f"{what} (torch's own class)")
+    attr = cls.__dict__.get(name, MISSING)
+    if attr is MISSING or is_descriptor(attr):
+        raise Unsupported(f"{what} (not a plain value the class itself holds)")
+    if class_attribute(type(cls), name)[0] is not MISSING:
+        raise Unsupported(f"{what} (its metaclass has that name)")
+    try:
+        new_type = value.python_type()
+    except Unsupported:
+        raise Unsupported(f"{what} (a value of unknown type)") from None
+    if hasattr(new_type, "__get__") or hasattr(new_type, "__set__"):
+        raise Unsupported(f"{what} (a descriptor)")
+
+
 def _check_no_namespace_view(tx: Any, obj: VariableTracker, name: str) -> None:
     """The frame holds ``obj.__dict__`` as a dict tracker: a store recorded here would not
     show in it (nor its changes here)."""
@@ -111,6 +142,12 @@ def _owns(real: Any, name: str) -> bool:
         return False
     return name in d or any(name in d.get(t, ()) for t in ("_parameters", "_buffers",
                                                             "_modules"))
+
+
+def _is_class_tracker(obj: VariableTracker) -> bool:
+    from .variables.misc import UserDefinedClassVariable
+
+    return isinstance(obj, UserDefinedClassVariable)
 
 
 def _example_of(value: VariableTracker) -> Any:
@@ -140,9 +177,12 @@ class SideEffects:
         _check_attr_store(obj, name, value)
         _check_no_namespace_view(tx, obj, name)
         self._guard_replaced_buffer(obj, name)
-        entry = self.attr_mutations.get(id(obj))
+        # a class is reached through many trackers (each load of its name): its stores are
+        # keyed by the class itself (its id: alive while traced, so no tracker's id)
+        key = id(obj.cls) if _is_class_tracker(obj) else id(obj)
+        entry = self.attr_mutations.get(key)
         if entry is None:
-            entry = self.attr_mutations[id(obj)] = AttrMutations(obj)
+            entry = self.attr_mutations[key] = AttrMutations(obj)
         entry.stores.pop(name, None)  # keep the last store's position
         entry.stores[name] = value
 
@@ -185,6 +225,23 @@ class SideEffects:
         if stored is None or owned:
             entry.stores[name] = DELETED
         # (else assigned, then deleted, by the frame: the real object never had it)
+
+    def class_store(self, cls: type, name: str) -> VariableTracker | None:
+        """What the frame stored in ``name`` of the class that ``cls`` (or an instance of
+        it) reads it from, or None.  Stores only replace a value in the class's own
+        ``__dict__`` (``_check_class_attr_store``), so the MRO finds that class as before."""
+        if not self.attr_mutations:
+            return None
+        from .variables.attributes import class_attribute
+
+        _, klass = class_attribute(cls, name)
+        entry = self.attr_mutations.get(id(klass)) if klass is not None else None
+        if entry is None or not _is_class_tracker(entry.obj) or entry.obj.cls is not klass:
+            return None
+        return entry.stores.get(name)
+
+    def has_class_stores(self) -> bool:
+        return any(_is_class_tracker(e.obj) for e in self.attr_mutations.values())
 
     def load_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
         """The value the frame stored in ``obj.name``, or None when it did not."""

@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     containers,
     exceptions,
     loads_stores,
+    match,
     returns,
     stack,
 )

@@ -169,6 +169,18 @@ def _cached_property(tx, obj, cls, name, attr, klass):
     return value
 
 
+def _member_slot(tx, obj, cls, name, attr, klass):
+    """A ``__slots__`` member: an object made by the frame keeps its slots' trackers; any
+    other is read for real (guarded through its source)."""
+    from .misc import is_slot_of
+
+    read_slot = getattr(obj, "read_slot", None)
+    if read_slot is not None and getattr(obj, "source", None) is None and \
+            is_slot_of(cls, name, attr):
+        return read_slot(tx, name, attr)
+    return obj.lookup_real(tx, name, "a __slots__ member")
+
+
 #: how a class attribute of each type is read through an instance (step 1 for data
 #: descriptors, step 3 for the others); other descriptors are read for real
 DESCRIPTORS: dict[type, Callable[..., VariableTracker]] = {
@@ -177,6 +189,7 @@ DESCRIPTORS: dict[type, Callable[..., VariableTracker]] = {
     staticmethod: _staticmethod,
     classmethod: _classmethod,
     functools.cached_property: _cached_property,
+    types.MemberDescriptorType: _member_slot,
 }
 
 
@@ -250,6 +263,9 @@ def generic_getattr(tx, obj: AttributeOwner, name: str) -> VariableTracker:
         return found
     if attr is MISSING:
         raise MissingAttribute(name)
+    stored = tx.output.side_effects.class_store(cls, name)
+    if stored is not None:  # the frame replaced this plain class value (``Cls.n += 1``)
+        return stored
     if is_descriptor(attr):
         return _descriptor(tx, obj, cls, name, attr, klass)
     return obj.lookup_class_member(tx, name, attr, klass)
@@ -261,6 +277,9 @@ def load_attribute(tx, obj: AttributeOwner, name: str) -> VariableTracker:
     cls = obj.lookup_class()
     getattribute, _ = class_attribute(cls, "__getattribute__")
     if getattribute is not object.__getattribute__:
+        if tx.output.side_effects.has_class_stores():  # it may read the class for real
+            raise Unsupported(f"attribute {name!r} through a __getattribute__ after a store "
+                              "to a class attribute")
         return obj.lookup_getattribute(tx, name, getattribute)
     try:
         return generic_getattr(tx, obj, name)

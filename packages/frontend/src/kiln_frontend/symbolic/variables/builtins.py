@@ -250,6 +250,10 @@ def _b_type(tx, args, kwargs):
 
 @builtin_handler(iter)
 def _b_iter(tx, args, kwargs):
+    if len(args) == 2 and not kwargs:
+        from .itertools_vars import callable_iterator
+
+        return callable_iterator(tx, *args)
     if len(args) != 1 or kwargs:
         return None
     return args[0].iter_var(tx)
@@ -646,6 +650,8 @@ for _fn in (any, all):
 def _b_id(tx, args, kwargs):
     if len(args) != 1 or kwargs:
         return None
+    if args[0].mutable and args[0].source is None:
+        return ObjectIdVariable(args[0])
     obj = known_object(args[0])
     if obj is None or args[0].mutable:
         raise Unsupported(f"id() of {args[0].describe()}")
@@ -654,3 +660,26 @@ def _b_id(tx, args, kwargs):
 
         tx.output.guards.add(Guard(args[0].source, GuardKind.ID_MATCH, id(obj), "object"))
     return ConstantVariable(id(obj))
+
+
+class ObjectIdVariable(VariableTracker):
+    """``id(obj)`` of an object made while tracing: its number is not known before the
+    frame runs, so it is only compared (``==``/``!=``: the same tracker, the same object,
+    as ``is`` decides) and never becomes a value of the frame (stored or returned: a graph
+    break, rather than one baked number for the objects of every call)."""
+
+    def __init__(self, obj: VariableTracker):
+        super().__init__()
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return int
+
+    def children(self):
+        return [self.obj]
+
+    def reconstruct(self, codegen) -> None:
+        raise Unsupported(f"id() of {self.obj.describe()} outlives the frame")
+
+    def describe(self) -> str:
+        return f"id({self.obj.describe()})"

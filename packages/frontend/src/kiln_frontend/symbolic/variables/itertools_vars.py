@@ -20,7 +20,7 @@ from ...exc import Unsupported
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
 from .containers import IteratorVariable, ListIteratorVariable, ListVariable, TupleVariable
-from .stdlib import register_constructor
+from .stdlib import register_builtin, register_constructor
 
 
 class TracedIteratorVariable(IteratorVariable):
@@ -28,10 +28,12 @@ class TracedIteratorVariable(IteratorVariable):
     which reads the current translator from ``cell[0]``."""
 
     def __init__(self, cls: type, make: Callable[[list], Iterator[VariableTracker]],
-                 parts: list[VariableTracker], tx: Any):
+                 parts: list[VariableTracker], tx: Any, cell: list[Any] | None = None):
         super().__init__()
         self.cls = cls
-        self.cell: list[Any] = [tx]  # (product, combinations... read their input at once)
+        # (product, combinations... read their input at once); iterators sharing an input
+        # (tee's) share the cell
+        self.cell: list[Any] = [tx] if cell is None else cell
         self.it = make(self.cell)
         self.parts = parts
 
@@ -134,6 +136,59 @@ _construct(itertools.dropwhile, lambda tx, fn, it: lambda c: itertools.dropwhile
 _construct(itertools.filterfalse, lambda tx, fn, it: lambda c: itertools.filterfalse(
     lambda v: _truth(c, v if fn.is_python_constant() and fn.as_python_constant() is None
                      else _call(c, fn, v)), _items(c, it)))
+
+
+
+def _compress(c, data, selectors):
+    for item, selector in zip(_items(c, data), _items(c, selectors)):  # noqa: B905 (as compress)
+        if _truth(c, selector):
+            yield item
+
+
+_construct(itertools.compress, lambda tx, data, selectors: lambda c: _compress(c, data, selectors))
+
+
+def _chain_from_iterable(tx, args, kwargs):
+    """``chain.from_iterable(its)``: reads ``its`` lazily, one inner iterable at a time."""
+    if len(args) != 1 or kwargs:
+        return None
+    its = args[0]
+    return TracedIteratorVariable(itertools.chain, lambda c: itertools.chain.from_iterable(
+        _items(c, inner) for inner in _items(c, its)), [its], tx)
+
+
+def _tee(tx, args, kwargs):
+    """``tee(it, n)``: the real tee over one lazy reader of ``it``; the n iterators share
+    the reader's translator cell (whichever advances first reads the input)."""
+    if not 1 <= len(args) <= 2 or kwargs:
+        return None
+    n = _const(args[1], "tee") if len(args) == 2 else 2
+    if not isinstance(n, int) or n < 0:
+        return None  # eager's errors
+    cell: list[Any] = [tx]
+    tees = itertools.tee(_items(cell, args[0]), n)
+    return TupleVariable([TracedIteratorVariable(type(t), lambda c, t=t: t, [args[0]], tx, cell)
+                          for t in tees])
+
+
+def callable_iterator(tx, fn, sentinel):
+    """``iter(fn, sentinel)``: calls ``fn`` until it returns the sentinel; both compared as
+    constants (a tensor's ``==`` is not a Python bool)."""
+    stop = _const(sentinel, "iter(callable, sentinel)")
+
+    def make(c):
+        while True:
+            v = c[0].realize(_call(c, fn))
+            try:
+                value = v.as_python_constant()
+            except NotConstant:
+                raise Unsupported("iter(callable, sentinel) where the callable returns "
+                                  f"{v.describe()}, not a constant") from None
+            if value == stop:
+                return
+            yield v
+
+    return TracedIteratorVariable(type(iter(int, 0)), make, [fn, sentinel], tx)
 
 
 def _accumulate(tx, it, func=None, *, initial=None):
@@ -349,3 +404,5 @@ def _deque(tx, _cls, args, kwargs):
 
 
 register_constructor(collections.deque, _deque)
+register_builtin(itertools.chain.from_iterable, _chain_from_iterable)
+register_builtin(itertools.tee, _tee)

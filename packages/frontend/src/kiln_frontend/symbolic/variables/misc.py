@@ -174,6 +174,12 @@ class UserDefinedClassVariable(VariableTracker):
         return [ConstantVariable(m) for m in self.cls]
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        side_effects = tx.output.side_effects
+        stored = side_effects.class_store(self.cls, name)
+        if stored is not None:  # ``Cls.count += 1`` earlier in the frame
+            return stored
+        if name == "__dict__" and side_effects.has_class_stores():
+            raise Unsupported(f"{self.describe()}.__dict__ after a store to a class attribute")
         try:
             value = inspect.getattr_static(self.cls, name)
         except AttributeError:
@@ -516,8 +522,9 @@ class GetAttrVariable(VariableTracker):
 
 def is_plain_python_class(cls: type) -> bool:
     """A class whose instances can be built while tracing: defined in Python, default
-    metaclass, ``object.__new__``, no ``__slots__``, only Python classes in its MRO (no
-    builtin or torch bases: tensors, modules, exceptions, dicts...)."""
+    metaclass, ``object.__new__``, only Python classes in its MRO (no builtin or torch
+    bases: tensors, modules, exceptions, dicts...).  ``__slots__`` are fine: their member
+    descriptors are read and written as the object's ``slots`` (``_member_slot``)."""
     import abc
 
     if type(cls) not in (type, abc.ABCMeta) or cls.__new__ is not object.__new__:
@@ -525,7 +532,7 @@ def is_plain_python_class(cls: type) -> bool:
     if getattr(cls, "__abstractmethods__", None):
         return False
     for klass in cls.__mro__[:-1]:
-        if klass.__dict__.get("__slots__", ()) or klass.__module__ == "builtins":
+        if klass.__module__ == "builtins":
             return False
         if klass.__module__.split(".")[0] == "torch":
             return False
@@ -557,11 +564,21 @@ def construct_object(tx, cls: type, args, kwargs) -> VariableTracker:
     return obj
 
 
-def new_object(cls: type, attrs: dict) -> Any:
+def new_object(cls: type, attrs: dict, slots: dict | None = None) -> Any:
     """What generated code calls to rebuild an object made while tracing."""
     obj = object.__new__(cls)
-    obj.__dict__.update(attrs)
+    if attrs:
+        obj.__dict__.update(attrs)
+    for name, value in (slots or {}).items():
+        object.__setattr__(obj, name, value)  # (through the slot's member descriptor)
     return obj
+
+
+def is_slot_of(cls: type, name: str, attr: Any) -> bool:
+    """``attr``, what ``cls``'s MRO has under ``name``, is a ``__slots__`` member of one of
+    its classes (read and written in the object's ``slots``, not its ``__dict__``)."""
+    return type(attr) is types.MemberDescriptorType and attr.__objclass__ in cls.__mro__ and \
+        attr.__name__ == name
 
 
 class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
@@ -575,12 +592,14 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         super().__init__()
         self.cls = cls
         self.attrs: dict[str, VariableTracker] = dict(attrs or {})
+        #: values of its ``__slots__`` members (an unset slot is absent: AttributeError)
+        self.slots: dict[str, VariableTracker] = {}
 
     def python_type(self) -> type:
         return self.cls
 
     def children(self):
-        return list(self.attrs.values())
+        return [*self.attrs.values(), *self.slots.values()]
 
     def describe(self) -> str:
         return f"FrameObjectVariable({self.cls.__qualname__})"
@@ -690,16 +709,54 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
 
         if store_through_descriptor(tx, self, self.cls, name, value):
             return
-        if data_descriptor_setter(self.cls, name) is not MISSING_ATTR:
+        setter = data_descriptor_setter(self.cls, name)
+        if is_slot_of(self.cls, name, setter):
+            self._guard_slot(tx, name, setter)
+            self.slots[name] = value
+            return
+        if setter is not MISSING_ATTR:
             # (object.__setattr__ would call it: an instance entry would be wrong)
             raise Unsupported(f"setting {name!r} of a {self.cls.__qualname__} through a "
                               "data descriptor that is not Python code")
+        if not self.cls.__dictoffset__:  # __slots__ all the way: no instance dict
+            from .exceptions import raise_traced
+
+            raise_traced(AttributeError, f"{self.cls.__name__!r} object has no attribute "
+                                         f"{name!r}")
         self.attrs[name] = value
 
+    def _guard_slot(self, tx, name: str, member: Any) -> None:
+        from .functions import guard_class_member
+
+        guard_class_member(tx, self.cls, name, member)
+
+    def read_slot(self, tx, name: str, member: Any) -> VariableTracker:
+        """``obj.name`` through the ``__slots__`` member ``member``."""
+        self._guard_slot(tx, name, member)
+        value = self.slots.get(name)
+        if value is None:
+            from .exceptions import raise_traced
+
+            raise_traced(AttributeError, f"'{self.cls.__name__}' object has no attribute "
+                                         f"'{name}'")
+        return value
+
     def delete_attr(self, tx, name: str) -> None:
+        from .attributes import data_descriptor_setter
+
         if self._python_slot("__delattr__") is not None:
             raise Unsupported(f"deleting {name!r} on a {self.cls.__qualname__} "
                               "(custom __delattr__)")
+        setter = data_descriptor_setter(self.cls, name)
+        if is_slot_of(self.cls, name, setter):
+            self._guard_slot(tx, name, setter)
+            if name not in self.slots:
+                raise Unsupported(f"AttributeError: deleting unset slot {name!r}")
+            del self.slots[name]
+            return
+        if setter is not MISSING_ATTR:
+            raise Unsupported(f"deleting {name!r} of a {self.cls.__qualname__} through a "
+                              "data descriptor")
         if name not in self.attrs:
             raise Unsupported(f"AttributeError: deleting missing attribute {name!r}")
         del self.attrs[name]
@@ -716,7 +773,14 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
             codegen.load_const(k)
             codegen(v)
         codegen.build_map(len(self.attrs))
-        codegen.call_function(2)
+        if not self.slots:
+            codegen.call_function(2)
+            return
+        for k, v in self.slots.items():
+            codegen.load_const(k)
+            codegen(v)
+        codegen.build_map(len(self.slots))
+        codegen.call_function(3)
 
 
 class FrameObjectSlotVariable(VariableTracker):

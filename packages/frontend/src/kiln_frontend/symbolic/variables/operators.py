@@ -373,6 +373,14 @@ def _equality_of_objects(tx, fn, args):
     a, b = args
     if a.is_python_constant() and b.is_python_constant():
         return None
+    from .builtins import ObjectIdVariable
+
+    if isinstance(a, ObjectIdVariable) or isinstance(b, ObjectIdVariable):
+        # ids of objects made while tracing: equal only for the same object (any other
+        # int, an id from before this call included, differs while both objects live)
+        same = isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and \
+            a.obj is b.obj
+        return ConstantVariable(same if fn is operator.eq else not same)
     if isinstance(a, (BaseSequenceVariable, ConstDictVariable)) or isinstance(
             b, (BaseSequenceVariable, ConstDictVariable)):
         same = _containers_equal(tx, a, b)
