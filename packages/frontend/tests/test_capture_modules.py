@@ -65,7 +65,7 @@ def module_list_zip_reversed(C):
     return C(M())(_x())
 
 
-@case(xfail='`in` on an nn.ModuleDict is not traced')
+@case
 def module_dict_items_and_keys(C):
     class M(nn.Module):
         def __init__(self):
@@ -75,6 +75,26 @@ def module_dict_items_and_keys(C):
         def forward(self, x):
             out = {k: head(x) for k, head in self.heads.items()}
             return out, list(self.heads.keys()), "a" in self.heads
+
+    return C(M())(_x())
+
+
+@case
+def module_list_and_dict_membership(C):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.ReLU()])
+            self.extra = nn.Linear(4, 4)
+            self.heads = nn.ModuleDict({"a": nn.Linear(4, 2)})
+            self.params = nn.ParameterDict({"w": nn.Parameter(torch.ones(4))})
+
+        def forward(self, x):
+            if self.extra not in self.blocks and self.blocks[0] in self.blocks:
+                x = self.blocks[0](x)
+            if "b" not in self.heads and "w" in self.params:
+                x = x * self.params["w"]
+            return x
 
     return C(M())(_x())
 

@@ -410,6 +410,26 @@ class NNModuleVariable(AttributeOwner, VariableTracker):
     def has_unpack_var_sequence(self, tx) -> bool:
         return isinstance(self.module, _CONTAINERS)
 
+    def contains(self, tx, item: VariableTracker) -> VariableTracker:
+        """``key in module_dict`` on the guarded keys; ``m in module_list`` by identity
+        among its members (what iterating and ``==`` on modules decide)."""
+        m = self.module
+        dict_base = next((b for b in (nn.ModuleDict, nn.ParameterDict) if isinstance(m, b)),
+                         None)
+        list_base = next((b for b in (nn.Sequential, nn.ModuleList) if isinstance(m, b)), None)
+        if dict_base is not None and type(m).__contains__ is dict_base.__contains__:
+            if not item.is_python_constant():
+                raise Unsupported(f"`in` on a {type(m).__qualname__} with a non-constant key")
+            self.guard_structure(tx)
+            return ConstantVariable(item.as_python_constant() in m)
+        if list_base is not None and type(m).__iter__ is list_base.__iter__ and \
+                getattr(type(m), "__contains__", None) is None:
+            from .containers import TupleVariable
+            from .operators import contains_op
+
+            return contains_op(tx, TupleVariable(self.members(tx)), item)
+        raise Unsupported(f"`in` on a {type(m).__qualname__}")
+
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
         return self.members(tx)
 
