@@ -22,7 +22,7 @@ python3 --version
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 python3 packages/frontend/hatch_build.py --inplace
 # kiln's backends and codegens are found through entry points: write them as pip would have
-export PYTHONPATH="$(python3 scripts/entry_points.py):$(ls -d packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
+export PYTHONPATH="$(python3 scripts/entry_points.py):$(ls -d "$PWD"/packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
 export KILN_CACHE_DIR="${KILN_CACHE_DIR:-/tmp/kiln-cache}"
 case "$what" in
   frontend) python3 -m pytest -q -p no:cacheprovider packages/frontend/tests "$@" ;;
