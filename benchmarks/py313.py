@@ -1,0 +1,321 @@
+"""kiln_frontend on CPython 3.13 beside 3.11 (issue 30's "must show"): same graph counts and
+results, and guard overhead and cold capture time within 10%.
+
+Runs itself under each interpreter (child processes) and joins what they report:
+
+* ``counts`` (once per interpreter): the seed examples (examples/demo.py sections 1-3, the
+  full kiln stack for 2 and 3: their printed lines, timings dropped, and their asserts that
+  results equal eager); the frontend's case corpus (every ``CASES`` and ``Cases`` registry of
+  ``packages/frontend/tests/test_capture_*.py``, as ``capture.py --features`` collects them:
+  graphs, cache entries, error, and for ``CASES`` whether the results equal eager's); the
+  model capture benchmark (``capture.py``'s MODELS under kiln only: graphs, ops, correct).
+* ``timing`` (rounds alternating the interpreters, since the machine is shared): guard
+  overhead (per-call time of a compiled function whose guards pass, minus the same call
+  eager) and cold capture time (first call minus a cached one, eager backend, kiln reset and
+  a fresh copy of the model each time).  Minimum and median over every sample.
+
+    python benchmarks/py313.py                       # both parts, writes results/py313.json
+    python benchmarks/py313.py --skip-counts --rounds 5
+
+To measure one commit while the checkout changes under you: ``git archive HEAD packages
+benchmarks examples tests-integration | tar -x -C SNAP``, copy the built ``*.so`` of
+``packages/frontend/src/kiln_frontend`` there, and run ``SNAP/benchmarks/py313.py`` with
+KILN_PY311/KILN_PY313 set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: the two interpreters (kiln installed editable in each); KILN_PY311/KILN_PY313 override
+PYTHONS = {"3.11": Path(os.environ.get("KILN_PY311", ROOT / ".nox" / "tests" / "bin" / "python")),
+           "3.13": Path(os.environ.get("KILN_PY313", ROOT / ".venv313" / "bin" / "python"))}
+TIMING_MODELS = ("resnet18", "vit_tiny_patch16_224", "bert", "gpt2", "t5")
+
+
+# ---------------------------------------------------------------------------------------
+# child: runs under one interpreter, prints one JSON line
+# ---------------------------------------------------------------------------------------
+
+
+def _seed() -> dict:
+    """examples/demo.py sections 1-3: their output lines without timings (they assert that
+    results equal eager themselves)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import demo
+
+    out = {}
+    for name in ("seed_toy_example", "cos_plus_sin", "dynamic_shapes"):
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                getattr(demo, name)()
+            lines = [ln.strip() for ln in buf.getvalue().splitlines()
+                     if ln.strip() and not ln.startswith("=") and " ms" not in ln
+                     and "kiln_demo_" not in ln and "---" not in ln]
+            # sections 2/3 print generated code; keep the counting lines only
+            out[name] = [ln for ln in lines if "graph" in ln or "kernels generated" in ln]
+        except Exception as e:  # noqa: BLE001 - reported side by side
+            out[name] = [f"ERROR {type(e).__name__}: {e}"]
+    return out
+
+
+def _features() -> dict:
+    """Per case: [graphs, entries, error, results equal eager (None: not checked)]."""
+    import logging
+
+    import capture
+
+    logging.disable(logging.CRITICAL)
+    cases = capture.feature_cases()  # puts the tests folder on sys.path
+    import _capture_cases as cc
+
+    same: dict[str, bool] = {}
+    current = [""]
+    run_kiln = cc.run_kiln
+
+    def checked(fn, args, **kw):
+        out = run_kiln(fn, args, **kw)
+        if out.error is None:
+            try:
+                cc.assert_same(out.results, cc.run_eager(fn, args))
+                same[current[0]] = True
+            except Exception:  # noqa: BLE001
+                same[current[0]] = False
+        return out
+
+    cc.run_kiln = checked
+    result = {}
+    for key, _family, run in cases:
+        current[0] = key
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                graphs, entries, error = run("kiln")
+        except Exception:  # noqa: BLE001
+            graphs, entries, error = 0, None, True
+        result[key] = [graphs, entries, error, same.get(key)]
+    return result
+
+
+def _models() -> dict:
+    import capture
+    import torch
+
+    capture.warm_up()
+    out = {}
+    for name, build in capture.MODELS.items():
+        try:
+            torch.manual_seed(0)
+            model, inputs, kwargs = build()
+        except Exception as e:  # noqa: BLE001
+            out[name] = {"error": f"build: {e}"}
+            continue
+        model.eval()
+        with torch.no_grad():
+            expected = capture.tensors_of(model(*inputs, **kwargs))
+        r = capture.measure("kiln", copy.deepcopy(model), inputs, kwargs, expected)
+        out[name] = {"graphs": r.graphs, "ops": r.ops, "ok": r.ok, "error": r.error}
+    return out
+
+
+def _per_call(fn, args, inner: int, repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn(*args)
+        samples.append((time.perf_counter() - t0) / inner)
+    return samples
+
+
+def _guard_overhead(repeats: int) -> dict:
+    """Per-call seconds, compiled (guards pass, eager backend) and eager, of a small module
+    with three tensor arguments and of a three-tensor function."""
+    import capture
+    import kiln_frontend
+    import torch
+
+    class Small(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x, y, z):
+            return torch.relu(self.lin(x)) + y * z
+
+    def add3(a, b, c):
+        return a + b * c
+
+    torch.manual_seed(0)
+    out = {}
+    for name, fn in (("module_3_tensors", Small()), ("function_3_tensors", add3)):
+        args = (torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8))
+        kiln_frontend.reset()
+        backend = capture.RecordingBackend()
+        compiled = kiln_frontend.optimize(backend)(fn)
+        with torch.no_grad():
+            for _ in range(20):
+                compiled(*args)
+            assert len(backend.graphs) == 1, f"{name}: {len(backend.graphs)} graphs"
+            out[name] = {"compiled": _per_call(compiled, args, 200, repeats),
+                         "eager": _per_call(fn, args, 200, repeats)}
+    return out
+
+
+def _cold_capture(repeats: int) -> dict:
+    """Cold capture seconds per model: each sample a kiln reset, a fresh copy of the model and
+    its first call minus a cached call (capture.measure)."""
+    import capture
+    import torch
+
+    capture.warm_up()
+    out = {}
+    for name in TIMING_MODELS:
+        torch.manual_seed(0)
+        model, inputs, kwargs = capture.MODELS[name]()
+        model.eval()
+        with torch.no_grad():
+            expected = capture.tensors_of(model(*inputs, **kwargs))
+        samples = []
+        for _ in range(repeats):
+            r = capture.measure("kiln", copy.deepcopy(model), inputs, kwargs, expected)
+            assert r.ok, f"{name}: {r.error}"
+            samples.append(r.capture_s)
+        out[name] = samples
+    return out
+
+
+def child(part: str, repeats: int) -> dict:
+    sys.path.insert(0, str(HERE))
+    if part == "counts":
+        return {"seed": _seed(), "features": _features(), "models": _models()}
+    return {"guard": _guard_overhead(repeats * 10), "cold": _cold_capture(repeats)}
+
+
+# ---------------------------------------------------------------------------------------
+# parent: runs the children and joins them
+# ---------------------------------------------------------------------------------------
+
+
+def _run_child(version: str, part: str, repeats: int) -> dict:
+    """One child; the packages come from this script's tree (ahead of the editable installs),
+    so a copy of a commit (``git archive`` plus the built extensions) measures that commit
+    while others edit the checkout."""
+    srcs = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(srcs)}
+    proc = subprocess.run([str(PYTHONS[version]), __file__, "--child", part,
+                           "--repeats", str(repeats)], cwd=ROOT, stdout=subprocess.PIPE,
+                          text=True, check=True, env=env)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _stats(samples: list[float]) -> dict:
+    return {"min": min(samples), "median": statistics.median(samples), "n": len(samples)}
+
+
+def compare_counts(a: dict, b: dict) -> dict:
+    """Side by side; lists what differs."""
+    seed = {k: {"3.11": a["seed"][k], "3.13": b["seed"][k], "same": a["seed"][k] == b["seed"][k]}
+            for k in a["seed"]}
+    fa, fb = a["features"], b["features"]
+    feature_diff = {k: {"3.11": fa.get(k), "3.13": fb.get(k)} for k in sorted(set(fa) | set(fb))
+                    if fa.get(k) != fb.get(k)}
+    ma, mb = a["models"], b["models"]
+    models = {k: {"3.11": ma[k], "3.13": mb.get(k)} for k in ma}
+    summary = {
+        "seed_same": all(v["same"] for v in seed.values()),
+        "features_cases": len(fa), "features_differ": sorted(feature_diff),
+        "features_one_graph": {v: sum(1 for g, e, err, _s in f.values()
+                                      if not err and g == max(1, e or 1))
+                               for v, f in (("3.11", fa), ("3.13", fb))},
+        "features_results_equal_eager": {v: sum(1 for *_x, s in f.values() if s)
+                                         for v, f in (("3.11", fa), ("3.13", fb))},
+        "models_correct": {v: sum(1 for r in m.values() if r.get("ok"))
+                           for v, m in (("3.11", ma), ("3.13", mb))},
+        "models_differ": sorted(k for k in ma if ma[k] != mb.get(k)),
+    }
+    return {"summary": summary, "seed": seed, "features_differ": feature_diff, "models": models}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", choices=("counts", "timing"), help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="cold captures per model per round (guard: 10x that many "
+                             "samples of 200 calls)")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds, interpreters "
+                        "alternating")
+    parser.add_argument("--skip-counts", action="store_true")
+    parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--json", default=str(HERE / "results" / "py313.json"))
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.repeats)))
+        return 0
+
+    out_path = Path(args.json)
+    result = json.loads(out_path.read_text()) if out_path.exists() else {}
+    result["interpreters"] = {v: subprocess.run([str(p), "-c", "import sys, torch; print("
+                                                 "sys.version.split()[0], torch.__version__)"],
+                                                stdout=subprocess.PIPE, text=True).stdout.strip()
+                              for v, p in PYTHONS.items()}
+    if not args.skip_counts:
+        counts = {v: _run_child(v, "counts", args.repeats) for v in PYTHONS}
+        result["counts"] = compare_counts(counts["3.11"], counts["3.13"])
+        print(json.dumps(result["counts"]["summary"], indent=1))
+        for name, row in result["counts"]["models"].items():
+            a, b = row["3.11"], row["3.13"] or {}
+            print(f"{name:24} graphs {a.get('graphs')!s:>3} | {b.get('graphs')!s:>3}   ops "
+                  f"{a.get('ops')!s:>4} | {b.get('ops')!s:>4}   correct {a.get('ok')} | "
+                  f"{b.get('ok')}")
+    if not args.skip_timing:
+        samples: dict[str, dict] = {v: {} for v in PYTHONS}
+        for _ in range(args.rounds):
+            for v in PYTHONS:
+                got = _run_child(v, "timing", args.repeats)
+                for fn, t in got["guard"].items():
+                    for kind, s in t.items():
+                        samples[v].setdefault(f"guard/{fn}/{kind}", []).extend(s)
+                for model, s in got["cold"].items():
+                    samples[v].setdefault(f"cold/{model}", []).extend(s)
+        timing = {}
+        for key in samples["3.11"]:
+            a, b = _stats(samples["3.11"][key]), _stats(samples["3.13"][key])
+            timing[key] = {"3.11": a, "3.13": b, "ratio_min": b["min"] / a["min"],
+                           "ratio_median": b["median"] / a["median"]}
+        for fn in ("module_3_tensors", "function_3_tensors"):  # the guards' share
+            over = {}
+            for v in PYTHONS:
+                c, e = samples[v][f"guard/{fn}/compiled"], samples[v][f"guard/{fn}/eager"]
+                over[v] = {"min": min(c) - min(e),
+                           "median": statistics.median(c) - statistics.median(e)}
+            timing[f"guard/{fn}/overhead"] = {
+                **over, "ratio_min": over["3.13"]["min"] / over["3.11"]["min"],
+                "ratio_median": over["3.13"]["median"] / over["3.11"]["median"]}
+        result["timing"] = timing
+        print(f"{'':44} {'3.11 min':>10} {'3.13 min':>10} {'ratio':>6} {'3.11 med':>10} "
+              f"{'3.13 med':>10} {'ratio':>6}")
+        for key, row in timing.items():
+            print(f"{key:44} {row['3.11']['min'] * 1e6:9.1f}u {row['3.13']['min'] * 1e6:9.1f}u "
+                  f"{row['ratio_min']:6.2f} {row['3.11']['median'] * 1e6:9.1f}u "
+                  f"{row['3.13']['median'] * 1e6:9.1f}u {row['ratio_median']:6.2f}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=1))
+    print(f"results: {out_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
