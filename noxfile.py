@@ -1,9 +1,10 @@
 """Every install and test session of the kiln monorepo.
 
 Each per-package session installs only that package and its declared kiln dependencies, so an
-undeclared import between packages fails here. `tests` installs everything and runs every
-package's tests plus tests-integration; `integration` runs tests-integration alone (CI runs it
-after the per-package sessions: .ci/run); `demo` runs the README's first command.
+undeclared import between packages fails here. `tests` (the README's test command, which CI
+runs) runs each of them and then `integration`: tests-integration against one full install.
+`tests_py313` runs the frontend on CPython 3.13 (CI too); `demo` runs the README's first
+command.
 
 torch is pinned to the CPU wheel that lies on this machine's disk (a bare `torch` would pull a
 multi-GB CUDA build); the packages themselves declare `torch>=2.11`.
@@ -82,20 +83,18 @@ for _folder in PACKAGES:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Every package's tests and tests-integration, against one full install."""
-    _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
-    session.run(
-        "pytest", "-q", "-p", "no:cacheprovider",
-        *[f"packages/{f}/tests" for f in PACKAGES],
-        "tests-integration",
-        *session.posargs,
-    )
+    """Each package's own session, then tests-integration (the README's test command).
+
+    Each package's tests run with only it and its declared kiln dependencies installed (an
+    undeclared import fails); tests-integration runs against one full install."""
+    for folder in PACKAGES:
+        session.notify(folder.replace("-", "_"), posargs=session.posargs)
+    session.notify("integration", posargs=session.posargs)
 
 
 @nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
-    """tests-integration alone, against one full install (CI runs it after the per-package
-    sessions: together the tests of `tests`, each package's against only what it declares)."""
+    """tests-integration alone, against one full install (`tests` runs it last)."""
     _install(session, *PACKAGES, extra=tuple(MODEL_DEPS))
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests-integration", *session.posargs)
 
