@@ -47,6 +47,7 @@ _DEFAULTS = {"score_mod": None, "block_mask": None, "scale": None, "enable_gqa":
              "return_lse": False, "kernel_options": None, "return_aux": None}
 
 # the BlockMask's fields in ``as_tuple()`` order, between its lengths and its block sizes
+# (torch 2.13's; releases before it stop after full_q_indices)
 _MASK_FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
                 "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices",
                 "dq_write_order", "dq_write_order_full", "dq_kv_order", "dq_kv_order_spt")
@@ -127,7 +128,16 @@ def _trace_mod(tx, fn: VariableTracker | None, default, examples: list[torch.Ten
     return sub.gm, lifted
 
 
+#: what the capture calls of torch's flex module (private helpers that differ by release)
+_FLEX_HELPERS = ("_create_empty_block_mask", "_apply_kernel_options", "_LARGE_SPARSE_BLOCK_SIZE",
+                 "noop_mask")
+
+
 def capture_flex_attention(tx, args, kwargs) -> VariableTracker:
+    absent = [h for h in _FLEX_HELPERS if not hasattr(flex_module, h)]
+    if absent:
+        raise Unsupported(f"flex_attention: torch {torch.__version__}'s flex module has no "
+                          f"{', '.join(absent)}, which kiln's capture calls")
     a = _bind(list(args), dict(kwargs))
     q, k, v = (tx.realize(a[n]) for n in ("query", "key", "value"))
     if not all(isinstance(t, TensorVariable) for t in (q, k, v)):
@@ -161,9 +171,15 @@ def capture_flex_attention(tx, args, kwargs) -> VariableTracker:
             torch.empty(0, device=qe.device), None), None)
     elif getattr(bm, "value", None).__class__ is not flex_module.BlockMask:
         raise Unsupported(f"flex_attention with block_mask {bm.describe()}")
+    missing = [f for f in ("seq_lengths", "BLOCK_SIZE", "mask_mod", *_MASK_FIELDS[:8])
+               if not hasattr(bm.value, f)]
+    if missing:
+        raise Unsupported(f"flex_attention: torch {torch.__version__}'s BlockMask has no "
+                          f"{', '.join(missing)}, which kiln's capture reads")
     seq = _constant(tx.getattr(bm, "seq_lengths"), "BlockMask.seq_lengths")
     block = _constant(tx.getattr(bm, "BLOCK_SIZE"), "BlockMask.BLOCK_SIZE")
-    fields = [tx.realize(tx.getattr(bm, f)) for f in _MASK_FIELDS]
+    # this release's as_tuple() layout (torch 2.11's BlockMask has no dq_* orders)
+    fields = [tx.realize(tx.getattr(bm, f)) for f in _MASK_FIELDS if hasattr(bm.value, f)]
     if tuple(block) != (flex_module._LARGE_SPARSE_BLOCK_SIZE,) * 2 and \
             (L, S) != tuple(seq):
         raise Unsupported(f"flex_attention with a BlockMask made for lengths {tuple(seq)} on "
