@@ -121,8 +121,11 @@ def test_autograd_function_under_grad_through_triton(codegens):
         return Gate.apply(x @ w, 3).relu()
 
     compiled = kiln.compile(f, fullgraph=True, options=TRITON)
+    torch.manual_seed(0)
+    # the user's backward scales by 300: gradients near 10, where a matmul summed in
+    # another order differs by a few float32 ulps (2.3e-5 seen in CI)
     _grads_equal(f, compiled, torch.randn(3, 4, requires_grad=True),
-                 torch.randn(4, 5, requires_grad=True))
+                 torch.randn(4, 5, requires_grad=True), rtol=1e-5, atol=1e-5)
     assert kiln.stats().training_graphs == 1
     _only_triton(codegens, 2)
 
