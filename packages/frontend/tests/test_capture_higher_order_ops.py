@@ -170,13 +170,19 @@ def test_scan_is_one_graph_with_dim_and_reverse_around_it():
         return scan(combine, init, xs, dim=1, reverse=True)
 
     backend = CountingBackend()
-    compiled = kiln_compile(f, backend=backend, fullgraph=True)
+    # torch before 2.13 stacks scan's outputs along dim 0 whatever ``dim``: kiln then breaks
+    ys_along_dim = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
+    compiled = kiln_compile(f, backend=backend, fullgraph=ys_along_dim)
     init, xs = torch.randn(3), torch.randn(3, 5)
     (c, (s, d)), (ce, (se, de)) = compiled(init, xs), f(init, xs)
     for a, e in ((c, ce), (s, se), (d, de)):
         torch.testing.assert_close(a, e)
-    assert len(backend.graphs) == 1
-    assert torch.ops.higher_order.scan in backend.call_targets(0)
+    if ys_along_dim:
+        assert len(backend.graphs) == 1
+        assert torch.ops.higher_order.scan in backend.call_targets(0)
+    else:
+        assert not any(torch.ops.higher_order.scan in backend.call_targets(i)
+                       for i in range(len(backend.graphs)))
 
 
 def test_scan_changing_its_carry_breaks_naming_it():
