@@ -96,9 +96,9 @@ def is_torch_callable(value: Any) -> bool:
     if _is_foldable(value):
         return True
     if getattr(value, "_torchdynamo_orig_callable", None) is not None:
-        # the wrapper torch.compile made (functools.wraps gives it the wrapped function's
-        # name and module, torch.nn.functional's for torch.compile(F.gelu)): it runs as
-        # torch compiled it, a graph break, never a node of kiln's graph
+        # the wrapper torch's own compiler made (functools.wraps gives it the wrapped
+        # function's name and module, torch.nn.functional's when F.gelu was compiled): it
+        # runs as torch compiled it, a graph break, never a node of kiln's graph
         return False
     from ...trace_rules import Rule, lookup
 
