@@ -13,6 +13,7 @@ from _counting_backend import CountingBackend
 from kiln_frontend import compile as kiln_compile
 from kiln_frontend.exc import Unsupported
 from kiln_frontend.symbolic import hops
+from kiln_frontend.symbolic.hops.map_scan import SCAN_YS_ALONG_DIM
 from torch._higher_order_ops.map import map as hmap
 from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
@@ -170,8 +171,7 @@ def test_scan_is_one_graph_with_dim_and_reverse_around_it():
         return scan(combine, init, xs, dim=1, reverse=True)
 
     backend = CountingBackend()
-    # torch before 2.13 stacks scan's outputs along dim 0 whatever ``dim``: kiln then breaks
-    ys_along_dim = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
+    ys_along_dim = SCAN_YS_ALONG_DIM  # else kiln breaks the graph at the scan
     compiled = kiln_compile(f, backend=backend, fullgraph=ys_along_dim)
     init, xs = torch.randn(3), torch.randn(3, 5)
     (c, (s, d)), (ce, (se, de)) = compiled(init, xs), f(init, xs)

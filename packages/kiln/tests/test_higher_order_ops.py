@@ -9,6 +9,7 @@ from __future__ import annotations
 import kiln
 import pytest
 import torch
+from kiln_frontend.symbolic.hops.map_scan import SCAN_YS_ALONG_DIM
 from torch._higher_order_ops.map import map as hmap
 from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
@@ -161,10 +162,6 @@ def scan_grad_fn(init, xs, w):
 
 def _flat(out):
     return [t for o in out for t in _flat(o)] if isinstance(out, (tuple, list)) else [out]
-
-
-#: torch before 2.13 stacks scan's outputs along dim 0 whatever ``dim``: kiln breaks there
-SCAN_YS_ALONG_DIM = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
 
 
 @pytest.mark.parametrize("which", ["map", "scan"])

@@ -31,6 +31,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
+from kiln_aotgrad.effects import runs_for_effect
 
 log = logging.getLogger("kiln")
 
@@ -62,13 +63,13 @@ class FoldedParams:
 
 
 def writes_in_place(node: torch.fx.Node) -> bool:
-    """Whether dead-code elimination must keep ``node`` although nothing uses its value: an
-    impure op, or one that returned one of its own tensor arguments (``relu(x,
+    """Whether dead-code elimination must keep ``node`` although nothing uses its value: one
+    run for its effect (``kiln_aotgrad.effects.runs_for_effect``, as aotgrad decides), or one that returned one of its own tensor arguments (``relu(x,
     inplace=True)``, ``x.add_(1)``, ``out=x``). A frame's later code reads ``x`` itself, so
     in a torch-level graph (TorchDynamo's and kiln's frontend alike) such a node has no
     users, and dropping it drops the write: resnet18's in-place ReLUs vanished after
     folding and every output was wrong."""
-    if node.is_impure():
+    if runs_for_effect(node):
         return True
     result = node.meta.get("example_value")
     return isinstance(result, torch.Tensor) and any(

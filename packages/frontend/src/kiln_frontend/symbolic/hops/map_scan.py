@@ -31,7 +31,7 @@ from .subgraph import finish, flat_tensors, fresh_input, install, node_inputs, t
 
 #: torch 2.13's scan moves its stacked outputs back to ``dim``; torch 2.11's leaves them along
 #: dim 0 (what a capture with ``dim != 0`` must reproduce, so older releases break there)
-_SCAN_YS_ALONG_DIM = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
+SCAN_YS_ALONG_DIM = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
 
 
 def _leaves(tx, value: VariableTracker, what: str) -> list[TensorVariable]:
@@ -123,7 +123,7 @@ def capture_scan(tx, args, kwargs) -> VariableTracker:
     if not -ndim <= dim < ndim:
         raise Unsupported(f"scan along dim {dim} of a {ndim}-d tensor (eager raises)")
     dim %= ndim
-    if dim != 0 and not _SCAN_YS_ALONG_DIM:
+    if dim != 0 and not SCAN_YS_ALONG_DIM:
         raise Unsupported(f"scan along dim {dim} on torch {torch.__version__}, whose scan "
                           "stacks its outputs along dim 0 (kiln captures torch 2.13's layout)")
     moved = []
