@@ -121,6 +121,20 @@ class VariableTracker:
         return self.describe()
 
 
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` loaded from a container-like tracker and not called yet: the one shape of
+    every such bound-method tracker (list, dict, set, deque, namedtuple, constant, model
+    output); subclasses give ``call_function``."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def children(self):
+        return [self.obj]
+
+
 class KnownCallableVariable(VariableTracker):
     """One known Python callable (a builtin, a torch function, a function with a handler):
     it is its own constant, and generated code reloads it from its source, or loads the

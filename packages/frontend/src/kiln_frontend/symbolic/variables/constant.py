@@ -12,7 +12,7 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..codegen import PyCodegen
@@ -151,16 +151,8 @@ def _consumed(tx, arg: VariableTracker) -> VariableTracker:
     return arg
 
 
-class ConstantMethodVariable(VariableTracker):
+class ConstantMethodVariable(BoundMethodVariable):
     """A bound method of a constant (``"a,b".split``), folded when called on constants."""
-
-    def __init__(self, obj: ConstantVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
 
     def call_function(self, tx, args, kwargs):
         if self.name == "join" and len(args) == 1 and not kwargs:

@@ -8,7 +8,7 @@ from typing import Any
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...sources import GetItemSource
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
 
@@ -202,16 +202,8 @@ class ListVariable(BaseSequenceVariable):
         codegen.build_list(len(self.items))
 
 
-class SequenceMethodVariable(VariableTracker):
+class SequenceMethodVariable(BoundMethodVariable):
     """``lst.append`` and friends, bound to a tuple/list tracker."""
-
-    def __init__(self, obj: BaseSequenceVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
 
     def describe(self) -> str:
         return f"{self.obj.python_cls.__name__}.{self.name}"
@@ -420,15 +412,7 @@ class ConstDictVariable(VariableTracker):
         return f"ConstDictVariable(keys={list(self.items)!r})"
 
 
-class DictMethodVariable(VariableTracker):
-    def __init__(self, obj: ConstDictVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
-
+class DictMethodVariable(BoundMethodVariable):
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if name in ("keys", "values", "items") and not args and not kwargs:
@@ -746,16 +730,8 @@ class SliceVariable(VariableTracker):
         codegen.build_slice(len(self.parts))
 
 
-class NamedTupleMethodVariable(VariableTracker):
+class NamedTupleMethodVariable(BoundMethodVariable):
     """``nt._replace(**changes)`` and ``nt._asdict()`` on a namedtuple tracker."""
-
-    def __init__(self, obj: TupleVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
 
     def call_function(self, tx, args, kwargs):
         fields = list(self.obj.tuple_cls._fields)
@@ -868,15 +844,7 @@ class SetVariable(VariableTracker):
         return f"SetVariable({sorted(map(repr, self.items))})"
 
 
-class SetMethodVariable(VariableTracker):
-    def __init__(self, obj: SetVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
-
+class SetMethodVariable(BoundMethodVariable):
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if kwargs:

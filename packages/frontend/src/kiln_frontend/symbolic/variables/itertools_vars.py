@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...exc import Unsupported
-from .base import NotConstant, VariableTracker
+from .base import BoundMethodVariable, NotConstant, VariableTracker
 from .constant import ConstantVariable
 from .containers import IteratorVariable, ListIteratorVariable, ListVariable, TupleVariable
 from .stdlib import register_builtin, register_constructor
@@ -341,16 +341,8 @@ class DequeVariable(ListVariable):
         return f"DequeVariable({len(self.items)}, maxlen={self.maxlen})"
 
 
-class DequeMethodVariable(VariableTracker):
+class DequeMethodVariable(BoundMethodVariable):
     """``d.appendleft`` and friends on a DequeVariable."""
-
-    def __init__(self, obj: DequeVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
 
     def call_function(self, tx, args, kwargs):
         d, name, none = self.obj, self.name, ConstantVariable(None)

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from ...exc import Unsupported
-from .base import NotConstant, VariableTracker
+from .base import BoundMethodVariable, NotConstant, VariableTracker
 from .constant import ConstantVariable
 
 
@@ -162,15 +162,7 @@ def new_model_output(cls: type, fields: dict[str, Any]) -> Any:
     return obj
 
 
-class ModelOutputMethodVariable(VariableTracker):
-    def __init__(self, obj: ModelOutputVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
-
+class ModelOutputMethodVariable(BoundMethodVariable):
     def call_function(self, tx, args, kwargs):
         from .containers import ListIteratorVariable, TupleVariable
 
