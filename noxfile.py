@@ -100,7 +100,7 @@ def integration(session: nox.Session) -> None:
 
 
 # CPython 3.13 (issue 30): torch for cp313 is the registry's standard Linux wheel, with its
-# CUDA runtime packages as dependencies (several GB, kept by pip's cache); it runs on CPU.
+# CUDA runtime packages as dependencies (several GB; .ci/run frees disk for them); it runs on CPU.
 def _python_313() -> str:
     """pyenv's 3.13 where there is one (these machines install 3.13.0 under pyenv, whose
     ``python3.13`` shim on PATH fails unless 3.13 is a selected pyenv version), else
