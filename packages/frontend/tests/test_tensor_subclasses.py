@@ -161,3 +161,45 @@ def test_torch_function_subclass_is_a_clean_break():
     torch.testing.assert_close(got.b, expected.b)
     for inputs in backend.example_inputs:
         assert not any(isinstance(v, TwoTensor) for v in inputs)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    yield init_device_mesh("cpu", (1,))
+    if owned:
+        dist.destroy_process_group()
+
+
+def test_dtensor_api_in_one_graph_with_placements_guarded(mesh):
+    """DTensor.from_local, .redistribute, .to_local and .placements inside the frame: one
+    graph whose nodes take only tensors (mesh and placements baked into the targets); the
+    placements are guarded constants, so other placements recompile."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    def h(x, placements):
+        d = DTensor.from_local(x, mesh, placements, run_check=False)
+        y = (d * 2).redistribute(mesh, [Replicate()], async_op=True)
+        return y.to_local() + len(y.placements)
+
+    backend = CountingBackend()
+    compiled = kiln_compile(h, backend=backend, fullgraph=True)
+    x = torch.randn(4, 3)
+    for placements in ([Shard(0)], [Shard(0)], [Replicate()]):
+        got = compiled(x, placements)
+        assert type(got) is torch.Tensor
+        torch.testing.assert_close(got, h(x, placements))
+    assert len(backend.graphs) == 2, "the same placements reuse the graph, others recompile"
+    for gm in backend.graphs:
+        dtensor_calls = [n for n in gm.graph.nodes if n.op == "call_function"
+                         and getattr(n.target, "__name__", "").startswith("DTensor_")]
+        assert [n.target.__name__ for n in dtensor_calls] == [
+            "DTensor_from_local", "DTensor_redistribute", "DTensor_to_local"]
+        assert all(isinstance(a, torch.fx.Node) for n in dtensor_calls for a in n.args)

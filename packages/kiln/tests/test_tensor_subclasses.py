@@ -223,9 +223,12 @@ def test_dtensor_tensor_parallel_mlp_one_graph(mesh, train):
             torch.testing.assert_close(got.full_tensor(), want.full_tensor())
 
 
-def test_parallelize_module_runs_correctly(mesh):
-    """parallelize_module's hooks (DTensor.from_local in a torch-internal lambda) are a graph
-    break today; the module still runs correctly with its blocks compiled around them."""
+@pytest.mark.parametrize("train", [False, True])
+def test_parallelize_module_one_graph_under_fullgraph(mesh, train):
+    """parallelize_module's hooks (DTensor.from_local and redistribute in torch-internal
+    lambdas) are traced into the graph: one graph under fullgraph=True, equal to eager, with
+    grads of the DTensor parameters equal too (the multi-rank case, with collectives, is
+    tests-integration/test_tensor_parallel.py)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -241,7 +244,18 @@ def test_parallelize_module_runs_correctly(mesh):
             return self.down(torch.relu(self.up(x)))
 
     torch.manual_seed(0)
-    tp = parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    base = MLP()
+    ref = parallelize_module(copy.deepcopy(base), mesh, plan)
+    tp = parallelize_module(base, mesh, plan)
     x = torch.randn(4, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(kiln.compile(tp)(x), tp(x))
+    with torch.set_grad_enabled(train):
+        got, expected = kiln.compile(tp, fullgraph=True)(x), ref(x)
+    torch.testing.assert_close(got, expected)
+    assert type(got) is torch.Tensor  # to_local() in RowwiseParallel's output hook
+    assert counters["subclass_graphs"] == 1 and counters["eager_fallbacks"] == 0
+    if train:
+        got.square().sum().backward()
+        expected.square().sum().backward()
+        for (name, p), q in zip(tp.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor(), msg=name)

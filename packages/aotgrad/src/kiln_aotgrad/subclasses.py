@@ -26,6 +26,7 @@ whose eager backward differs from the derivative of its dispatch code (docs/tens
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -134,6 +135,9 @@ class Desugared:
     out_template: list
     out_spec: Any
     plain_requiring_grad: list[str] = dataclasses.field(default_factory=list)
+    #: the original program and the names of its plain module tensors (``training_gm``)
+    program: Callable | None = None
+    plain_names: tuple[str, ...] = ()
 
     def training_mismatch(self) -> str | None:
         """Why autograd of the plain graph would differ from eager's, or None. Eager
@@ -163,6 +167,45 @@ class Desugared:
         leaves = [next(vit) if leaf is _OUT else leaf for leaf in self.out_template]
         return pytree.tree_unflatten(leaves, self.out_spec)
 
+    def training_gm(self) -> torch.fx.GraphModule:
+        """The graph to differentiate: ``gm``'s signature (the plain module tensors as
+        ``get_attr``, the inner tensors as inputs), but one node that rebuilds the subclasses,
+        runs the original program on them and flattens its outputs (``_SubclassProgram``).
+        Tracing its joint differentiates at the subclass level, as eager does: DTensor's
+        backward rules (``Redistribute.backward`` keeps a grad Replicate where the forward
+        made a Partial) apply, which differentiating the flattened ATen ops would not."""
+        graph = torch.fx.Graph()
+        old = {n.op: [] for n in self.gm.graph.nodes}
+        for n in self.gm.graph.nodes:
+            old[n.op].append(n)
+        inputs = []
+        for ph in old["placeholder"]:
+            node = graph.placeholder(ph.target)
+            node.meta.update(ph.meta)
+            inputs.append(node)
+        plain = []
+        for ga in old.get("get_attr", []):
+            if ga.target in self.plain_names:
+                node = graph.get_attr(ga.target)
+                node.meta.update(ga.meta)
+                plain.append((ga.target, node))
+        names = [name for name, _ in plain]
+        plain_nodes = [node for _, node in plain]
+        program = _SubclassProgram(self, names)
+        call = graph.call_function(program, (*plain_nodes, *inputs))
+        out_vals = [o.meta.get("val") for o in old["output"][0].args[0]]
+        outs = []
+        for i, val in enumerate(out_vals):
+            item = graph.call_function(operator.getitem, (call, i))
+            if val is not None:
+                item.meta["val"] = val
+            outs.append(item)
+        graph.output(tuple(outs))
+        owner = torch.nn.Module()
+        for name in names:
+            _assign_attr(owner, name, _fetch_attr(self.gm, name))
+        return torch.fx.GraphModule(owner, graph, class_name="SubclassProgram")
+
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (a callable of the plain graph) behind the subclass boundary."""
 
@@ -174,6 +217,37 @@ class Desugared:
 
         compiled_subclass_graph.desugared = self
         return compiled_subclass_graph
+
+
+class _SubclassProgram:
+    """The target of ``training_gm``'s one node: ``(*plain module tensors, *inner tensors)``
+    -> the flat plain outputs of the original program run on rebuilt subclasses. Rebuilding
+    and flattening go through ``_Unflatten``/``_Flatten`` where grads are needed, so the grad
+    of an inner tensor is the inner tensor of the subclass's grad."""
+
+    def __init__(self, desugared: Desugared, plain_names: list[str]):
+        self.d = desugared
+        self.plain_names = plain_names
+        self.__name__ = self.__qualname__ = "subclass_program"
+
+    def __call__(self, *args):
+        d = self.d
+        n = len(self.plain_names)
+        params = dict(zip(self.plain_names, args[:n], strict=True))
+        it = iter(args[n:])
+        params.update({name: _unflatten_for_call(layout, it) for name, layout in d.lifted})
+        user = [_unflatten_for_call(layout, it) for layout in d.input_layouts]
+        gm = d.program
+        if params and isinstance(gm, torch.nn.Module):
+            out = torch.func.functional_call(gm, params, tuple(user))
+        else:
+            out = gm(*user)
+        flat: list = []
+        for leaf in pytree.tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                layout = layout_of(leaf)
+                flat += [leaf] if layout is None else _flatten_for_call(leaf, layout)
+        return tuple(flat)
 
 
 class _Out:
@@ -263,6 +337,8 @@ def desugar_subclasses(gm: torch.fx.GraphModule | torch.nn.Module,
         out_layouts=box["layouts"],
         out_template=box["template"],
         out_spec=box["spec"],
+        program=gm,
+        plain_names=tuple(n for n, _ in plain_attrs),
         plain_requiring_grad=[n for n, t in plain_attrs if t.requires_grad] + [
             f"input {i}" for i, (x, layout) in enumerate(zip(example_inputs, input_layouts,
                                                               strict=True))

@@ -134,6 +134,13 @@ register_module("torch.testing._internal.common_utils", Rule.SKIP,
 register_module("torch.masked.maskedtensor", Rule.SKIP,
                 "MaskedTensor is a tensor subclass, not plain tensor code")
 
+# tensor parallel's hooks (distribute_module's lambdas, the ParallelStyles' prepare functions):
+# their DTensor calls are graph nodes (symbolic/variables/distributed.py)
+register_module("torch.distributed.tensor._api", Rule.INLINE,
+                "distribute_module's forward hooks call the ParallelStyle's functions")
+register_module("torch.distributed.tensor.parallel.style", Rule.INLINE,
+                "a ParallelStyle's hooks make and redistribute DTensors (graph nodes)")
+
 for _path in ("torch.nn.functional.triplet_margin_with_distance_loss",
               "torch.nn.functional.threshold"):
     register_function(_path, Rule.INLINE,

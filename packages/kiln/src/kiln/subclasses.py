@@ -26,11 +26,14 @@ def compile_subclass_graph(gm: torch.fx.GraphModule, example_inputs: Sequence,
         desugared = desugar_subclasses(gm, example_inputs)
     except (kiln_aotgrad.AliasedInputMutationError, kiln_aotgrad.MutatedGradInputError) as e:
         return run_eagerly(gm, str(e))
+    plain = desugared.gm
     if needs_autograd(desugared.gm, desugared.example_inputs):
         mismatch = desugared.training_mismatch()
         if mismatch is not None:
             return run_eagerly(gm, mismatch)
-    desugared.gm.meta.update({k: v for k, v in getattr(gm, "meta", {}).items()
-                              if k.startswith("kiln_")})
+        # differentiated at the subclass level (DTensor's backward rules), traced to ATen
+        plain = desugared.training_gm()
+    plain.meta.update({k: v for k, v in getattr(gm, "meta", {}).items()
+                       if k.startswith("kiln_")})
     counters["subclass_graphs"] += 1
-    return desugared.wrap(compile_plain(desugared.gm, desugared.example_inputs))
+    return desugared.wrap(compile_plain(plain, desugared.example_inputs))

@@ -4,6 +4,7 @@
 
 # One registration per op (a second raises): the order does not matter.
 from . import (  # noqa: F401
+    collectives,
     creation,
     extern,
     fallbacks,

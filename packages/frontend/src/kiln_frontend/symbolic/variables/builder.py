@@ -101,6 +101,11 @@ class VariableBuilder:
             return UserMethodVariable(value.__func__, obj, source=self.source)
         if _is_special(value):
             return TorchSpecialFunctionVariable(value, source=self.source)
+        from .distributed import wrap_distributed
+
+        distributed = wrap_distributed(self, value)  # a mesh, a placement, DTensor.from_local
+        if distributed is not None:
+            return distributed
         from ..hops import hop_tracker
 
         hop = hop_tracker(self, value)

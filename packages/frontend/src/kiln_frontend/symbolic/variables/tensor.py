@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ...exc import Unsupported
 from .base import VariableTracker, tracker_for
@@ -165,6 +166,8 @@ class TensorVariable(VariableTracker):
         return self.proxy.node
 
     def python_type(self) -> type:
+        if self.class_type is torch.Tensor and is_traceable_wrapper_subclass(self.example_value):
+            return type(self.example_value)  # made in the graph (DTensor.from_local's result)
         return self.class_type
 
     def as_proxy(self) -> Any:
@@ -204,6 +207,11 @@ class TensorVariable(VariableTracker):
             raise Unsupported("reading Tensor.grad")
         attr = getattr(torch.Tensor, name, None)
         if attr is None:
+            from .distributed import dtensor_attribute
+
+            dtensor = dtensor_attribute(tx, self, name)  # to_local, redistribute, placements
+            if dtensor is not None:
+                return dtensor
             raise Unsupported(f"tensor attribute {name!r}")
         if callable(attr):
             return TensorMethodVariable(self, name)
