@@ -16,11 +16,18 @@ The mods are the node's subgraphs; their arguments are int32 grids shaped [B,1,1
 dq, dk, dv and the captured tables' gradients through plain ATen ops, and loopir lowers them
 like any graph's. The BlockMask's block tensors are not read: the mask is ``mask_mod``
 evaluated everywhere, as in torch's reference (they describe the same mask).
+
+Where a fused kernel takes the call (``set_fused_choice``: the full stack installs the one
+place that decides, from the compile's codegen and the inputs), the rule keeps the operator
+instead: it is traced as itself (its mods as subgraphs) and loopir lowers it to that kernel.
+The choice is asked only when no input needs grad; training keeps the dense rule, whose
+backward autograd derives.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch._higher_order_ops.flex_attention import flex_attention as flex_attention_hop
@@ -34,6 +41,32 @@ def _grids(b: int, h: int, m: int, n: int, device) -> list[torch.Tensor]:
     shapes = ((b, 1, 1, 1), (1, h, 1, 1), (1, 1, m, 1), (1, 1, 1, n))
     return [torch.arange(s, dtype=torch.int32, device=device).view(shape)
             for s, shape in zip((b, h, m, n), shapes, strict=True)]
+
+
+#: (query, key, value, block_mask) -> True where a fused kernel takes this call
+_fused_choice: list[Callable[..., bool]] = []
+
+
+def set_fused_choice(fn: Callable[..., bool]) -> None:
+    """Install what decides that a call keeps the operator for a fused kernel (the last one
+    installed is asked)."""
+    _fused_choice.append(fn)
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def flex_attention_rule(query, key, value, score_mod, block_mask, scale, kernel_options,
+                        score_mod_other_buffers=(), mask_mod_other_buffers=()):
+    """The operator itself where a fused kernel takes it, else ``flex_attention_dense``."""
+    if (_fused_choice and not _needs_grad(query, key, value, *score_mod_other_buffers,
+                                          *mask_mod_other_buffers)
+            and _fused_choice[-1](query, key, value, block_mask)):
+        return NotImplemented
+    return flex_attention_dense(query, key, value, score_mod, block_mask, scale, kernel_options,
+                                score_mod_other_buffers, mask_mod_other_buffers)
 
 
 def flex_attention_dense(query, key, value, score_mod, block_mask, scale, kernel_options,
@@ -72,4 +105,4 @@ def flex_attention_dense(query, key, value, score_mod, block_mask, scale, kernel
     return out, lse.to(torch.float32) / _LN2, row_max.squeeze(-1).to(torch.float32) / _LN2
 
 
-FUNCTION_RULES[flex_attention_hop] = flex_attention_dense
+FUNCTION_RULES[flex_attention_hop] = flex_attention_rule

@@ -2,7 +2,8 @@
 ``while_loop``'s cond and body) that loopir meets as ATen GraphModules: each body goes through
 the same pipeline as a whole graph (aotgrad's inference trace, then the stages from ``lower``:
 loopir, codegen, runtime) and loopir's extern call runs it
-(``kiln_loopir.lowerings.higher_order``).
+(``kiln_loopir.lowerings.higher_order``). Also where a ``flex_attention`` call is compiled to
+its codegen's fused kernel or to dense ATen math (``flex_attention_fused``, below).
 
 A body is compiled with the Options of the compile whose graph holds it: ``kiln.stages``'
 ``lower`` stage, where loopir meets the node and compiles its bodies, sets them for its
@@ -17,9 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import kiln_aotgrad.flex_attention
 import torch
-from kiln_loopir.lowerings.higher_order import set_subgraph_compiler
+from kiln_loopir.lowerings.higher_order import (
+    FLEX_ATTENTION_TEMPLATES,
+    FlexAttentionTemplate,
+    set_flex_attention_compiler,
+    set_subgraph_compiler,
+)
 
+from .codegens import codegen_entry_for_device
 from .options import current_body_options
 
 
@@ -40,3 +48,37 @@ def compile_subgraph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
 
 
 set_subgraph_compiler(compile_subgraph)
+
+
+# ------------------------------------------------------------------------------- flex_attention
+# The one place that chooses how a flex_attention call compiles: a fused kernel where the
+# compile's codegen has a FlexAttention template that takes the inputs (asked by aotgrad's rule
+# while it traces, which then keeps the operator for loopir to lower to that kernel), else the
+# dense ATen rule (C++ on CPU; training graphs; inputs a template refuses).
+
+
+def _template(device) -> FlexAttentionTemplate | None:
+    """The FlexAttention template of the codegen this compile uses on ``device`` (loading
+    the codegen's entry point imports it, which registers its template), or None."""
+    entry = codegen_entry_for_device(device, current_body_options())
+    return FLEX_ATTENTION_TEMPLATES.get(entry.name)
+
+
+def flex_attention_fused(query, key, value, block_mask) -> bool:
+    """Whether this compile runs the call as a fused kernel (else the dense rule)."""
+    template = _template(query.device)
+    if template is None:
+        return False
+    return template.unsupported(query, key, value, (int(block_mask[-3]), int(block_mask[-2]))) is None
+
+
+def compile_flex_attention(score_gm, mask_gm, score_tables, mask_tables, query, key, value):
+    """The fused kernel of a call ``flex_attention_fused`` chose."""
+    template = _template(query.device)
+    if template is None:
+        raise RuntimeError(f"no FlexAttention template for {query.device}'s codegen")
+    return template.build(score_gm, mask_gm, score_tables, mask_tables, query, key, value)
+
+
+kiln_aotgrad.flex_attention.set_fused_choice(flex_attention_fused)
+set_flex_attention_compiler(compile_flex_attention)

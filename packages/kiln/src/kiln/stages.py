@@ -102,7 +102,10 @@ def fold_constants(c: Compile) -> None:
 
 
 def trace(c: Compile) -> None:
-    c.aten_gm = kiln_aotgrad.trace_inference(c.folded_gm, c.example_inputs)
+    """aotgrad's inference trace; its rules that depend on the codegen (a fused FlexAttention
+    kernel, ``kiln.higher_order``) read this compile's Options."""
+    with body_options(c.config):
+        c.aten_gm = kiln_aotgrad.trace_inference(c.folded_gm, c.example_inputs)
 
 
 def lower(c: Compile) -> None:

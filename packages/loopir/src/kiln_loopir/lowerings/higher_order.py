@@ -1,5 +1,6 @@
 """Higher-order operators of ATen graphs: ``torch.ops.higher_order.cond``, ``while_loop``,
-``map_impl`` and ``scan``, whose bodies are ATen GraphModules (``get_attr`` of the graph).
+``map_impl`` and ``scan``, whose bodies are ATen GraphModules (``get_attr`` of the graph), and
+``flex_attention`` where a codegen's fused kernel was chosen for it (the end of this module).
 
 Each body is compiled on its own, when the node is lowered, by the subgraph compiler the full
 stack installs (``set_subgraph_compiler``: kiln compiles it with the same pipeline as any
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -233,3 +235,106 @@ def scan(combine_gm, init, xs, additional):
     key = _compile_body(combine_gm, "scan_combine", meta)
     return make_extern(torch.ops.kiln_hop.scan.default,
                        [key, list(init), list(xs), list(additional)], {}, meta)
+
+
+# ------------------------------------------------------------------------------- flex_attention
+# A flex_attention node reaches loopir only where the fused kernel was chosen for it (aotgrad's
+# rule keeps the operator, ``kiln_aotgrad.flex_attention``; elsewhere the rule writes it as
+# dense ATen math). Its kernel is built, when the node is lowered, by the compiler the full
+# stack installs (``set_flex_attention_compiler``: codegen-triton's template), registered by
+# key, and run by one extern call of ``kiln_hop::flex_attention``.
+
+#: (score_mod GraphModule, mask_mod GraphModule, score tables, mask tables, query, key,
+#: value: example tensors) -> callable(query, key, value, kv_num, kv_idx, full_num, full_idx,
+#: q_block, kv_block, scale, score_tables, mask_tables) -> (out, lse, max)
+_flex_compiler: list[Callable] = []
+
+#: key (in the wrapper's source) -> compiled flex_attention kernel
+FLEX_KERNELS: dict[str, Callable] = {}
+
+
+@dataclass(frozen=True)
+class FlexAttentionTemplate:
+    """A codegen's fused FlexAttention kernel: ``unsupported(query, key, value, (q_block,
+    kv_block))`` says why it does not take a call (None: it does); ``build(score_gm, mask_gm,
+    score_tables, mask_tables, query, key, value)`` returns the kernel (called as the
+    ``kiln_hop::flex_attention`` extern calls it)."""
+
+    unsupported: Callable[..., str | None]
+    build: Callable[..., Callable]
+
+
+#: codegen name -> its template (a codegen registers its own when it is imported)
+FLEX_ATTENTION_TEMPLATES: dict[str, FlexAttentionTemplate] = {}
+
+
+def register_flex_attention_template(codegen: str, template: FlexAttentionTemplate) -> None:
+    if codegen in FLEX_ATTENTION_TEMPLATES:
+        raise ValueError(f"codegen {codegen!r} already has a FlexAttention template")
+    FLEX_ATTENTION_TEMPLATES[codegen] = template
+
+
+def set_flex_attention_compiler(fn: Callable) -> None:
+    """Install how a flex_attention node's kernel is built (the last one installed is used)."""
+    _flex_compiler.append(fn)
+
+
+_lib.define("flex_attention(str key, Tensor query, Tensor key_, Tensor value, Tensor kv_num, "
+            "Tensor kv_idx, Tensor? full_num, Tensor? full_idx, int q_block, int kv_block, "
+            "float scale, Tensor[] score_tables, Tensor[] mask_tables, SymInt[] out_stride) "
+            "-> (Tensor, Tensor, Tensor)")
+
+
+def _flex_outputs(query, value, out_stride):
+    B, H, L = query.shape[:3]
+    out = query.new_empty_strided((B, H, L, value.shape[-1]), out_stride)
+    return (out, query.new_empty((B, H, L), dtype=torch.float32),
+            query.new_empty((B, H, L), dtype=torch.float32))
+
+
+def _flex_attention(key, query, key_, value, kv_num, kv_idx, full_num, full_idx, q_block,
+                    kv_block, scale, score_tables, mask_tables, out_stride):
+    out, lse, mx = FLEX_KERNELS[key](query, key_, value, kv_num, kv_idx, full_num, full_idx,
+                                     q_block, kv_block, scale, score_tables, mask_tables)
+    if tuple(out.stride()) != tuple(out_stride):
+        out = _flex_outputs(query, value, out_stride)[0].copy_(out)
+    return out, lse, mx
+
+
+def _flex_attention_fake(key, query, key_, value, kv_num, kv_idx, full_num, full_idx, q_block,
+                         kv_block, scale, score_tables, mask_tables, out_stride):
+    return _flex_outputs(query, value, out_stride)
+
+
+_lib.impl("flex_attention", _flex_attention, "CompositeExplicitAutograd")
+torch.library.register_fake("kiln_hop::flex_attention", _flex_attention_fake, lib=_lib)
+
+
+def _example_of(x: Any) -> Any:
+    return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+
+@lowering(torch.ops.higher_order.flex_attention)
+def flex_attention(query, key, value, score_gm, block_mask, scale, kernel_options,
+                   score_tables=(), mask_tables=()):
+    if not _flex_compiler:
+        raise LoweringError("flex_attention without a kernel compiler installed (the full "
+                            "stack installs codegen-triton's)")
+    mask_gm = block_mask[-1]
+    if not isinstance(score_gm, torch.fx.GraphModule) or not isinstance(mask_gm,
+                                                                         torch.fx.GraphModule):
+        raise LoweringError("flex_attention with mods that are not GraphModules")
+    node = current().current_node
+    q_val, k_val, v_val = (_example_of(a) for a in node.args[:3])
+    score_vals = [_example_of(a) for a in node.args[7]] if len(node.args) > 7 else []
+    mask_vals = [_example_of(a) for a in node.args[8]] if len(node.args) > 8 else []
+    kernel = _flex_compiler[-1](score_gm, mask_gm, score_vals, mask_vals, q_val, k_val, v_val)
+    flex_key = f"flex_attention_{next(_keys)}"
+    FLEX_KERNELS[flex_key] = kernel
+    meta = _meta()
+    out_stride = [current().expr(s) for s in meta[0].stride()]
+    kv_num, kv_idx, full_num, full_idx = block_mask[2:6]
+    return make_extern(torch.ops.kiln_hop.flex_attention.default,
+                       [flex_key, query, key, value, kv_num, kv_idx, full_num, full_idx,
+                        int(block_mask[-3]), int(block_mask[-2]), float(scale),
+                        list(score_tables), list(mask_tables), out_stride], {}, meta)

@@ -1,0 +1,215 @@
+"""The fused FlexAttention forward kernel (kiln_codegen_triton.flex_attention) under Triton's
+interpreter, against eager ``flex_attention`` (torch's own reference on CPU): mask and score
+mods inlined (captured tables and constants included), BlockMask sparsity with partial and
+full blocks, grouped-query attention, lengths that are not multiples of the block size.
+
+The operator's node and its mod subgraphs come from tracing torch's operator with make_fx,
+as aotgrad's trace keeps it where the fused kernel is chosen. Sizes are small: the
+interpreter is slow."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from kiln_codegen_triton.flex_attention import FlexAttentionKernel, FlexModError, unsupported_reason
+from torch._higher_order_ops.flex_attention import flex_attention as flex_hop
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+D = 8
+BLOCK = 16
+SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+DOCS = torch.tensor([0] * 13 + [1] * 20 + [2] * 7)  # document id per position (length 40)
+REL = torch.randn(96, generator=torch.Generator().manual_seed(3))
+
+
+def _causal(b, h, m, n):
+    return m >= n
+
+
+def _window(b, h, m, n):
+    return (m >= n) & (m - n <= 9)
+
+
+def _docs(b, h, m, n, docs):
+    return docs[m] == docs[n]
+
+
+def _alibi(s, b, h, m, n, slopes):
+    return s + slopes[h] * (n - m)
+
+
+def _rel(s, b, h, m, n, rel):
+    return s + rel[m - n + 48]
+
+
+def _softcap(s, b, h, m, n):
+    return 20.0 * torch.tanh(s / 20.0)
+
+
+def _identity(s, b, h, m, n):
+    return s
+
+
+# name: (score_mod, mask_mod, score tables, mask tables)
+PATTERNS = {
+    "causal": (_identity, _causal, (), ()),
+    "sliding_window": (_identity, _window, (), ()),
+    "document_mask": (_identity, _docs, (), (DOCS,)),
+    "alibi_causal": (_alibi, _causal, (SLOPES,), ()),
+    "relative_bias_table": (_rel, _window, (REL,), ()),
+    "softcap_documents": (_softcap, _docs, (), (DOCS,)),
+}
+
+
+def _bound(mod, tables):
+    """``mod`` with its tables bound, as user code closes over them (4 or 5 arguments)."""
+    if not tables:
+        return mod
+    if mod.__code__.co_argcount - len(tables) == 4:
+        return lambda b, h, m, n: mod(b, h, m, n, *tables)
+    return lambda s, b, h, m, n: mod(s, b, h, m, n, *tables)
+
+
+def _run(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale):
+    """The fused kernel built from make_fx's trace of torch's operator, and its results."""
+    bm = block_mask.as_tuple()
+
+    def f(q, k, v, s_tables, m_tables, *bm_tensors):
+        return flex_hop(q, k, v, score_mod, (*bm_tensors, mask_mod), scale, {},
+                        tuple(s_tables), tuple(m_tables))
+
+    gm = make_fx(f)(q, k, v, list(s_tables), list(m_tables), *bm[:-1])
+    kernel = FlexAttentionKernel(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype,
+                                 q.size(-1), v.size(-1))
+    return kernel, kernel(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale,
+                          s_tables, m_tables)
+
+
+def _eager(q, k, v, score_mod, block_mask, scale, gqa=False):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                              enable_gqa=gqa, return_lse=True)
+
+
+def _inputs(b, hq, hkv, lq, lkv, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, hq, lq, D, generator=g).to(dtype),
+            torch.randn(b, hkv, lkv, D, generator=g).to(dtype),
+            torch.randn(b, hkv, lkv, D, generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_patterns_equal_eager(name):
+    score_mod, mask_mod, s_tables, m_tables = PATTERNS[name]
+    B, H, L = 1, 2, 40  # 40: three blocks of 16, the last partial
+    user_mask = _bound(mask_mod, m_tables)
+    bm = create_block_mask(user_mask, B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, L, L)
+    kernel, (out, lse, mx) = _run(q, k, v, score_mod, mask_mod, s_tables, m_tables, bm, 0.35)
+    ref_out, ref_lse = _eager(q, k, v, _bound(score_mod, s_tables), bm, 0.35)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse * math.log(2), ref_lse)
+    assert "kiln_kernel" in kernel.source
+
+
+def test_mods_are_inlined_into_the_kernel():
+    """The mods' ops appear in the kernel itself: the softcap's tanh, the table gathers."""
+    B, H, L = 1, 2, 16
+    bm = create_block_mask(_bound(_docs, (DOCS[:L],)), B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, L, L)
+    kernel, _ = _run(q, k, v, lambda s, b, h, m, n, slopes: 20.0 * torch.tanh(s / 20.0) + slopes[h],
+                     _docs, (SLOPES[:H],), (DOCS[:L],), bm, 1.0)
+    src = kernel.source
+    assert "kmath.tanh(" in src and "tl.load(ST0 + (" in src and "tl.load(MT0 + (" in src
+    assert src.count("tl.dot(") == 4  # q k^T and p v, each with and without IEEE precision
+
+
+def test_grouped_query_attention_and_unequal_odd_lengths():
+    """4 query heads over 2 kv heads, 2 batches, query length 23 and kv length 37 (neither a
+    multiple of the block size): causal from the end, with an ALiBi score_mod."""
+    B, HQ, HKV, LQ, LKV = 2, 4, 2, 23, 37
+
+    def mask(b, h, m, n):
+        return m + (LKV - LQ) >= n
+
+    bm = create_block_mask(mask, B, HQ, LQ, LKV, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, HQ, HKV, LQ, LKV, seed=1)
+    _, (out, lse, _) = _run(q, k, v, _alibi, mask, (SLOPES,), (), bm, 0.5)
+    ref_out, ref_lse = _eager(q, k, v, _bound(_alibi, (SLOPES,)), bm, 0.5, gqa=True)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse * math.log(2), ref_lse)
+
+
+def test_fully_masked_rows_are_zero_with_minus_inf_lse():
+    """Rows whose every score is masked: output zeros and logsumexp -inf, as the operator."""
+    B, H, L = 1, 1, 24
+
+    def mask(b, h, m, n):
+        return (m >= 8) & (n <= m)
+
+    bm = create_block_mask(mask, B, H, L, L, device="cpu", BLOCK_SIZE=8)
+    q, k, v = _inputs(B, H, H, L, L, seed=2)
+    _, (out, lse, _) = _run(q, k, v, _identity, mask, (), (), bm, 1.0)
+    ref_out, ref_lse = _eager(q, k, v, None, bm, 1.0)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse * math.log(2), ref_lse)
+    assert torch.isneginf(lse[..., :8]).all() and (out[..., :8, :] == 0).all()
+
+
+def test_only_the_block_masks_blocks_are_visited():
+    """A BlockMask whose block lists omit a block that mask_mod keeps: the kernel skips it
+    (the block lists decide what is read, as in torch's kernels), so its result differs from
+    one that visits every block."""
+    B, H, L = 1, 1, 32
+
+    def everything(b, h, m, n):
+        return m >= 0
+
+    full = create_block_mask(everything, B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    causal = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    # causal's block lists with the all-true mask_mod: only the listed blocks count
+    q, k, v = _inputs(B, H, H, L, L, seed=4)
+    _, (skipping, _, _) = _run(q, k, v, _identity, everything, (), (), causal, 1.0)
+    _, (dense, _, _) = _run(q, k, v, _identity, everything, (), (), full, 1.0)
+    ref_out, _ = _eager(q, k, v, None, full, 1.0)
+    torch.testing.assert_close(dense, ref_out)
+    # rows of the first block see only keys 0..15 (block (0, 1) is not listed)
+    ref_first, _ = _eager(q[:, :, :16], k[:, :, :16], v[:, :, :16], None,
+                          create_block_mask(everything, B, H, 16, 16, device="cpu",
+                                            BLOCK_SIZE=BLOCK), 1.0)
+    torch.testing.assert_close(skipping[:, :, :16], ref_first)
+    assert not torch.allclose(skipping, dense)
+
+
+def test_half_precision_inputs():
+    B, H, L = 1, 2, 32
+    bm = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, L, L, dtype=torch.float16, seed=5)
+    _, (out, _, _) = _run(q, k, v, _softcap, _causal, (), (), bm, 0.35)
+    ref_out, _ = _eager(q.float(), k.float(), v.float(), _softcap, bm, 0.35)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.float(), ref_out, atol=2e-3, rtol=2e-3)
+
+
+def test_a_mod_with_a_reduction_is_refused():
+    """A mod that is not a per-element value (a sum over a table) cannot be inlined."""
+    B, H, L = 1, 1, 16
+    bm = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, L, L)
+    with pytest.raises(FlexModError):
+        _run(q, k, v, lambda s, b, h, m, n, t: s + t.sum(), _causal, (REL,), (), bm, 1.0)
+
+
+def test_unsupported_inputs_are_named():
+    q = torch.randn(1, 2, 16, 8)
+    assert unsupported_reason(q, q, q, (16, 16), interpret=True) is None
+    assert "dtype" in unsupported_reason(q.double(), q.double(), q.double(), (16, 16), True)
+    assert "head dim" in unsupported_reason(q, q, q, (128, 128), interpret=False)
+    assert "heads" in unsupported_reason(torch.randn(1, 3, 16, 8), q, q, (16, 16), True)

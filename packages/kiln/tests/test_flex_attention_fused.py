@@ -1,0 +1,99 @@
+"""FlexAttention through ``kiln.compile(fullgraph=True)`` with the Triton codegen (Triton's
+interpreter on CPU): inference runs one fused kernel (kiln_codegen_triton.flex_attention)
+with the mods inlined and the BlockMask's blocks iterated; training, the C++ codegen and
+inputs the template refuses keep the dense rule. The choice is made in one place
+(``kiln.higher_order.flex_attention_fused``). Small sizes: the interpreter is slow."""
+
+from __future__ import annotations
+
+import warnings
+
+import kiln
+import pytest
+import torch
+from kiln_loopir.lowerings.higher_order import FLEX_KERNELS
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+TRITON = {"codegen": "triton"}
+B, H, L, D = 1, 2, 40, 8
+SLOPES = torch.tensor([0.5, 0.25])
+DOCS = torch.tensor([0] * 13 + [1] * 20 + [2] * 7)
+
+
+def _eager(f, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return f(*args)
+
+
+def _inputs(seed=0, heads=H, grad=False, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, h, L, D, generator=g, dtype=dtype).requires_grad_(grad)
+            for h in (H, heads, heads)]
+
+
+def _fused_kernels_made(f, *args, options=TRITON):
+    """Compile and run ``f``; return its result and how many fused kernels were built."""
+    kiln.reset()
+    before = len(FLEX_KERNELS)
+    out = kiln.compile(f, fullgraph=True, options=options)(*args)
+    stats = kiln.stats()
+    assert stats.eager_fallbacks == 0 and stats.interpreter_fallbacks == 0, stats
+    return out, len(FLEX_KERNELS) - before
+
+
+def test_document_mask_with_alibi_runs_one_fused_kernel():
+    def docs(b, h, m, n):
+        return (m >= n) & (DOCS[m] == DOCS[n])
+
+    bm = create_block_mask(docs, B, H, L, L, device="cpu", BLOCK_SIZE=16)
+
+    def f(q, k, v, block_mask):
+        out = flex_attention(q, k, v, score_mod=lambda s, b, h, m, n: s + SLOPES[h] * (n - m),
+                             block_mask=block_mask)
+        return out * 2
+
+    q, k, v = _inputs()
+    out, made = _fused_kernels_made(f, q, k, v, bm)
+    torch.testing.assert_close(out, _eager(f, q, k, v, bm))
+    assert made == 1
+
+
+def test_grouped_query_attention_without_block_mask_is_fused():
+    def f(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, m, n: 10 * torch.tanh(s / 10),
+                              enable_gqa=True)
+
+    q, k, v = _inputs(seed=1, heads=1)
+    out, made = _fused_kernels_made(f, q, k, v)
+    torch.testing.assert_close(out, _eager(f, q, k, v))
+    assert made == 1
+
+
+def test_training_keeps_the_dense_rule_and_its_gradients():
+    def f(q, k, v, block_mask):
+        return flex_attention(q, k, v, block_mask=block_mask)
+
+    bm = create_block_mask(lambda b, h, m, n: m >= n, B, H, L, L, device="cpu", BLOCK_SIZE=16)
+    q, k, v = _inputs(seed=2, grad=True)
+    out, made = _fused_kernels_made(f, q, k, v, bm)
+    assert made == 0
+    torch.testing.assert_close(out, _eager(f, q.detach(), k.detach(), v.detach(), bm))
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_cpp_codegen_and_float64_keep_the_dense_rule():
+    def f(q, k, v):
+        return flex_attention(q, k, v)
+
+    q, k, v = _inputs(seed=3)
+    out, made = _fused_kernels_made(f, q, k, v, options={"codegen": "cpp"})
+    torch.testing.assert_close(out, _eager(f, q, k, v))
+    assert made == 0
+    q, k, v = _inputs(seed=3, dtype=torch.float64)
+    out, made = _fused_kernels_made(f, q, k, v)
+    torch.testing.assert_close(out, _eager(f, q, k, v))
+    assert made == 0
