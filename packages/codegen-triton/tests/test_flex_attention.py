@@ -213,3 +213,62 @@ def test_unsupported_inputs_are_named():
     assert "dtype" in unsupported_reason(q.double(), q.double(), q.double(), (16, 16), True)
     assert "head dim" in unsupported_reason(q, q, q, (128, 128), interpret=False)
     assert "heads" in unsupported_reason(torch.randn(1, 3, 16, 8), q, q, (16, 16), True)
+
+
+#: runs in a fresh process without TRITON_INTERPRET (under it every ``@triton.jit`` is an
+#: interpreter function that ``triton.compile`` cannot lower), as test_cooperative_compile
+_COMPILE_SM90 = """
+import importlib.util, json, sys
+import triton
+from triton.backends import backends
+from triton.backends.compiler import GPUTarget
+job = json.loads(sys.stdin.read())
+if "nvidia" not in backends:
+    print(json.dumps({"skip": "this triton has no nvidia backend"}))
+    sys.exit(0)
+spec = importlib.util.spec_from_file_location("kiln_flex_kernel", job["path"])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+fn = module.kiln_kernel
+consts, ptrs = job["consts"], job["ptrs"]
+sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32" if n == "SCALE" else "i32")
+       for n in fn.arg_names}
+attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts, attrs),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+print(json.dumps({"ptx": compiled.asm["ptx"], "ttgir": compiled.asm["ttgir"]}))
+"""
+
+
+def test_the_kernel_compiles_for_sm90_with_tensor_cores():
+    """The GPU build of the kernel (libdevice math, bf16, D 64, 128 x 64 tiles) compiles for
+    an H100/H200 (sm_90) down to a cubin, its two dots on warp-group MMA instructions."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    B, H, L = 1, 2, 256
+    bm = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=128)
+    q = torch.randn(B, H, L, 64, dtype=torch.bfloat16)
+
+    def f(q, k, v, slopes, *bm_tensors):
+        return flex_hop(q, k, v, _alibi, (*bm_tensors, _causal), 0.125, {}, (slopes,), ())
+
+    gm = make_fx(f)(q, q, q, SLOPES[:H], *bm.as_tuple()[:-1])
+    kernel = FlexAttentionKernel(gm.sdpa_score0, gm.sdpa_mask0, (SLOPES[:H],), (), q.dtype, 64, 64,
+                                 interpret=False)
+    assert "libdevice as kmath" in kernel.source
+    ptrs = {**dict.fromkeys(("Q", "K", "V", "OUT"), "*bf16"), "LSE": "*fp32", "MAXS": "*fp32",
+            **dict.fromkeys(("KV_NUM", "KV_IDX", "FULL_NUM", "FULL_IDX"), "*i32"), "ST0": "*fp32"}
+    consts = {"D": 64, "DV": 64, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_D": 64, "BLOCK_DV": 64,
+              "HAS_FULL": True, "IEEE": False}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    job = json.dumps({"path": kernel.path, "ptrs": ptrs, "consts": consts})
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_SM90], input=job, capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in result:  # pragma: no cover - depends on the installed triton
+        pytest.skip(result["skip"])
+    assert "wgmma" in result["ptx"]
