@@ -50,9 +50,19 @@ _LN2 = math.log(2.0)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: largest head dim kept in registers
 MAX_HEAD_DIM = 256
-#: query rows / keys per program and tile on a GPU (tl.dot needs 16 or more on each side)
-GPU_BLOCK_M = 128
-GPU_BLOCK_N = 64
+
+
+def gpu_tiles(dtype: torch.dtype, head_dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M query rows, BLOCK_N keys, warps, pipeline stages) on a GPU, by what fits an
+    H100/H200's registers and shared memory (torch's flex defaults for sm_90 are alike):
+    128 x 64 tiles for 16-bit inputs up to head dim 128, smaller for float32 and dim 256."""
+    if dtype == torch.float32:
+        return 64, 32, 4, 2
+    if head_dim <= 64:
+        return 128, 64, 4, 3
+    if head_dim <= 128:
+        return 128, 64, 8, 3
+    return 64, 32, 4, 2
 
 
 class FlexModError(Exception):
@@ -76,7 +86,8 @@ def unsupported_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
         return "over 2**31 elements (the kernel's offsets are int32)"
     if not interpret:
         q_bs, kv_bs = block_sizes
-        if q_bs % min(GPU_BLOCK_M, q_bs) or kv_bs % min(GPU_BLOCK_N, kv_bs) or min(q_bs, kv_bs) < 16:
+        block_m, block_n, _, _ = gpu_tiles(query.dtype, max(query.size(-1), value.size(-1)))
+        if q_bs % min(block_m, q_bs) or kv_bs % min(block_n, kv_bs) or min(q_bs, kv_bs) < 16:
             return f"BlockMask block sizes {block_sizes} (fused: multiples of 16 dividing into tiles)"
         if query.size(-1) < 16 or value.size(-1) < 16:
             return "head dim under 16"
@@ -266,24 +277,26 @@ def _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, start_
 
 @triton.jit
 def _blocks(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, m_i, l_i, acc,
-            NUM, IDX, n_off, i_off, sin, SPARSE_KV,
+            NUM, IDX, n_off, i_off, sin, SPARSE_KV, SUBS,
             L, S, skn, skd, svn, svd, SCALE, {tables}
             D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
             APPLY_MASK: tl.constexpr, IEEE: tl.constexpr):
+    # one flat loop over (listed block, tile in it), so Triton pipelines the loads across
+    # blocks; SUBS tiles per block (a block past S is cut to S: torch's empty mask is one
+    # block of 2**30)
     nb = tl.load(NUM + n_off)
-    for j in range(0, nb):
-        lo = tl.load(IDX + i_off + j * sin) * SPARSE_KV
-        hi = tl.minimum(lo + SPARSE_KV, S)
-        for start_n in range(lo, hi, BLOCK_N):
-            m_i, l_i, acc = _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
-                                  start_n, m_i, l_i, acc, L, S, skn, skd, svn, svd, SCALE,
-                                  {table_args} D, DV, BLOCK_N, APPLY_MASK, IEEE)
+    for it in range(0, nb * SUBS):
+        j = it // SUBS
+        start_n = tl.load(IDX + i_off + j * sin) * SPARSE_KV + (it - j * SUBS) * BLOCK_N
+        m_i, l_i, acc = _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
+                              start_n, m_i, l_i, acc, L, S, skn, skd, svn, svd, SCALE,
+                              {table_args} D, DV, BLOCK_N, APPLY_MASK, IEEE)
     return m_i, l_i, acc
 
 
 @triton.jit
 def kiln_kernel(Q, K, V, OUT, LSE, MAXS, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {tables}
-                L, S, HQ, GROUPS, SCALE, SPARSE_Q, SPARSE_KV,
+                L, S, HQ, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
                 sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                 sob, soh, som, sod,
                 snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,
@@ -308,13 +321,13 @@ def kiln_kernel(Q, K, V, OUT, LSE, MAXS, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {ta
     q_blk = (start_m * BLOCK_M) // SPARSE_Q
     m_i, l_i, acc = _blocks(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
                             m_i, l_i, acc, KV_NUM, KV_IDX, off_b * snb + off_h * snh + q_blk * snm,
-                            off_b * sib + off_h * sih + q_blk * sim, sin, SPARSE_KV,
+                            off_b * sib + off_h * sih + q_blk * sim, sin, SPARSE_KV, SUBS,
                             L, S, skn, skd, svn, svd, SCALE, {table_args} D, DV, BLOCK_N, True, IEEE)
     if HAS_FULL:
         m_i, l_i, acc = _blocks(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
                                 m_i, l_i, acc, FULL_NUM, FULL_IDX,
                                 off_b * sfnb + off_h * sfnh + q_blk * sfnm,
-                                off_b * sfib + off_h * sfih + q_blk * sfim, sfin, SPARSE_KV,
+                                off_b * sfib + off_h * sfih + q_blk * sfim, sfin, SPARSE_KV, SUBS,
                                 L, S, skn, skd, svn, svd, SCALE, {table_args} D, DV, BLOCK_N, False,
                                 IEEE)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -383,10 +396,13 @@ class FlexAttentionKernel:
             mask_mod=_indent(mask_lines, 8), mask_out=mask_out.name)
         self.kernel, self.path = _import("flex_attention", self.source)
 
-    def blocks(self, sparse_q: int, sparse_kv: int) -> tuple[int, int]:
+    def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
+        """(BLOCK_M, BLOCK_N, launch options) for these BlockMask block sizes."""
         if self.interpret:  # small tiles: the interpreter's cost grows with tile size
-            return _next_pow2(min(sparse_q, 16)), _next_pow2(min(sparse_kv, 16))
-        return min(GPU_BLOCK_M, sparse_q), min(GPU_BLOCK_N, sparse_kv)
+            return _next_pow2(min(sparse_q, 16)), _next_pow2(min(sparse_kv, 16)), {}
+        block_m, block_n, warps, stages = gpu_tiles(self.dtype, max(self.head_dim, self.value_dim))
+        return (min(block_m, sparse_q), min(block_n, sparse_kv),
+                {"num_warps": warps, "num_stages": stages})
 
     def __call__(self, query, key, value, kv_num, kv_idx, full_num, full_idx, sparse_q: int,
                  sparse_kv: int, scale: float, score_tables: Sequence, mask_tables: Sequence):
@@ -395,7 +411,7 @@ class FlexAttentionKernel:
         out = out_like(query, DV)
         lse = torch.empty((B, HQ, L), dtype=torch.float32, device=query.device)
         maxs = torch.empty((B, HQ, L), dtype=torch.float32, device=query.device)
-        block_m, block_n = self.blocks(sparse_q, sparse_kv)
+        block_m, block_n, launch = self.tiles(sparse_q, sparse_kv)
         if sparse_q % block_m or sparse_kv % block_n:
             raise ValueError(f"block sizes {(sparse_q, sparse_kv)} do not divide into "
                              f"tiles {(block_m, block_n)}")
@@ -409,13 +425,13 @@ class FlexAttentionKernel:
             query, key, value, out, lse, maxs, kv_num, kv_idx,
             full_num if has_full else kv_num, full_idx if has_full else kv_idx, *tables,
             L, S, HQ, HQ // key.size(1), float(scale), sparse_q, sparse_kv,
+            triton_cdiv(min(sparse_kv, S), block_n),
             *query.stride(), kb, *key.stride()[1:], vb, *value.stride()[1:], *out.stride(),
             *_bm_strides(kv_num, 3), *_bm_strides(kv_idx, 4),
             *_bm_strides(full_num, 3), *_bm_strides(full_idx, 4),
             D=D, DV=DV, BLOCK_M=block_m, BLOCK_N=block_n,
             BLOCK_D=max(16, _next_pow2(D)), BLOCK_DV=max(16, _next_pow2(DV)),
-            HAS_FULL=has_full, IEEE=query.dtype == torch.float32,
-            **({} if self.interpret else {"num_warps": 4, "num_stages": 3}))
+            HAS_FULL=has_full, IEEE=query.dtype == torch.float32, **launch)
         return out, lse, maxs
 
 
