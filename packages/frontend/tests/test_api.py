@@ -20,6 +20,7 @@ import warnings
 
 import kiln_frontend
 import pytest
+import torch
 from kiln_frontend import _evalframe as C
 from kiln_frontend import config, eval_frame
 from kiln_frontend.logging_utils import KilnWarning
@@ -124,11 +125,31 @@ def test_optimize_decorator_compiles_once_and_reuses(fake):
 def test_optimize_context_manager_and_nested_frames(fake):
     with kiln_frontend.optimize("eager"):
         assert C.get_eval_frame() is not None
-        assert double(3) == 6
-        assert double(4) == 8
+        assert double(torch.tensor(3)) == 6
+        assert double(torch.tensor(4)) == 8
     assert C.get_eval_frame() is None
     assert fake.names() == ["double", "add"]
     assert add(1, 2) == 3 and fake.names() == ["double", "add"]  # off outside
+
+
+def test_frames_that_cannot_touch_torch_are_skipped_unless_compiled_root(fake):
+    """As torch.compile (has_tensor_in_frame): a frame with no tensor, module or torch
+    global is skipped for good without being traced; what the user compiled is always
+    traced, whatever it is called with."""
+    def plus(a, b):
+        return a + b
+
+    def twice(x):
+        return plus(x, x)
+
+    with kiln_frontend.optimize("eager"):
+        assert twice(3) == 6
+        assert twice(torch.tensor(2)) == 4  # skipped for good: still not offered
+    assert fake.names() == []
+    assert C.is_skipped(twice.__code__) and C.is_skipped(plus.__code__)
+    kiln_frontend.reset()
+    assert kiln_frontend.optimize("eager")(twice)(3) == 6
+    assert fake.names() == ["twice"]
 
 
 def test_guard_failure_recompiles_and_logs_reason(fake, caplog):

@@ -372,7 +372,7 @@ def test_conditional_nullcontext():
     check(f, xg(), False)
 
 
-@pytest.mark.xfail(strict=True, reason='contextlib.ExitStack builds a collections.deque, which is not traced')
+@pytest.mark.xfail(strict=True, reason='contextlib.ExitStack.__exit__ reads sys.exc_info(), which has no tracker (a graph break)')
 def test_exit_stack_enter_context():
     def f(x, log):
         with contextlib.ExitStack() as stack:
@@ -384,7 +384,7 @@ def test_exit_stack_enter_context():
     check(f, x4(), [])
 
 
-@pytest.mark.xfail(strict=True, reason='contextlib.ExitStack builds a collections.deque, which is not traced')
+@pytest.mark.xfail(strict=True, reason='contextlib.ExitStack.__exit__ reads sys.exc_info(), which has no tracker (a graph break)')
 def test_exit_stack_callback():
     def f(x, log):
         with contextlib.ExitStack() as stack:
@@ -556,7 +556,6 @@ def test_is_grad_enabled_inside():
 
 # -- across graph breaks --------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason='a graph break inside a grad-mode `with` runs the whole block in Python (kiln breaks before the block); torch.compile exits and re-enters the mode around the break (2 graphs)')
 def test_no_grad_across_graph_break():
     def f(x):
         with torch.no_grad():
@@ -568,7 +567,76 @@ def test_no_grad_across_graph_break():
     check(f, xg())
 
 
-@pytest.mark.xfail(strict=True, reason='a graph break inside an autocast `with` runs the whole block in Python (kiln breaks before the block); torch.compile exits and re-enters autocast around the break (2 graphs)')
+def _breaks(t):
+    print("break")
+    return t
+
+
+def _raises_inside(t):
+    print("break")
+    raise ValueError("inside the block")
+
+
+def test_enable_grad_across_graph_break_inside_no_grad_caller():
+    def f(x):
+        with torch.enable_grad():
+            y = x * 2
+            y = _breaks(y)
+            z = y * x
+        return z, z.requires_grad
+
+    with torch.no_grad():
+        check(f, xg())
+
+
+def test_set_grad_enabled_across_two_graph_breaks():
+    def f(x):
+        with torch.set_grad_enabled(False):
+            y = x.sin()
+            print("first")
+            y = y + x
+            print("second")
+            z = y * 2
+        return z, x.cos()
+
+    check(f, xg())
+
+
+def test_exception_from_a_graph_break_inside_no_grad_restores_the_mode():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+            _raises_inside(y)
+            z = y + 1
+        return z
+
+    check(f, xg())
+
+
+def test_no_grad_across_graph_break_gradients():
+    def f(x, w):
+        with torch.no_grad():
+            scale = (w * 2).sum()
+            print("break")
+            shift = scale + w.mean()
+        return (x * w * scale + shift).sum()
+
+    import kiln_frontend
+    from _counting_backend import CountingBackend
+
+    x, w = torch.randn(4), torch.randn(4, requires_grad=True)
+    expected = f(x, w)
+    (grad_eager,) = torch.autograd.grad(expected, w)
+    backend = CountingBackend()
+    w2 = w.detach().clone().requires_grad_()
+    actual = kiln_frontend.compile(f, backend=backend)(x, w2)
+    actual.backward()
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(w2.grad, grad_eager)
+    assert torch.is_grad_enabled()
+    assert len(backend.graphs) == 2
+
+
 def test_autocast_across_graph_break():
     def f(a, b):
         with torch.autocast("cpu"):
@@ -576,6 +644,30 @@ def test_autocast_across_graph_break():
             print("break")
             d = c @ b
         return d, a @ b
+
+    check(f, torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_exception_from_a_graph_break_inside_autocast_restores_it():
+    def f(a, b):
+        with torch.autocast("cpu"):
+            c = a @ b
+            _raises_inside(c)
+            d = c @ b
+        return d
+
+    check(f, torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_autocast_across_two_graph_breaks_with_dtype():
+    def f(a, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            c = a @ b
+            print("first")
+            c = c @ b
+            print("second")
+            d = (c @ b).float().sum(0)
+        return d, (a @ b).dtype
 
     check(f, torch.randn(4, 4), torch.randn(4, 4))
 

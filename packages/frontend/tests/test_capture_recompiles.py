@@ -332,10 +332,6 @@ XFAIL: dict[str, str] = {
     "int_dict_key_fstring": "kiln specializes a dynamic int used as a dict key and in an "
                             "f-string (a guard L['n'] == value, a recompile per value); "
                             "torch.compile makes one graph and one entry for the three calls",
-    "float_truth": "the recompile for s == 0.0 (`return x`, no tensor op) makes no graph in "
-                   "kiln and the code is then skipped, so s=2.5 runs eagerly (1 graph); "
-                   "torch.compile compiles the identity graph on a recompile and keeps "
-                   "compiling (3 graphs)",
 }
 
 #: cases that graph-break under both (or where torch.compile itself fails with fullgraph)

@@ -109,6 +109,7 @@ def _register_root(obj: Any) -> None:
     if root is None:
         return
     code, what = root
+    eval_frame.add_root_code(code)
     if code.co_flags & _NOT_CAPTURED_FLAGS:
         warn_once(("root_not_captured", id(code)),
                   f"kiln: {what} is a generator or coroutine function; kiln does not capture "

@@ -56,6 +56,9 @@ class CompiledFrame:
     graph_breaks: list[Unsupported] = dataclasses.field(default_factory=list)
     #: names of the globals installed in the frame's globals (compiled fns, resume fns)
     installed_globals: list[str] = dataclasses.field(default_factory=list)
+    #: the frame made no graph: ``fn`` is the frame's own bytecode, kept under guards so a
+    #: call that fails them (other types, a tensor where there was none) is traced anew
+    runs_as_is: bool = False
 
     @property
     def guards(self) -> list[Guard]:
@@ -216,15 +219,27 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
         return None
 
     assert tracer is not None
-    if tracer.output_instructions is None:
-        return None
     nslots = num_argument_slots(code)
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    try:
-        new_code = assemble(tracer.output_instructions, code, co_argcount=nslots,
-                            co_posonlyargcount=0, co_kwonlyargcount=0, co_flags=flags)
-    except Exception as e:  # BytecodeError: the generated code does not build
-        raise InternalError(_frame_name(code), "assembling the bytecode of", e) from e
+    runs_as_is = tracer.output_instructions is None
+    if runs_as_is and not nopython:
+        # no op traced: skipped for good, as torch.compile does (its SkipFrame); only a
+        # fullgraph compile keeps the frame under guards (below)
+        reasons.append(f"no op traced in {code.co_qualname}")
+        return None
+    if runs_as_is:
+        # no graph under fullgraph: as torch.compile does, a guarded entry runs the frame's
+        # own bytecode (a copy taking the argument slots: the hook needs a code of its
+        # own), so a later call that fails the guards (a tensor where a constant was) is
+        # traced again instead of the code being skipped for good
+        new_code = code.replace(co_argcount=nslots, co_posonlyargcount=0,
+                                co_kwonlyargcount=0, co_flags=flags)
+    else:
+        try:
+            new_code = assemble(tracer.output_instructions, code, co_argcount=nslots,
+                                co_posonlyargcount=0, co_kwonlyargcount=0, co_flags=flags)
+        except Exception as e:  # BytecodeError: the generated code does not build
+            raise InternalError(_frame_name(code), "assembling the bytecode of", e) from e
     fn = types.FunctionType(new_code, frame_info.globals, code.co_name, None,
                             frame_info.closure)
     fn.__qualname__ = code.co_qualname
@@ -250,6 +265,7 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
         code=new_code,
         graph_breaks=list(tracer.graph_breaks),
         installed_globals=list(tracer.output.installed_globals),
+        runs_as_is=runs_as_is,
     )
 
 

@@ -54,6 +54,7 @@ from typing import Any
 
 from . import config
 from .exc import Unsupported
+from .frame_relevance import may_use_torch
 from .logging_utils import RECOMPILES, SKIPS, emit, reset_warnings, warn_once
 
 try:
@@ -242,6 +243,22 @@ def add_capture_root(code: CodeType, what: str) -> None:
     unskip_code(code)
 
 
+#: the code of every function (or module forward) the user compiled: always traced, even
+#: called with no tensor (frame_relevance.py); weak, as the compiled object may die
+_root_codes: dict[int, weakref.ref[CodeType]] = {}
+
+
+def add_root_code(code: CodeType) -> None:
+    """``code`` is the root of something the user compiled (kept across ``reset()``)."""
+    key = id(code)
+    _root_codes[key] = weakref.ref(code, lambda _r, key=key: _root_codes.pop(key, None))
+
+
+def is_root_code(code: CodeType) -> bool:
+    ref = _root_codes.get(id(code))
+    return ref is not None and ref() is code
+
+
 def capture_roots() -> dict[CodeType, str]:
     """The codes registered with ``add_capture_root`` (code -> what was compiled)."""
     return dict(_capture_roots.values())
@@ -252,6 +269,8 @@ def _skip_reason(code: CodeType) -> tuple[str, str] | None:
     name = code.co_name
     if name.startswith("__compiled_fn"):
         return "compiled graph", "a graph kiln compiled"
+    if name.startswith("__kiln_reenter_at_"):
+        return "generated code", "a re-entered grad-mode block's call (translator.py)"
     if id(code) in _capture_roots:
         return None
     filename = code.co_filename
@@ -471,6 +490,11 @@ class CompileCallback:
                                "it runs as plain Python there and compiles when called outside")
             return False  # not now: no skip mark, so a later plain call still compiles
         entries = cache_entries(code)
+        if not is_root_code(code) and not may_use_torch(frame):
+            if entries:  # traced before: keep its entries, run this call as is
+                return False
+            _report_skip(code, "no tensor, module or torch/NumPy global in the frame")
+            return None
         if entries:
             limit = config.cache_size_limit
             if len(entries) >= limit:
@@ -543,6 +567,7 @@ __all__ = [
     "FrameInfo",
     "TensorGuard",
     "add_capture_root",
+    "add_root_code",
     "add_skip_dir",
     "capture_roots",
     "cache_entries",
@@ -552,6 +577,7 @@ __all__ = [
     "frame_state_for",
     "get_eval_frame",
     "hook",
+    "is_root_code",
     "is_skipped",
     "on_reset",
     "reset",

@@ -52,18 +52,20 @@ _UNSUPPORTED_FLAGS = (
 def make_resume_code(
     code: CodeType,
     target: Instruction | int,
-    stack_vars: Sequence[str | None],
+    stack_vars: Sequence[str | None | Sequence[Instruction]],
     live_locals: Sequence[str],
     name: str,
     *,
     qualname: str | None = None,
+    _after: tuple[int, Sequence[Instruction], Sequence[str]] | None = None,
 ) -> CodeType:
     """Continuation of ``code`` at ``target`` (an Instruction decoded from ``code``, or its
     offset).
 
     ``stack_vars``: one entry per stack slot at ``target``, bottom first: an argument name
-    for the value (must not be a name ``code`` already uses), or ``None`` for a NULL slot
-    (pushed with PUSH_NULL; it takes no argument).  ``live_locals``: local variables to
+    for the value (must not be a name ``code`` already uses), ``None`` for a NULL slot
+    (pushed with PUSH_NULL; it takes no argument), or a list of instructions that push
+    the value (a ``with`` block's ``__exit__`` re-entered in the prologue; no argument).  ``live_locals``: local variables to
     pass in, after the stack values.  Cell and free variables travel in the closure (see
     the module docstring); when listed in ``live_locals`` their argument is accepted and
     ignored (the variable reads the shared cell).  The result takes
@@ -86,7 +88,7 @@ def make_resume_code(
 
     closure_names = tuple(code.co_cellvars) + tuple(code.co_freevars)
     closure_set = set(closure_names)
-    stack_names = [s for s in stack_vars if s is not None]
+    stack_names = [s for s in stack_vars if isinstance(s, str)]
     used_names = set(code.co_varnames) | closure_set
     for s in stack_names:
         if s in used_names:
@@ -100,9 +102,21 @@ def make_resume_code(
     passed = set(arg_names)
     varnames = arg_names + [
         v for v in code.co_varnames if v not in closure_set and v not in passed
-    ]
+    ] + (list(_after[2]) if _after is not None else [])
 
     body, first = _reachable_copy(original, start)
+    extra_varnames: list[str] = []
+    if _after is not None:  # make_reentry_code: a tail after the instruction at this offset
+        last_offset, tail, extra_varnames = _after
+        k = next((i for i, inst in enumerate(body)
+                  if getattr(inst, "offset", None) == last_offset), None)
+        if k is None:
+            raise BytecodeError(f"{code.co_name}: no instruction at offset {last_offset}")
+        tail = [inst.copy() for inst in tail]
+        for inst in tail:
+            inst.positions = body[k].positions
+            inst.exn_tab_entry = None
+        body = body[:k + 1] + tail + body[k + 1:]
     # 3.13's superinstructions over two locals become plain loads and stores, so the rule
     # below sees each read (and no slot of the new argument order has to fit in 4 bits).
     body = [part for inst in body for part in builders.split_paired(inst)]
@@ -116,7 +130,12 @@ def make_resume_code(
     prologue: list[Instruction] = builders.copy_free_vars(len(closure_names))
     prologue += builders.resume(0)
     for s in stack_vars:
-        prologue += builders.push_null() if s is None else builders.load_fast(s)
+        if s is None:
+            prologue += builders.push_null()
+        elif isinstance(s, str):
+            prologue += builders.load_fast(s)
+        else:
+            prologue += [inst.copy() for inst in s]
     prologue.append(create_instruction("JUMP_FORWARD", target=first))
     if first.lineno is not None:
         for inst in prologue:
@@ -178,3 +197,50 @@ def _reachable_copy(insts: list[Instruction], start: int) -> tuple[list[Instruct
             new.exn_tab_entry = ne
         out.append(new)
     return out, copies[id(insts[start])]
+
+
+
+def make_reentry_code(
+    code: CodeType,
+    first: Instruction | int,
+    last: int,
+    stack_vars: Sequence[str | None],
+    live_locals: Sequence[str],
+    n_after: int,
+    continuation: Sequence[Instruction],
+    name: str,
+    *,
+    close_slot: int | None = None,
+) -> CodeType:
+    """Run the instructions of ``code`` from ``first`` to the one at offset ``last`` (an
+    unsupported call and its prefix, inside a ``with`` block), covered by the block's own
+    exception-table entry, then call the continuation and return its result.
+
+    Like ``make_resume_code(code, first, stack_vars, live_locals, name)``, except that
+    after ``last`` the ``n_after`` values then on the stack (none of them NULL) go to
+    temporaries and the continuation (``continuation``: instructions that push it, NULL
+    first) is called with them and then ``live_locals``. Only the call is covered by the
+    block's handler: an exception there leaves through the block's ``__exit__`` (a stack
+    value, as in the original frame); one in the continuation leaves through the
+    continuation's own copy of the handler, never through both. ``close_slot``: the stack
+    slot of the block's ``__exit__``, called with three Nones after the call (the block is
+    left) and not passed on (the continuation enters the block anew in its prologue)."""
+    temps = [f"___kiln_reentry_{i}" for i in range(n_after)]
+    tail: list[Instruction] = []
+    for t in reversed(temps):
+        tail += builders.store_fast(t)
+    if close_slot is not None:
+        tail += builders.push_null() + builders.load_fast(temps[close_slot])
+        for _ in range(3):
+            tail += builders.load_const(None)
+        tail += builders.call_function(3) + builders.pop_top()
+    passed = [t for i, t in enumerate(temps) if i != close_slot]
+    tail += list(continuation)
+    for t in passed:
+        tail += builders.load_fast(t)
+    for local in live_locals:
+        tail += builders.load_fast(local)
+    tail += builders.call_function(len(passed) + len(live_locals))
+    tail += builders.return_value()
+    return make_resume_code(code, first, stack_vars, live_locals, name,
+                            _after=(last, tail, temps))

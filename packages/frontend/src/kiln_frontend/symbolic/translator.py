@@ -20,11 +20,14 @@ import types
 import weakref
 from typing import Any
 
+import torch
+
 from ..bytecode import (
     BytecodeError,
     builders,
     create_instruction,
     decode,
+    make_reentry_code,
     make_resume_code,
     versions,
 )
@@ -465,6 +468,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     # -- running ----------------------------------------------------------------------
 
     def run(self) -> None:
+        grad_mode = torch.is_grad_enabled()
         try:
             self._run()
         finally:
@@ -473,6 +477,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             for ctx in reversed(getattr(self, "active_contexts", [])):
                 ctx.undo_real()
             self.active_contexts = []
+            # the exit of a block entered before this frame (a continuation's) switched it
+            torch._C._set_grad_enabled(grad_mode)
 
     def _run(self) -> None:
         while not self.done:
@@ -501,6 +507,12 @@ class InstructionTranslator(InstructionTranslatorBase):
                     # which then runs as is (as under TorchDynamo: no graph before it);
                     # so does a `with` on a context manager that cannot be entered here
                     raise Unsupported(str(e)) from e
+                if not self.can_break_at(inst) and self.reentered_with(inst, index,
+                                                                       on_stack=False):
+                    # inside a grad-mode `with`: the call runs in Python inside the mode,
+                    # graphs before and after it (break_reentering_with)
+                    e.kiln_reenter_with = True
+                    raise RestartAnalysis(index, e) from e
                 if not self.can_break_at(inst):
                     start = self.block_start(index)
                     if start is None:
@@ -682,7 +694,10 @@ class InstructionTranslator(InstructionTranslatorBase):
         """Instructions that push NULL + the resume function (``head``), and that call it
         with the stack values and ``live`` locals already pushed, then return (``tail``)."""
         target = self.instructions[target_index]
-        key = (target.offset, tuple(stack_vars), tuple(live), id(self.f_globals))
+        key = (target.offset, tuple(s if s is None or isinstance(s, str) else
+                                    tuple((i.opname, repr(i.argval)) for i in s)
+                                    for s in stack_vars),
+               tuple(live), id(self.f_globals))
         per_code = _resume_cache.setdefault(self.code, {})
         cached = per_code.get(key)
         if cached is None:
@@ -705,7 +720,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             else:
                 self.output.installed_globals[name] = fn
             head += builders.load_global(name, True)
-        nargs = len([s for s in stack_vars if s is not None]) + len(live)
+        nargs = len([s for s in stack_vars if isinstance(s, str)]) + len(live)
         tail = builders.call_function(nargs) + builders.return_value()
         return head, tail
 
@@ -799,7 +814,10 @@ class InstructionTranslator(InstructionTranslatorBase):
         cells, inlined_cell_values = self.closure_cells_reached(values)
         cell_values = [self.symbolic_locals[n] for n in cells] + inlined_cell_values
         outputs = self.plan_graph_outputs(cg, values + cell_values)
-        if self.output.count_calls() == 0 and not outputs:
+        passed_through: list[TensorVariable] = []
+        if self.output.count_calls() == 0 and not outputs and self.nopython:
+            passed_through = self.returned_input_tensors(values + cell_values)
+        if self.output.count_calls() == 0 and not outputs and not passed_through:
             # nothing worth compiling (mutations then happen by running the frame as is)
             self.output_instructions = None
             self.done = True
@@ -811,7 +829,24 @@ class InstructionTranslator(InstructionTranslatorBase):
         cg(value)
         side_effects.codegen(cg)  # after the return value is built, before returning
         cg.return_value()
-        self.finish(self.graph_call(outputs) + cg.insts)
+        self.finish(self.graph_call(outputs or passed_through) + cg.insts)
+
+    def returned_input_tensors(self, values: list[VariableTracker]) -> list[TensorVariable]:
+        """The frame's input tensors among ``values``. Under fullgraph a frame with no op
+        that returns (or stores) a tensor still gives the backend a graph passing those
+        tensors through, as torch.compile does; the frame itself goes on reloading them from
+        their sources (the graph's outputs are dropped: same objects as eager)."""
+        found: list[TensorVariable] = []
+        for v in walk_trackers(values):
+            if isinstance(v, LazyVariable) and v.realized is None:
+                if type(v.value) is not torch.Tensor and \
+                        type(v.value) is not torch.nn.Parameter:
+                    continue
+                v = self.realize(v)
+            if isinstance(v, TensorVariable) and v.source is not None and \
+                    all(v.node is not f.node for f in found):
+                found.append(v)
+        return found
 
     # -- graph breaks -----------------------------------------------------------------
 
@@ -838,6 +873,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             raise Unsupported("graph break while a generator is paused inside try/finally "
                               "or with") from reason
         self.graph_breaks.append(reason)
+        if getattr(reason, "kiln_reenter_with", False):
+            return self.break_reentering_with(inst, index, self.call_prefix + [inst])
         if versions.is_conditional_jump(inst):
             return self.break_at_jump(inst, index)
         if inst.opname in _CALL_OPNAMES:
@@ -932,6 +969,145 @@ class InstructionTranslator(InstructionTranslatorBase):
         for load in local_loads:
             load(cg)
         cg.extend(tail)
+        self.finish(self.graph_call(outputs) + cg.insts)
+
+    def reentered_with(self, inst, index: int, *, on_stack: bool = True):
+        """The ``__exit__`` tracker of the grad-mode ``with`` block right around the call
+        ``inst`` when a graph break there can leave the block open in Python
+        (``break_reentering_with``), else None: the block is a ``with`` (its handler starts
+        ``PUSH_EXC_INFO; WITH_EXCEPT_START``) inside no other block or loop, on
+        ``torch.no_grad``/``enable_grad``/``set_grad_enabled`` or ``torch.autocast``, and no
+        NULL lies on the stack below the call. ``on_stack=False``: only what the code says (True, not a tracker),
+        for when the call failed and popped its operands."""
+        from .variables.ctx_managers import (
+            AutocastVariable,
+            ContextExitVariable,
+            GradModeVariable,
+        )
+
+        entry = inst.exn_tab_entry
+        if inst.opname not in _CALL_OPNAMES or entry is None or self.nopython:
+            return None
+        if "__class__" in self.code.co_freevars or self.in_loop(index):
+            return None
+        if any(p.exn_tab_entry is not entry for p in self.call_prefix):
+            return None
+        handler = self.index_of[id(entry.target)]
+        if self.instructions[handler].opname != "PUSH_EXC_INFO" or \
+                handler + 1 >= len(self.instructions) or \
+                self.instructions[handler + 1].opname != "WITH_EXCEPT_START":
+            return None
+        cleanup = self.instructions[handler].exn_tab_entry
+        if cleanup is None or cleanup.target.exn_tab_entry is not None:
+            return None  # a block inside another block
+        if not on_stack:
+            return True
+        pops = self._pops(inst)
+        depth = entry.depth
+        if pops is None or not 0 < depth <= len(self.stack) - pops:
+            return None
+        if any(isinstance(v, NullVariable) for v in self.stack[:len(self.stack) - pops]):
+            return None
+        exit_var = self.realize(self.stack[depth - 1])
+        if not isinstance(exit_var, ContextExitVariable):
+            return None
+        ctx = exit_var.ctx
+        if isinstance(ctx, GradModeVariable) and isinstance(ctx.prev, bool):
+            return exit_var
+        if type(ctx) is AutocastVariable and ctx.node is not None and \
+                ctx.cls is torch.autocast:
+            return exit_var
+        return None
+
+    def break_reentering_with(self, inst, index: int, group: list) -> None:
+        """A graph break at a call inside a grad-mode ``with`` block, as torch.compile takes
+        it: the graph so far ends with the mode before the block; in Python a
+        ``torch.set_grad_enabled`` object enters the block's mode and its ``__exit__``
+        takes the stack slot of the block's; a re-entry function (``make_reentry_code``)
+        runs the call under the block's exception-table entry (an exception leaves through
+        that ``__exit__``, as in eager) and calls the continuation, which goes on inside
+        the block and is captured as any resume function (the ``__exit__`` it gets is
+        ``ctx_managers.resumed_grad_mode_exit``)."""
+        from .variables.ctx_managers import AutocastVariable, enter_for_reentry
+
+        exit_var = self.reentered_with(inst, index)
+        if exit_var is None:  # not a grad-mode block after all: break before the block
+            start = self.block_start(index)
+            reason = Unsupported(str(self.graph_breaks.pop()))
+            if start is None:
+                raise reason
+            reason.kiln_block_start = True
+            raise RestartAnalysis(start, reason)
+        ctx = exit_var.ctx
+        exit_slot = inst.exn_tab_entry.depth - 1
+        stack = list(self.stack)
+        pops = self._pops(inst)
+        effect = sum(versions.stack_effect(i, jump=False) for i in group)
+        n_after = len(stack) + effect
+        if n_after < len(stack) - pops:
+            raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
+        autocast = isinstance(ctx, AutocastVariable)
+        ctx.exit(self)  # the graph leaves the mode as it found it
+        live = self.live_locals(index + 1)
+        local_values = [self.symbolic_locals[n] for n in live]
+        cg = self.new_codegen()
+        effects = self.output.side_effects.values() + self.cell_values()
+        effects += self.closure_cells_reached(stack + local_values + effects)[1]
+        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
+        self.store_aliases(cg, stack + local_values + effects)
+        stack_loads = [None if i == exit_slot or isinstance(v, NullVariable)
+                       else self.stash(cg, v, f"___kiln_stack_{i}")
+                       for i, v in enumerate(stack)]
+        local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
+                       for n in live]
+        self.store_cells(cg)
+        self.output.side_effects.codegen(cg)  # Python must see the mutations already
+        stack_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
+                      for i, v in enumerate(stack)]
+        after_vars: list = [self.stack_var(i) for i in range(n_after)]
+        if autocast:
+            # the continuation enters a new autocast block in its prologue, traced as any
+            # `with torch.autocast(...)` (enter and exit nodes in its graph, as
+            # torch.compile's re-entered block); the re-entry function leaves this one
+            cls_name = self.output.install_global_object("autocast", torch.autocast)
+            rebuild = builders.load_global(cls_name, True)
+            for v in (ctx.device_type, ctx.dtype, ctx.enabled, ctx.cache_enabled):
+                rebuild += builders.load_const(v)
+            rebuild += builders.call_function(4)
+            rebuild += [create_instruction("BEFORE_WITH")] + builders.pop_top()
+            after_vars[exit_slot] = rebuild
+        continuation, _ = self.make_resume_call(index + 1, after_vars, live)
+        name = f"__kiln_reenter_at_{inst.offset}_{next(_resume_counter)}"
+        try:
+            code = make_reentry_code(self.code, group[0], inst.offset, stack_vars, live,
+                                     n_after, continuation, name,
+                                     close_slot=exit_slot if autocast else None)
+        except BytecodeError as e:
+            raise Unsupported(f"cannot make a re-entry function: {e}") from e
+        if code.co_freevars:
+            cg.extend(builders.push_null() + builders.make_function(code, code.co_freevars))
+        else:
+            self.output.install_global(name, types.FunctionType(code, self.f_globals, name))
+            cg.extend(builders.load_global(name, True))
+        self.resume_names.append(name)
+        for i, load in enumerate(stack_loads):
+            if i == exit_slot and autocast:  # a new autocast, entered now, and its exit
+                cg.push_null()
+                cg.load_const_object(enter_for_reentry)
+                cg(ctx)
+                cg.call_function(1)
+            elif i == exit_slot:  # the block's mode, entered now, and its exit
+                cg.push_null()
+                cg.load_const_object(torch.set_grad_enabled)
+                cg.load_const(ctx.target)
+                cg.call_function(1)
+                cg.load_attr("__exit__")
+            elif load is not None:
+                load(cg)
+        for load in local_loads:
+            load(cg)
+        cg.extend(builders.call_function(len([v for v in stack_vars if v is not None])
+                                         + len(live)) + builders.return_value())
         self.finish(self.graph_call(outputs) + cg.insts)
 
     def break_at_jump(self, inst, index: int) -> None:

@@ -876,8 +876,17 @@ class SetMethodVariable(BoundMethodVariable):
             return none
         if name == "copy" and not args:
             return SetVariable(list(obj.items.values()))
+        if name == "pop" and not args and len(obj.items) == 1:
+            # one item: the order hashing gives does not matter
+            obj.check_mutable("set.pop")
+            (key,) = obj.items
+            value = obj.items.pop(key)
+            obj.shadow.discard(key)
+            obj.resync()
+            return value
         if name == "pop":
-            raise Unsupported("set.pop (order depends on hashing)")
+            raise Unsupported("set.pop of a set with other than one item (the item taken "
+                              "depends on hashing)")
         try:
             cargs = [set(_set_key(tx, it) for it in tx.unpack_sequence(a)) for a in args]
         except Unsupported:

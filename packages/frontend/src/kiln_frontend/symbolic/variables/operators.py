@@ -20,6 +20,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, sym_and
+
 from ...exc import Unsupported
 from ...guards import Guard, GuardKind
 from .base import NotConstant, VariableTracker
@@ -412,6 +414,7 @@ def _containers_equal(tx, a, b) -> bool:
         pairs = [(a.items[k], b.items[k]) for k in a.items]
     else:
         raise Unsupported(f"comparing {a.describe()} with {b.describe()}")
+    sym_pairs: list[Any] = []  # SymBools of symbolic size items, checked last and once
     for x, y in pairs:
         x, y = tx.realize(x), tx.realize(y)
         if x is y:
@@ -425,8 +428,45 @@ def _containers_equal(tx, a, b) -> bool:
             if _containers_equal(tx, x, y):
                 continue
             return False
-        raise Unsupported("comparing containers with non-constant items")
-    return True
+        symbolic = _symbolic_size_equality(x, y)
+        if symbolic is None:
+            raise Unsupported("comparing containers with non-constant items")
+        sym_pairs.append(symbolic)
+    if not sym_pairs:
+        return True
+    return _guarded_truth(sym_and(*sym_pairs))
+
+
+def _symbolic_size_equality(x, y) -> Any:
+    """``s0 == s1`` (or ``s0 == 3``) as a SymBool, for items of sizes under dynamic shapes
+    (``a.shape == b.shape``); None when an item is neither a symbolic nor a constant int.
+    The items' equalities are and-ed before the ShapeEnv is asked once, as torch.compile
+    does: the guard it records is the whole comparison's (``(2, 5) != (2, 3)`` then keeps
+    the entry made for ``(3, 2) != (2, 3)``)."""
+    from ...shapes import SymNodeVariable
+
+    if not (isinstance(x, SymNodeVariable) or isinstance(y, SymNodeVariable)):
+        return None
+    values = []
+    for v in (x, y):
+        if isinstance(v, SymNodeVariable):
+            if v.python_type() is not int:
+                return None
+            values.append(v.as_example())
+        elif v.is_python_constant() and type(v.as_python_constant()) is int:
+            values.append(v.as_python_constant())
+        else:
+            return None
+    return values[0] == values[1]
+
+
+def _guarded_truth(value: Any) -> bool:
+    """A SymBool's value now, with the ShapeEnv guard that keeps it (a graph break when it
+    depends on tensor data)."""
+    try:
+        return bool(value)
+    except GuardOnDataDependentSymNode as e:
+        raise Unsupported(f"data-dependent comparison of sizes ({value})") from e
 
 
 # -- `is` and `in` -------------------------------------------------------------------------

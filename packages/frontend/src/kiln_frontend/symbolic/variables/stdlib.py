@@ -172,6 +172,22 @@ def _ordered_dict(tx, cls, args, kwargs):
 register_constructor(collections.OrderedDict, _ordered_dict)
 
 
+def _bound_method(tx, cls, args, kwargs):
+    """``types.MethodType(fn, obj)`` (``contextlib.ExitStack`` binds each manager's
+    ``__exit__`` so): ``fn`` bound to ``obj``'s tracker, as ``obj.fn`` would be."""
+    from .functions import UserFunctionVariable, UserMethodVariable
+
+    if kwargs or len(args) != 2:
+        return None
+    fn = tx.realize(args[0])
+    if type(fn) is not UserFunctionVariable or not isinstance(fn.fn, types.FunctionType):
+        return None
+    return UserMethodVariable(fn.fn, tx.realize(args[1]))
+
+
+register_constructor(types.MethodType, _bound_method)
+
+
 def _counter(tx, cls, args, kwargs):
     """``Counter(constants)``: counted at trace time; a dict tracker of class Counter, whose
     Python methods (``most_common``...) are inlined."""
