@@ -1,19 +1,21 @@
 """CPU inference benchmark: eager vs torch.compile (inductor) vs kiln, on seven workloads
-and ten real models.
+and 21 real models.
 
     python benchmarks/cpu.py                  # the seven kernel-sized workloads, full sizes
     python benchmarks/cpu.py --quick          # small sizes, fewer repeats (a smoke run)
-    python benchmarks/cpu.py --models         # ten timm/transformers models, batch 2
+    python benchmarks/cpu.py --models         # 21 timm/transformers models, batch 2
     python benchmarks/cpu.py --suite all      # both
     python benchmarks/cpu.py --only softmax,mlp --via-fx
     python3 -m nox -s bench_cpu -- --quick    # the same through nox
 
-For each workload (under ``torch.no_grad()``, models in eval mode):
-1. eager output = the reference;
+For each workload (under ``torch.no_grad()``, models in eval mode), in a fresh Python process
+of its own (``--no-isolate``: all in this one):
+1. eager output = the reference, and eager timed alone before any compiler ran ("eager alone":
+   median of 10 calls after 3 warm-ups, a user's plain timing);
 2. each compiler in a fresh state (``torch._dynamo.reset()``, ``kiln_frontend.reset()``) and
-   with empty on-disk caches (a temp ``KILN_CACHE_DIR`` / ``TORCHINDUCTOR_CACHE_DIR`` for the
-   run): the first call's wall time is the *cold compile* time, and its output must match eager
-   (``assert_close``, rtol=atol=1e-3) before it is timed;
+   with empty on-disk caches (a temp ``KILN_CACHE_DIR`` / ``TORCHINDUCTOR_CACHE_DIR`` per
+   workload): the first call's wall time is the *cold compile* time, and its output must match
+   eager (``assert_close``, rtol=atol=1e-3) before it is timed;
 3. steady state: median seconds per call over 9 repeats (each about 0.1 s of calls), eager and
    every compiled variant timed in interleaved rounds so that load changes hit all alike;
    speedup = eager / compiled.
@@ -154,19 +156,27 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------- model suite
-# Real models built from configs / pretrained=False (random weights), batch 2: what a new user
-# tries first. Full size: 224x224 images, 128 tokens; --quick: 96x96 images, 32 tokens.
+# Real models built from configs / pretrained=False (random weights), batch 2 unless a row says
+# otherwise: what a new user tries first. Full size: 224x224 images (mobilevit 256), 128 tokens;
+# --quick: 96x96 images, 32 tokens. Families (issue 31): depthwise convolutions with
+# squeeze-excite, grouped convolutions, channels-heavy convnets, windowed and plain attention,
+# relative-position attention (T5's bias, DeBERTa's disentangled attention), GQA decoders,
+# encoder-decoders and a speech encoder.
 
 
-def _timm_model(name: str, **kwargs) -> Callable[[bool], tuple[Any, tuple]]:
+def _timm_model(name: str, batch: int = 2, size: int = 224, **kwargs
+                ) -> Callable[[bool], tuple[Any, tuple]]:
     def build(quick):
         _torchvision_importable()
         import timm
 
-        size = 96 if quick else 224
-        extra = {"img_size": size} if name.startswith("vit") else {}
+        side = 96 if quick else size
+        fixed = name.startswith(("vit", "deit", "swin"))  # sized at build time
+        extra = {"img_size": side} if fixed and quick else {}
+        if quick and name.startswith("swin"):
+            extra["window_size"] = 3  # 96/4 = 24 patches: windows that divide each stage
         model = timm.create_model(name, pretrained=False, **extra, **kwargs)
-        return model, (torch.randn(2, 3, size, size),)
+        return model, (torch.randn(batch, 3, side, side),)
 
     return build
 
@@ -182,56 +192,118 @@ def _transformers_model(make: Callable[[], nn.Module], vocab: int, decoder: bool
     return build
 
 
-def _bert_model():
-    from transformers import BertConfig, BertModel
+def _hf(config_cls: str, model_cls: str, **config) -> Callable[[], nn.Module]:
+    """``transformers.<model_cls>(<config_cls>(**config))``, random weights."""
+    def make():
+        import transformers
 
-    return BertModel(BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4,
-                                num_attention_heads=4, intermediate_size=1024,
-                                max_position_embeddings=512))
+        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
 
-
-def _gpt2_model():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(GPT2Config(vocab_size=8000, n_embd=256, n_layer=4, n_head=4,
-                                      n_positions=512, use_cache=False))
+    return make
 
 
-def _t5_model():
-    from transformers import T5Config, T5ForConditionalGeneration
+#: the shape every decoder-only LM shares here: 4 layers, d=256, 4 heads
+_LM = dict(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+           num_attention_heads=4, max_position_embeddings=512, use_cache=False)
+_ENC = dict(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+            intermediate_size=1024, max_position_embeddings=512)
 
-    return T5ForConditionalGeneration(T5Config(vocab_size=8000, d_model=256, d_kv=64, d_ff=1024,
-                                               num_layers=4, num_heads=4, use_cache=False))
+
+class WhisperEncoderIn(nn.Module):
+    """Whisper's encoder on log-mel features (2 convolutions, then attention); returns the last
+    hidden state."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_features):
+        return self.encoder(input_features=input_features).last_hidden_state
 
 
-def _llama_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _whisper_encoder(quick):
+    _torchvision_importable()
+    from transformers import WhisperConfig, WhisperModel
 
-    return LlamaForCausalLM(LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=688,
-                                        num_hidden_layers=4, num_attention_heads=4,
-                                        num_key_value_heads=2, max_position_embeddings=512,
-                                        use_cache=False))
+    frames = 32 if quick else 256  # positions after the stride-2 convolution
+    cfg = WhisperConfig(vocab_size=8000, d_model=256, encoder_layers=4, decoder_layers=1,
+                        encoder_attention_heads=4, decoder_attention_heads=4,
+                        encoder_ffn_dim=1024, decoder_ffn_dim=1024, num_mel_bins=80,
+                        max_source_positions=frames, max_target_positions=64,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                        decoder_start_token_id=1)
+    model = WhisperEncoderIn(WhisperModel(cfg).encoder)
+    return model, (torch.randn(2, 80, 2 * frames),)
 
 
 MODELS = [
+    # ---- convnets (timm)
     Workload("mobilenetv3_small", _timm_model("mobilenetv3_small_100"),
-             "timm mobilenetv3_small_100 (depthwise convs), 2x3x224x224"),
+             "timm mobilenetv3_small_100 (depthwise convs, hard-swish, SE), 2x3x224x224"),
+    Workload("mobilenetv3_large_b1", _timm_model("mobilenetv3_large_100", batch=1),
+             "timm mobilenetv3_large_100 at batch 1 (depthwise convs, SE), 1x3x224x224"),
     Workload("efficientnet_b0", _timm_model("efficientnet_b0"),
              "timm efficientnet_b0 (depthwise convs, SiLU, squeeze-excite), 2x3x224x224"),
+    Workload("regnety_004", _timm_model("regnety_004"),
+             "timm regnety_004 (grouped convs, squeeze-excite), 2x3x224x224"),
     Workload("convnext_atto", _timm_model("convnext_atto"),
              "timm convnext_atto (7x7 depthwise convs, LayerNorm, GELU), 2x3x224x224"),
     Workload("resnet18", _timm_model("resnet18"), "timm resnet18, 2x3x224x224"),
     Workload("resnet50", _timm_model("resnet50"), "timm resnet50 (bottlenecks), 2x3x224x224"),
+    # ---- vision transformers (timm)
     Workload("vit_small", _timm_model("vit_small_patch16_224"),
              "timm vit_small_patch16_224 (12 blocks, d=384, GELU), 2x3x224x224"),
-    Workload("bert", _transformers_model(_bert_model, 8000),
+    Workload("deit_tiny", _timm_model("deit_tiny_patch16_224"),
+             "timm deit_tiny_patch16_224 (12 blocks, d=192), 2x3x224x224"),
+    Workload("swin_tiny", _timm_model("swin_tiny_patch4_window7_224"),
+             "timm swin_tiny_patch4_window7_224 (shifted windows, relative position bias), "
+             "2x3x224x224"),
+    Workload("mobilevit_xxs", _timm_model("mobilevit_xxs", size=256),
+             "timm mobilevit_xxs (depthwise convs + attention on unfolded patches), 2x3x256x256"),
+    # ---- encoders (transformers, from configs)
+    Workload("bert", _transformers_model(_hf("BertConfig", "BertModel", **_ENC), 8000),
              "transformers BertModel (4 layers, d=256, 4 heads), 2x128 tokens"),
-    Workload("gpt2", _transformers_model(_gpt2_model, 8000),
+    Workload("deberta_v2", _transformers_model(_hf(
+        "DebertaV2Config", "DebertaV2Model", relative_attention=True, position_buckets=256,
+        pos_att_type=["p2c", "c2p"], **_ENC), 8000),
+             "transformers DebertaV2Model (disentangled relative attention, 4 layers, d=256), "
+             "2x128 tokens"),
+    Workload("distilbert", _transformers_model(_hf(
+        "DistilBertConfig", "DistilBertModel", vocab_size=8000, dim=256, n_layers=4, n_heads=4,
+        hidden_dim=1024, max_position_embeddings=512), 8000),
+             "transformers DistilBertModel (4 layers, d=256), 2x128 tokens"),
+    Workload("whisper_encoder", _whisper_encoder,
+             "transformers Whisper encoder (2 convs + 4 layers, d=256), 2x80x512 log-mel frames"),
+    # ---- decoders (transformers, from configs)
+    Workload("gpt2", _transformers_model(_hf(
+        "GPT2Config", "GPT2LMHeadModel", vocab_size=8000, n_embd=256, n_layer=4, n_head=4,
+        n_positions=512, use_cache=False), 8000),
              "transformers GPT2LMHeadModel (4 layers, d=256, 4 heads), 2x128 tokens"),
-    Workload("t5", _transformers_model(_t5_model, 8000, decoder=True),
-             "transformers T5ForConditionalGeneration (4+4 layers, d=256), 2x128 -> 2x64 tokens"),
-    Workload("llama", _transformers_model(_llama_model, 8000),
+    Workload("llama", _transformers_model(_hf("LlamaConfig", "LlamaForCausalLM",
+                                              num_key_value_heads=2, **_LM), 8000),
              "transformers LlamaForCausalLM (4 layers, d=256, GQA 4/2 heads), 2x128 tokens"),
+    Workload("qwen2", _transformers_model(_hf("Qwen2Config", "Qwen2ForCausalLM",
+                                              num_key_value_heads=1, **_LM), 8000),
+             "transformers Qwen2ForCausalLM (4 layers, d=256, GQA 4/1 heads, qkv bias), "
+             "2x128 tokens"),
+    Workload("mistral", _transformers_model(_hf("MistralConfig", "MistralForCausalLM",
+                                                num_key_value_heads=2, sliding_window=64,
+                                                **_LM), 8000),
+             "transformers MistralForCausalLM (4 layers, d=256, GQA 4/2, sliding window 64), "
+             "2x128 tokens"),
+    # ---- encoder-decoders (transformers, from configs)
+    Workload("t5", _transformers_model(_hf(
+        "T5Config", "T5ForConditionalGeneration", vocab_size=8000, d_model=256, d_kv=64,
+        d_ff=1024, num_layers=4, num_heads=4, use_cache=False), 8000, decoder=True),
+             "transformers T5ForConditionalGeneration (4+4 layers, d=256, relative position "
+             "bias), 2x128 -> 2x64 tokens"),
+    Workload("bart", _transformers_model(_hf(
+        "BartConfig", "BartForConditionalGeneration", vocab_size=8000, d_model=256,
+        encoder_layers=4, decoder_layers=4, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
+        max_position_embeddings=512, use_cache=False), 8000, decoder=True),
+             "transformers BartForConditionalGeneration (4+4 layers, d=256), 2x128 -> 2x64 "
+             "tokens"),
 ]
 
 
@@ -259,7 +331,7 @@ WORKLOADS = [
              "transformers BertModel from BertConfig (2 layers, hidden 128), 8x128 tokens"),
 ]
 
-#: ``--suite``: the seven kernel-sized workloads, the ten real models, or both
+#: ``--suite``: the seven kernel-sized workloads, the 21 real models, or both
 SUITES = {"kernels": WORKLOADS, "models": MODELS, "all": WORKLOADS + MODELS}
 
 
@@ -353,6 +425,10 @@ def run_workload(w: Workload, compilers, args, progress: Progress) -> dict:
     with torch.no_grad():
         progress.step(f"{w.name}: eager")
         expected = tensors_of(model(*inputs))
+        # eager alone before any compiler ran (median of 10 single calls after 3 warm-ups, a
+        # user's plain timing): compared with the interleaved eager below, it shows whether
+        # compiling left the process in a state that changes eager's speed
+        res["eager_plain_s"] = plain_median(lambda: model(*inputs))
         fns: dict[str, Callable] = {"eager": lambda: model(*inputs)}
         for c in compilers:
             progress.step(f"{w.name}: {c} (compile + check)")
@@ -401,6 +477,20 @@ def run_workload(w: Workload, compilers, args, progress: Progress) -> dict:
     return res
 
 
+def plain_median(fn: Callable, *, warmup: int = 3, calls: int = 10) -> float:
+    """Median seconds of ``calls`` single calls after ``warmup`` calls."""
+    import statistics
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def interleaved_medians(fns: dict[str, Callable], *, min_repeat_s: float, repeats: int,
                         warmup: int) -> dict[str, float]:
     """Median seconds per call of each function, timed in interleaved rounds (one repeat of
@@ -430,17 +520,21 @@ def interleaved_medians(fns: dict[str, Callable], *, min_repeat_s: float, repeat
 
 
 def table(results, compilers) -> str:
-    header = ["workload", "eager ms"]
+    header = ["workload", "eager ms", "eager alone ms"]
     for c in compilers:
         header += [f"{c} ms", f"{c} speedup", f"{c} compile s"]
         if c.startswith("kiln"):
             header += [f"{c} eager/aten fallbacks"]
+    both = "kiln" in compilers and "inductor" in compilers
+    if both:
+        header += ["kiln / inductor"]
     rows = []
     for r in results:
         if "error" in r:
             rows.append([r["name"], "build " + r["error"]] + [""] * (len(header) - 2))
             continue
-        row = [r["name"], f"{r['eager_s'] * 1e3:.3f}"]
+        row = [r["name"], f"{r['eager_s'] * 1e3:.3f}",
+               f"{r['eager_plain_s'] * 1e3:.3f}" if "eager_plain_s" in r else "-"]
         for c in compilers:
             x = r.get(c, {})
             if "time_s" in x:
@@ -452,14 +546,22 @@ def table(results, compilers) -> str:
             if c.startswith("kiln"):
                 row += [f"{x['eager_fallbacks']}/{x['aten_fallbacks']}"
                         if "eager_fallbacks" in x else "-"]
+        if both:
+            k, i = r.get("kiln", {}).get("speedup"), r.get("inductor", {}).get("speedup")
+            row += [f"{k / i:.2f}" if k and i else "-"]
         rows.append(row)
-    geo = ["geomean speedup", ""]
+    geo = ["geomean speedup", "", ""]
     for c in compilers:
         g = geomean(r.get(c, {}).get("speedup") for r in results)
         n = sum(1 for r in results if r.get(c, {}).get("speedup"))
         geo += ["", f"{g:.2f}x ({n} ok)" if g else "-", ""]
         if c.startswith("kiln"):
             geo += [""]
+    if both:
+        pairs = [(r["kiln"]["speedup"], r["inductor"]["speedup"]) for r in results
+                 if r.get("kiln", {}).get("speedup") and r.get("inductor", {}).get("speedup")]
+        g = geomean(k / i for k, i in pairs)
+        geo += [f"{g:.2f}" if g else "-"]
     rows.append(geo)
     return markdown_table(header, rows)
 
@@ -508,7 +610,7 @@ def bar_chart(results, compilers, path: Path, title: str) -> bool:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", choices=sorted(SUITES), default="kernels",
-                   help="kernels: seven kernel-sized workloads; models: ten timm/transformers "
+                   help="kernels: seven kernel-sized workloads; models: 21 timm/transformers "
                         "models (batch 2); all: both")
     p.add_argument("--models", dest="suite", action="store_const", const="models",
                    help="the model suite (same as --suite models)")
@@ -520,6 +622,11 @@ def main(argv=None) -> int:
                    help="comma-separated from inductor,kiln,kiln-fx (eager always runs)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--compile-timeout", type=float, default=900.0)
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                   help="each workload in a fresh Python process with its own empty compiler "
+                        "caches (default; what a user who compiles one model sees)")
+    p.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one workload, in a child
+    p.add_argument("--worker-out", default="", help=argparse.SUPPRESS)
     p.add_argument("--out", default="",
                    help="basename of the results in benchmarks/results (default: cpu for the "
                         "kernels suite, cpu-models / cpu-all for the others)")
@@ -540,12 +647,17 @@ def main(argv=None) -> int:
         p.error(f"unknown workload in --only {args.only!r}; known: {known}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.worker:
+        return _worker(args, suite, compilers)
     cache = fresh_cache_dirs()
     print(f"CPU benchmark ({args.suite}): {len(workloads)} workloads, compilers {compilers}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}, caches in {cache}"
-          + (" (quick)" if args.quick else ""), flush=True)
+          + (" (quick)" if args.quick else "")
+          + (", one fresh process per workload" if args.isolate else ", all in this process"),
+          flush=True)
 
-    progress = Progress(len(workloads) * (1 + len(compilers)), desc="bench")  # build+compilers+timing
+    progress = Progress(len(workloads) * (1 if args.isolate else 1 + len(compilers)),
+                        desc="bench")  # isolated: one step per workload; else build+compilers+timing
     results = []
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -553,7 +665,10 @@ def main(argv=None) -> int:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         partial = RESULTS_DIR / f"{args.out}.partial.json"
         for w in workloads:
-            results.append(run_workload(w, compilers, args, progress))
+            if args.isolate:
+                results.append(run_isolated(w, compilers, args, progress))
+            else:
+                results.append(run_workload(w, compilers, args, progress))
             # a run killed half-way (OOM, a timeout) still leaves what it measured
             partial.write_text(json.dumps({"results": results}, indent=1, default=str))
     finally:
@@ -589,6 +704,46 @@ def main(argv=None) -> int:
         print(f"\nchart: {png}")
     partial.unlink(missing_ok=True)
     print(f"results: {RESULTS_DIR / args.out}.json / .md; wall {wall:.0f} s")
+    return 0
+
+
+def run_isolated(w: Workload, compilers, args, progress: Progress) -> dict:
+    """``run_workload`` in a child process (``--worker``) with fresh compiler caches: no kernel,
+    packed weight, allocator state or thread pool left by an earlier model, as when a user
+    compiles one model in a fresh process."""
+    import subprocess
+    import tempfile
+
+    progress.step(f"{w.name}: fresh process")
+    fresh_cache_dirs()  # the child inherits new empty KILN/TORCHINDUCTOR/TRITON cache dirs
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-worker-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--suite", args.suite,
+               "--worker", w.name, "--worker-out", str(out), "--compilers", ",".join(compilers),
+               "--threads", str(args.threads), "--compile-timeout", str(args.compile_timeout)]
+        cmd += ["--quick"] if args.quick else []
+        try:
+            proc = subprocess.run(cmd, timeout=2 * args.compile_timeout + 600)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+        progress.done()
+        if out.exists():
+            return json.loads(out.read_text())
+    res = {"name": w.name, "what": w.what, "error": f"worker process ended: {code}"}
+    progress.write(f"{w.name:18} {res['error']}")
+    return res
+
+
+def _worker(args, suite, compilers) -> int:
+    """The child side of ``run_isolated``: one workload, its result as JSON."""
+    (w,) = [w for w in suite if w.name == args.worker]
+    progress = Progress(1 + len(compilers), desc=f"  {w.name}")
+    try:
+        res = run_workload(w, compilers, args, progress)
+    finally:
+        progress.close()
+    Path(args.worker_out).write_text(json.dumps(res, default=str))
     return 0
 
 
