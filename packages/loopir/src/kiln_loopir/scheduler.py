@@ -5,6 +5,7 @@ Steps, in order (``schedule(graph)``):
 1. dead code: ComputedBuffers nobody reads (and no output) are dropped; identical reductions
    (same layout, ranges, type and body, e.g. ``x.sum()`` beside the sum inside ``x.mean()``)
    are computed once: later copies are dropped and their readers load the first;
+   collectives move up and their waits down across compute (collective_order.py);
 2. greedy fusion in topological order. Each ComputedBuffer becomes a SchedNode placed into an
    existing FusedGroup when legal and useful, else into a new group:
    * candidates: the group holding its latest producer (vertical fusion) and later groups that
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .analysis import DepsHandler
+from .collective_order import overlap_collectives, pinned_by_collectives
 from .counters import counters
 from .ir import (
     Allocation,
@@ -551,6 +553,12 @@ def _extern_reads(b: Buffer) -> set[str]:
     return set()
 
 
+def _reads(b: Buffer) -> set[str]:
+    if isinstance(b, ComputedBuffer):
+        return {d.name for d in collect_deps(b)[0]}
+    return _extern_reads(b)
+
+
 def _dead_code(graph: LoopGraph) -> list[Buffer]:
     live = set(graph.output_names())
     bufs = list(graph.buffers)
@@ -632,6 +640,8 @@ def _deduplicate(buffers: list[Buffer], graph: LoopGraph) -> tuple[list[Buffer],
 
 def schedule(graph: LoopGraph) -> Schedule:
     buffers, renames = _deduplicate(_dead_code(graph), graph)
+    # collectives issued early, waited for late (collective_order.py)
+    buffers = overlap_collectives(buffers, lambda b: {renames.get(n, n) for n in _reads(b)})
     steps: list = []  # _Group | ExternKernel
     producer_step: dict[str, int] = {}
     ngroups = itertools.count()
@@ -784,6 +794,7 @@ def _plan_memory(sched: Schedule) -> None:
     # storage lives as long as the result, so it is never lent to a later buffer
     aliased = {nm for s in sched.steps if isinstance(s, ExternNode) and _returns_alias(s.kernel.op)
                for nm in s.reads}
+    aliased |= pinned_by_collectives([s.kernel for s in sched.steps if isinstance(s, ExternNode)])
     pool: list[tuple[int, str]] = []  # (freed after step, name) of reusable ComputedBuffers
     for k, s in enumerate(sched.steps):
         s.frees = sorted(frees_at.get(k, []), key=lambda n: (len(n), n))
