@@ -41,21 +41,24 @@ def _steps(sched) -> list[str]:
 
 
 def test_all_reduce_overlaps_independent_compute(group):
-    def f(x, y):
+    def f(x, y, w):
         a = x.sin() * 2
         r = c10d.wait_tensor(c10d.all_reduce(a, "sum", group))  # traced back to back
         b = (y.cos() + 1).sum(0)  # needs no communication
-        return r + b
+        m = y @ w  # an extern call: crossed too
+        return r + b, m
 
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    gm = make_fx(f)(x, y)
+    x, y, w = torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 4)
+    gm = make_fx(f)(x, y, w)
     before = sum(counters["aten_fallbacks"].values())
-    sched = K.schedule(K.lower(gm, [x, y]))
+    sched = K.schedule(K.lower(gm, [x, y, w]))
     assert sum(counters["aten_fallbacks"].values()) == before  # externs by design
     order = _steps(sched)
     ar, wait = order.index("all_reduce"), order.index("wait_tensor")
     assert "compute" in order[ar + 1:wait], order  # y's compute runs while a is reduced
-    torch.testing.assert_close(K.interpret(sched)(x, y)[0], f(x, y))
+    assert "mm" in order[ar + 1:wait], order
+    for got, want in zip(K.interpret(sched)(x, y, w), f(x, y, w), strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def test_collectives_keep_their_order_and_reducer_input_is_not_reused(group):

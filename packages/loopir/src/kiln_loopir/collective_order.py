@@ -11,9 +11,10 @@ DTensor's redistributions are traced with the wait right after the collective, s
 - each ``wait_tensor`` down, below the compute buffers that do not read it, to just before
   its first reader.
 
-Only plain compute buffers (``ComputedBuffer``, not a scatter into another buffer) are moved
-across: never another collective, wait or extern call, so every rank issues its collectives
-in the graph's order and nothing that writes in place is crossed. A collective's input stays
+Only compute that writes nothing but its own buffer is moved across (a kernel, not a scatter
+into another buffer; a pure extern call such as a matmul, whose schema writes no argument and
+returns no alias): never another collective or wait, so every rank issues its collectives in
+the graph's order, and nothing that writes in place. A collective's input stays
 alive until its wait (``pinned_by_collectives``): the memory planner never lends its storage
 to a later buffer while the communication may still read it."""
 
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .ir import Buffer, ComputedBuffer, ExternKernel, ScatterBuffer
+from .ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, ScatterBuffer
 
 __all__ = ["COLLECTIVES", "WAIT", "is_collective", "overlap_collectives",
            "pinned_by_collectives"]
@@ -50,7 +51,21 @@ def is_collective(b: Buffer) -> bool:
     return isinstance(b, ExternKernel) and (b.op in COLLECTIVES or b.op in WAIT)
 
 
+def _pure(op) -> bool:
+    """The op writes none of its arguments and returns no alias of one (its schema says)."""
+    schema = getattr(op, "_schema", None)
+    return schema is not None and not any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments) and \
+        not any(r.alias_info is not None for r in schema.returns)
+
+
 def _movable(b: Buffer) -> bool:
+    """What a collective or a wait may cross: compute writing only its own buffer (a kernel,
+    or a pure extern call such as a matmul, with its outputs)."""
+    if isinstance(b, MultiOutput):
+        return _movable(b.source)
+    if isinstance(b, ExternKernel):
+        return not is_collective(b) and _pure(b.op)
     return isinstance(b, ComputedBuffer) and not isinstance(b, ScatterBuffer)
 
 
