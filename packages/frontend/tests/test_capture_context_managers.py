@@ -613,6 +613,48 @@ def test_exception_from_a_graph_break_inside_no_grad_restores_the_mode():
     check(f, xg())
 
 
+class _ModeLocalBackend:
+    """Runs each graph with the grad mode put back afterwards, as aotgrad's compiled
+    functions do (a mode switch inside a graph is folded at trace time, never seen after
+    it): a graph that ended in another mode than it began with would leak that mode."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+
+        def run(*args):
+            prev = torch.is_grad_enabled()
+            try:
+                return gm.forward(*args)
+            finally:
+                torch._C._set_grad_enabled(prev)
+
+        return run
+
+
+def test_graph_break_inside_grad_mode_block_with_mode_local_graphs():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+            print("break")
+            z = y + x
+        return z, x + 1, torch.is_grad_enabled()
+
+    import kiln_frontend
+
+    x = xg()
+    expected = f(x)
+    backend = _ModeLocalBackend()
+    actual = kiln_frontend.compile(f, backend=backend)(x)
+    assert torch.is_grad_enabled()
+    assert [t.requires_grad for t in actual[:2]] == [t.requires_grad for t in expected[:2]]
+    torch.testing.assert_close(actual[:2], expected[:2])
+    assert actual[2] == expected[2]
+    assert len(backend.graphs) == 2
+
+
 def test_no_grad_across_graph_break_gradients():
     def f(x, w):
         with torch.no_grad():

@@ -1022,12 +1022,11 @@ class InstructionTranslator(InstructionTranslatorBase):
     def break_reentering_with(self, inst, index: int, group: list) -> None:
         """A graph break at a call inside a grad-mode ``with`` block, as torch.compile takes
         it: the graph so far ends with the mode before the block; in Python a
-        ``torch.set_grad_enabled`` object enters the block's mode and its ``__exit__``
-        takes the stack slot of the block's; a re-entry function (``make_reentry_code``)
+        ``torch.set_grad_enabled`` (or ``torch.autocast``) object enters the block's mode
+        and its ``__exit__`` takes the stack slot of the block's; a re-entry function (``make_reentry_code``)
         runs the call under the block's exception-table entry (an exception leaves through
-        that ``__exit__``, as in eager) and calls the continuation, which goes on inside
-        the block and is captured as any resume function (the ``__exit__`` it gets is
-        ``ctx_managers.resumed_grad_mode_exit``)."""
+        that ``__exit__``, as in eager), leaves the block and calls the continuation, which
+        enters the block anew in its prologue and is captured as any resume function."""
         from .variables.ctx_managers import AutocastVariable, enter_for_reentry
 
         exit_var = self.reentered_with(inst, index)
@@ -1064,24 +1063,28 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.output.side_effects.codegen(cg)  # Python must see the mutations already
         stack_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
                       for i, v in enumerate(stack)]
+        # the re-entry function leaves the block after the call; the continuation enters a
+        # new one in its prologue, traced as any `with` (enter and exit nodes in its graph,
+        # as torch.compile's re-entered block: a graph never ends in another mode than it
+        # began with, which backends that fold mode switches at trace time rely on)
         after_vars: list = [self.stack_var(i) for i in range(n_after)]
         if autocast:
-            # the continuation enters a new autocast block in its prologue, traced as any
-            # `with torch.autocast(...)` (enter and exit nodes in its graph, as
-            # torch.compile's re-entered block); the re-entry function leaves this one
             cls_name = self.output.install_global_object("autocast", torch.autocast)
             rebuild = builders.load_global(cls_name, True)
             for v in (ctx.device_type, ctx.dtype, ctx.enabled, ctx.cache_enabled):
                 rebuild += builders.load_const(v)
             rebuild += builders.call_function(4)
-            rebuild += [create_instruction("BEFORE_WITH")] + builders.pop_top()
-            after_vars[exit_slot] = rebuild
+        else:
+            mode_cls = torch.enable_grad if ctx.target else torch.no_grad
+            cls_name = self.output.install_global_object("grad_mode", mode_cls)
+            rebuild = builders.load_global(cls_name, True) + builders.call_function(0)
+        rebuild += [create_instruction("BEFORE_WITH")] + builders.pop_top()
+        after_vars[exit_slot] = rebuild
         continuation, _ = self.make_resume_call(index + 1, after_vars, live)
         name = f"__kiln_reenter_at_{inst.offset}_{next(_resume_counter)}"
         try:
             code = make_reentry_code(self.code, group[0], inst.offset, stack_vars, live,
-                                     n_after, continuation, name,
-                                     close_slot=exit_slot if autocast else None)
+                                     n_after, continuation, name, close_slot=exit_slot)
         except BytecodeError as e:
             raise Unsupported(f"cannot make a re-entry function: {e}") from e
         if code.co_freevars:

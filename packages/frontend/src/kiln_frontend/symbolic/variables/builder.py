@@ -90,11 +90,6 @@ class VariableBuilder:
             from ...sources import GlobalSource
 
             return VariableBuilder(self.tx, GlobalSource(name), guard=self.guard)(value)
-        from .ctx_managers import resumed_grad_mode_exit
-
-        resumed = resumed_grad_mode_exit(self, value)
-        if resumed is not None:  # a grad-mode block re-entered across a graph break
-            return resumed
         if isinstance(value, types.MethodType) and isinstance(value.__func__,
                                                               types.FunctionType):
             self_src = AttrSource(self.source, "__self__") if self.source is not None else None

@@ -89,11 +89,10 @@ class _BoundEnter(VariableTracker):
 
 
 class ContextExitVariable(VariableTracker):
-    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack (``source``: where a
-    continuation reloads a real one, ``resumed_grad_mode_exit``)."""
+    """The ``__exit__`` that ``BEFORE_WITH`` leaves on the stack."""
 
-    def __init__(self, ctx: ContextManagerVariable, source=None):
-        super().__init__(source=source)
+    def __init__(self, ctx: ContextManagerVariable):
+        super().__init__()
         self.ctx = ctx
 
     def children(self):
@@ -107,9 +106,6 @@ class ContextExitVariable(VariableTracker):
         return ConstantVariable(False)
 
     def reconstruct(self, codegen):
-        if self.source is not None:
-            self.source.reconstruct(codegen)
-            return
         codegen(self.ctx)
         codegen.load_attr("__exit__")
 
@@ -458,34 +454,6 @@ def enter_for_reentry(ctx: Any) -> Any:
     leaves in the ``__exit__`` stack slot (``translator.break_reentering_with``)."""
     ctx.__enter__()
     return ctx.__exit__
-
-
-def resumed_grad_mode_exit(builder, value: Any) -> VariableTracker | None:
-    """The ``__exit__`` of the ``torch.set_grad_enabled`` object that a graph break inside a
-    grad-mode ``with`` block entered in Python (``translator.break_reentering_with``), as the
-    continuation receives it on its stack: the block's exit, switching the mode back to the
-    object's ``prev`` (guarded: its type, its function and ``prev``)."""
-    import types
-
-    from ...guards import GuardKind
-    from ...sources import AttrSource
-
-    if not (isinstance(value, types.MethodType) and
-            type(value.__self__) is torch.set_grad_enabled and
-            value.__func__ is torch.set_grad_enabled.__exit__ and
-            isinstance(getattr(value.__self__, "prev", None), bool) and
-            builder.source is not None):
-        return None
-    obj = value.__self__
-    self_source = AttrSource(builder.source, "__self__")
-    builder.child(self_source).install_guard(GuardKind.TYPE_MATCH, torch.set_grad_enabled)
-    builder.child(AttrSource(builder.source, "__func__")).install_guard(
-        GuardKind.ID_MATCH, id(value.__func__), what="function of a method")
-    builder.child(AttrSource(self_source, "prev")).install_guard(
-        GuardKind.CONSTANT_MATCH, obj.prev, what="grad mode before a re-entered block")
-    ctx = GradModeVariable(bool(obj.mode), torch.set_grad_enabled, applied_on_create=True,
-                           prev=obj.prev)
-    return ContextExitVariable(ctx, source=builder.source)
 
 
 def wrap_context_object(tx, value: Any) -> VariableTracker | None:
