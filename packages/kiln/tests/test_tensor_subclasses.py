@@ -259,3 +259,24 @@ def test_parallelize_module_one_graph_under_fullgraph(mesh, train):
         expected.square().sum().backward()
         for (name, p), q in zip(tp.named_parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor(), msg=name)
+
+
+def test_training_programs_of_different_subclass_graphs_have_different_cache_keys():
+    """A training graph over subclasses is one node running the original program: its name
+    carries a hash of that program, so two programs with the same inputs never share an
+    on-disk cache entry (the node's name is what the cache key reads of a call target)."""
+    from kiln.cache import graph_key
+    from kiln.options import Options
+
+    def one(x):
+        return (x * 2).tanh().sum()
+
+    def two(x):
+        return (x * 2).sin().sum()
+
+    x = _two(3, 4, requires_grad=True)
+    keys = []
+    for fn in (one, two):
+        d = desugar_subclasses(torch.fx.symbolic_trace(fn), [x])
+        keys.append(graph_key(d.training_gm(), d.example_inputs, Options())[0])
+    assert keys[0] != keys[1]

@@ -26,6 +26,7 @@ whose eager backward differs from the derivative of its dispatch code (docs/tens
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -228,7 +229,12 @@ class _SubclassProgram:
     def __init__(self, desugared: Desugared, plain_names: list[str]):
         self.d = desugared
         self.plain_names = plain_names
-        self.__name__ = self.__qualname__ = "subclass_program"
+        # the name says which program it runs: a compile cache keys call targets by name
+        program = desugared.program
+        text = getattr(program, "code", None) or f"{type(program).__qualname__}@{id(program)}"
+        text += repr((desugared.lifted, desugared.input_layouts, desugared.out_layouts))
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        self.__name__ = self.__qualname__ = f"subclass_program_{digest}"
 
     def __call__(self, *args):
         d = self.d

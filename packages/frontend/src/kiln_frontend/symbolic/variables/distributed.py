@@ -22,6 +22,7 @@ apply once the program has imported it (``_api()`` is None before)."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from typing import Any
 
@@ -131,7 +132,11 @@ def baked_call(tx, fn, args: list, kwargs: dict, name: str,
         fill = (lambda v: ts[v.i] if isinstance(v, _Slot) else v)  # noqa: E731
         return fn(*[fill(a) for a in cargs], **{k: fill(v) for k, v in ckwargs.items()})
 
-    call.__name__ = call.__qualname__ = name
+    # the constants are in the name (a compile cache keys call targets by name)
+    baked = repr(([a if not isinstance(a, _Slot) else "<tensor>" for a in cargs],
+                  {k: v if not isinstance(v, _Slot) else "<tensor>" for k, v in ckwargs.items()}))
+    call.__name__ = call.__qualname__ = \
+        f"{name}_{hashlib.sha256(baked.encode()).hexdigest()[:12]}"
     return tx.output.create_graph_op("call_function", call, tensors, {})
 
 
