@@ -308,3 +308,11 @@ def test_pyproject_declares_the_design_dependencies(folder):
     dist = {f"kiln-{k}" if k != "kiln" else "kiln": k for k in IMPORT_NAME}
     declared = {dist[n] for n in names if n in dist}
     assert declared == DEPENDS_ON[folder]
+
+
+def test_kiln_finds_its_codegens_only_through_entry_points():
+    """Codegens are plug-ins: the kiln package names none of them (their toolchains and
+    device waits come from their ``CodegenEntry``), so a new codegen needs no edit in kiln."""
+    codegens = {f for f in IMPORT_NAME if f.startswith("codegen-")}
+    named = {k: sorted(v) for k, v in _kiln_imports("kiln").items() if k in codegens}
+    assert not named, f"kiln imports codegen packages by name: {named}"

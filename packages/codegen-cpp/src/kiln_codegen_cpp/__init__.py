@@ -37,7 +37,17 @@ def build(options=None) -> CppCodegen:
 
 
 #: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry)
-CODEGEN = CodegenEntry(name="cpp", devices=("cpu",), compile_error=CppCompileError, build=build, priority=10)
+def toolchain() -> str:
+    """The C++ compiler's version (part of graph cache keys)."""
+    from .compiler import compiler_version
+
+    return f"cxx {compiler_version()}"
+
+
+#: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry); its kernels return when
+#: done, so it declares no synchronize
+CODEGEN = CodegenEntry(name="cpp", devices=("cpu",), compile_error=CppCompileError, build=build,
+                       priority=10, toolchain=toolchain)
 
 
 def __getattr__(name):

@@ -45,10 +45,32 @@ def prepare(graph_nodes: int) -> None:
             compile_workers.warm_up_parent()
 
 
+def toolchain() -> str:
+    """Triton's and CUDA's versions (part of graph cache keys)."""
+    import importlib.metadata
+
+    import torch
+
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = "absent"
+    return f"triton {triton} cuda {torch.version.cuda}"
+
+
+def synchronize() -> None:
+    """Waits for the kernels queued on the current CUDA device (none under the interpreter)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 #: the ``kiln.codegens`` entry point (see kiln_loopir.codegen_registry). CPU is listed for
 #: ``TRITON_INTERPRET=1`` runs; the cpp codegen has the higher priority there.
 CODEGEN = CodegenEntry(name="triton", devices=("cuda", "cpu"), compile_error=TritonCompileError,
-                       build=build, priority=0, philox=True, prepare=prepare)
+                       build=build, priority=0, philox=True, prepare=prepare,
+                       toolchain=toolchain, synchronize=synchronize)
 
 
 def __getattr__(name):

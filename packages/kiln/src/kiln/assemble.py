@@ -29,7 +29,7 @@ from kiln_runtime.profile import PERF_CHANNEL, profiled
 
 from . import constants, stages
 from .artifact import Artifact
-from .codegens import codegen_by_name
+from .codegens import codegen_by_name, synchronize_of
 from .names import GraphNames, graph_names
 from .options import Options
 from .reduce_overhead import for_mode
@@ -103,7 +103,8 @@ def _load(artifact: Artifact, binding: Binding, names: GraphNames) -> Callable:
             return namespace
     module = GeneratedModule(wrapper_source=artifact.wrapper_source, kernels=kernels,
                              namespace_builder=build, constants=values,
-                             codegen=artifact.codegen, entry=artifact.entry)
+                             codegen=artifact.codegen, entry=artifact.entry,
+                             synchronize=synchronize_of(artifact.codegen))
     try:
         compiled = kiln_runtime.load(module, binding.config)
     except stages.compile_errors() as e:  # e.g. g++ failed: run the IR on the interpreter

@@ -60,6 +60,7 @@ from kiln_runtime import disk_cache
 from kiln_runtime.cudagraphs import run_before_capture
 
 from .artifact import Artifact
+from .codegens import codegen_packages, toolchains
 from .names import GraphNames
 from .options import Options
 from .stats import counters
@@ -73,14 +74,13 @@ __all__ = ["ARTIFACT", "KIND", "Key", "NotCacheable", "discard", "enabled", "flu
 KIND = "graph"
 ARTIFACT = "artifact.pt"
 _FORMAT = 3
-#: packages whose code decides what a graph compiles to (their sources are in the key)
+#: packages whose code decides what a graph compiles to (their sources are in the key), with
+#: every loadable codegen's package (``codegens.codegen_packages``)
 _KEYED_PACKAGES = (
     "kiln",
     "kiln_aotgrad",
     "kiln_loopir",
     "kiln_runtime",
-    "kiln_codegen_cpp",
-    "kiln_codegen_triton",
 )
 
 
@@ -245,7 +245,7 @@ def flush() -> None:
 def _sources_hash() -> str:
     """SHA-256 over the source files of kiln's compiler packages (not imported to find them)."""
     h = hashlib.sha256()
-    for name in _KEYED_PACKAGES:
+    for name in (*_KEYED_PACKAGES, *codegen_packages()):
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             h.update(f"{name}:absent".encode())
@@ -256,23 +256,6 @@ def _sources_hash() -> str:
                     h.update(str(path.relative_to(root)).encode())
                     h.update(path.read_bytes())
     return h.hexdigest()
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
-@functools.lru_cache(None)
-def _cxx_version() -> str:
-    try:
-        from kiln_codegen_cpp.compiler import compiler_version
-
-        return compiler_version()
-    except Exception as e:  # no compiler: the C++ codegen fails anyway; keep keys stable
-        return f"unavailable ({type(e).__name__})"
 
 
 def _device_text(devices: set[str]) -> str:
@@ -293,13 +276,16 @@ def _versions(devices: set[str]) -> str:
         f"python={sys.version_info[0]}.{sys.version_info[1]}",
         f"torch={torch.__version__}",
         f"cuda={torch.version.cuda}",
-        f"triton={_version('triton')}",
         f"kiln={_sources_hash()}",
         f"device={_device_text(devices)}",
     ]
-    if any(torch.device(d).type == "cpu" for d in devices) or not devices:
-        parts.append(f"cxx={_cxx_version()}")
+    parts += [f"{name}={text}" for name, text in sorted(_toolchains().items())]
     return "\n".join(parts)
+
+
+@functools.lru_cache(None)
+def _toolchains() -> dict[str, str]:
+    return toolchains()
 
 
 def _callable_name(fn: Any) -> str:

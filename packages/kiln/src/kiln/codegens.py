@@ -1,6 +1,7 @@
 """Which codegen compiles a graph: by name or by device (the entry-point group
 ``kiln.codegens``, ``kiln_loopir.codegen_registry``), built from ``kiln.Options``; how random
-ops lower for it; starting its slow resources early.
+ops lower for it; starting its slow resources early; what the registered codegens declare
+about their toolchains and devices.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ log = logging.getLogger("kiln")
 
 __all__ = [
     "codegen_by_name",
+    "codegen_packages",
     "codegen_entry_for_device",
     "codegen_for_device",
     "prepare_codegen",
     "random_policy",
+    "synchronize_of",
+    "toolchains",
 ]
 
 
@@ -29,6 +33,32 @@ def codegen_by_name(name: str, config: Options | None = None):
     group ``kiln.codegens`` (kiln_loopir.codegen_registry). An unknown name raises ValueError
     listing the known ones; a declared codegen that cannot load raises CodegenUnavailable."""
     return codegen_registry.get_codegen(name).build(config if config is not None else Options())
+
+
+def synchronize_of(name: str):
+    """The device wait codegen ``name`` declares (the profiler's clock), or None."""
+    return codegen_registry.get_codegen(name).synchronize
+
+
+def toolchains() -> dict[str, str]:
+    """Each loadable codegen's toolchain text (compiler, Triton versions) by codegen name, for
+    cache keys; a toolchain that cannot be asked reads ``unavailable (<error>)``, so keys stay
+    stable where that codegen fails anyway."""
+    out = {}
+    for entry in codegen_registry.loadable_codegens():
+        if entry.toolchain is None:
+            continue
+        try:
+            out[entry.name] = entry.toolchain()
+        except Exception as e:
+            out[entry.name] = f"unavailable ({type(e).__name__})"
+    return out
+
+
+def codegen_packages() -> list[str]:
+    """The top-level modules of the loadable codegens (their sources are part of cache keys)."""
+    return sorted({entry.build.__module__.split(".")[0]
+                   for entry in codegen_registry.loadable_codegens()})
 
 
 def random_policy(config: Options) -> str:

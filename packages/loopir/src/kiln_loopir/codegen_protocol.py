@@ -101,7 +101,8 @@ class GeneratedModule:
     ``namespace_builder``: called once by the runtime; returns the dict the wrapper source is
     exec'ed in (typically ``codegen.finalize(kernels)`` + ``constants`` + imports the wrapper
     needs); ``constants``: graph tensor constants by buffer name; ``codegen``: its ``name``;
-    ``cache_key``: a stable key of wrapper + kernels sources (for on-disk caches), may be "".
+    ``cache_key``: a stable key of wrapper + kernels sources (for on-disk caches), may be "";
+    ``synchronize``: the codegen entry's device wait (the profiler's clock calls it), or None.
     """
 
     wrapper_source: str
@@ -112,6 +113,7 @@ class GeneratedModule:
     entry: str = "call"
     cache_key: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    synchronize: Callable[[], None] | None = None
 
     def build_namespace(self) -> dict:
         ns: dict = {}

@@ -26,6 +26,7 @@ __all__ = [
     "codegen_names",
     "get_codegen",
     "codegen_for_device_type",
+    "loadable_codegens",
     "compile_errors",
     "register_codegen",
 ]
@@ -49,6 +50,12 @@ class CodegenEntry:
     #: codegen starts what is slow to start (Triton's compile workers) while the graph is
     #: traced, lowered and scheduled
     prepare: Callable[[int], None] | None = None
+    #: ``toolchain() -> str``: the versions of the tools its kernels are built with (compiler,
+    #: Triton); part of every graph cache key, so a new toolchain recompiles
+    toolchain: Callable[[], str] | None = None
+    #: ``synchronize()``: waits for the kernels its device has queued (None where a kernel
+    #: call returns when it is done); the profiler's clock calls it around each launch
+    synchronize: Callable[[], None] | None = None
 
     def __str__(self) -> str:
         return (f"codegen {self.name} devices {', '.join(self.devices)} "
@@ -132,12 +139,17 @@ def codegen_for_device_type(device_type: str) -> CodegenEntry:
     return max(candidates, key=lambda e: e.priority)
 
 
-def compile_errors() -> tuple[type[BaseException], ...]:
-    """The compile-error classes of every loadable codegen (for the interpreter fallback)."""
+def loadable_codegens() -> list[CodegenEntry]:
+    """Every registered codegen whose package loads here, by name."""
     out = []
     for name in codegen_names():
         try:
-            out.append(get_codegen(name).compile_error)
+            out.append(get_codegen(name))
         except (CodegenUnavailable, TypeError):
             continue
-    return tuple(out)
+    return out
+
+
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """The compile-error classes of every loadable codegen (for the interpreter fallback)."""
+    return tuple(entry.compile_error for entry in loadable_codegens())

@@ -36,6 +36,7 @@ import sympy
 import torch
 
 from .codegen_protocol import GeneratedModule, KernelDef
+from .codegen_registry import CodegenUnavailable, get_codegen
 from .ir import (
     Buffer,
     ConstantBuffer,
@@ -289,6 +290,14 @@ class _WrapperWriter:
         return py_arg(o)
 
 
+def _synchronize_of(codegen_name: str):
+    """The registered codegen's device wait; a codegen built outside the registry has none."""
+    try:
+        return get_codegen(codegen_name).synchronize
+    except (ValueError, CodegenUnavailable):
+        return None
+
+
 def generate_wrapper(sched: Schedule, codegen) -> GeneratedModule:
     """Python wrapper source + kernel definitions for ``sched`` (see the module docstring)."""
     writer = _WrapperWriter(sched, codegen)
@@ -304,6 +313,7 @@ def generate_wrapper(sched: Schedule, codegen) -> GeneratedModule:
         constants=dict(sched.graph.constants),
         codegen=codegen.name,
         cache_key=key,
+        synchronize=_synchronize_of(codegen.name),
     )
     module.meta["schedule"] = sched
     module.meta["constant_views"] = writer.constant_views

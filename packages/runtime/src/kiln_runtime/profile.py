@@ -390,9 +390,7 @@ def profiled(compiled, aten_gm=None, *, enabled: bool | None = None):
     def record(i: int, seconds: float) -> None:
         steps[i].samples.append(seconds)
 
-    sync = None
-    if getattr(module, "codegen", "") not in ("cpp", "") and torch.cuda.is_available():
-        sync = torch.cuda.synchronize
+    sync = getattr(module, "synchronize", None)  # the codegen's device wait (CUDA's queue)
     namespace = dict(call.__globals__)
     namespace[_RECORD] = record
     namespace[_CLOCK] = (lambda: (sync(), time.perf_counter())[1]) if sync else time.perf_counter
