@@ -1,5 +1,5 @@
 """FlexAttention on CUDA: eager ``flex_attention``, ``torch.compile(flex_attention)`` and
-``kiln.compile`` (fused Triton forward; training runs kiln's dense rule), with SDPA's causal
+``kiln.compile`` (fused Triton forward and backward kernels), with SDPA's causal
 flash kernel as the reference, for causal, sliding-window, document masks and ALiBi (a causal
 mask plus a captured per-head slope table). Forward and forward+backward times (CUDA events,
 median of --reps after warm-up), each compiled result checked against eager (or, where eager
@@ -182,7 +182,7 @@ def run_case(pattern: str, L: int, a, device: str, dtype: torch.dtype) -> dict:
                 compare(rec, "fwd_sdpa", sdpa, reference, tol)
     del outs, reference
 
-    # forward + backward (kiln: the dense rule; eager flex has no CPU backward)
+    # forward + backward (eager flex has no CPU backward)
     if a.no_backward:
         return rec
     qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -284,7 +284,7 @@ def main() -> None:
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
             "torch": torch.__version__, "smoke": a.smoke,
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-            "note": "kiln: fused Triton forward for inference; fwd+bwd runs kiln's dense rule"}
+            "note": "kiln: fused Triton forward and backward kernels"}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"meta": meta, "cases": rows}, f, indent=1)

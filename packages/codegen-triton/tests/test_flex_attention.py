@@ -229,25 +229,41 @@ if "nvidia" not in backends:
 spec = importlib.util.spec_from_file_location("kiln_flex_kernel", job["path"])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-fn = module.kiln_kernel
 consts, ptrs = job["consts"], job["ptrs"]
-sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32" if n == "SCALE" else "i32")
-       for n in fn.arg_names}
-attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts, attrs),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
-print(json.dumps({"ptx": compiled.asm["ptx"], "ttgir": compiled.asm["ttgir"]}))
+ptx = []
+for name in job["kernels"]:
+    fn = getattr(module, name)
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32" if n == "SCALE" else "i32")
+           for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+    compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts, attrs),
+                              target=GPUTarget("cuda", 90, 32), options=job["options"])
+    ptx.append(compiled.asm["ptx"])
+print(json.dumps({"ptx": ptx}))
 """
 
 
-def test_the_kernel_compiles_for_sm90_with_tensor_cores():
-    """The GPU build of the kernel (libdevice math, bf16, D 64, 128 x 64 tiles) compiles for
-    an H100/H200 (sm_90) down to a cubin, its two dots on warp-group MMA instructions."""
+def _compile_sm90(path: str, kernels: list[str], ptrs: dict, consts: dict, options: dict) -> list:
     import json
     import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    job = json.dumps({"path": path, "kernels": kernels, "ptrs": ptrs, "consts": consts,
+                      "options": options})
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_SM90], input=job, capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in result:  # pragma: no cover - depends on the installed triton
+        pytest.skip(result["skip"])
+    return result["ptx"]
+
+
+def test_the_kernel_compiles_for_sm90_with_tensor_cores():
+    """The GPU build of the kernel (libdevice math, bf16, D 64, 128 x 64 tiles) compiles for
+    an H100/H200 (sm_90) down to a cubin, its two dots on warp-group MMA instructions."""
     B, H, L = 1, 2, 256
     bm = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=128)
     q = torch.randn(B, H, L, 64, dtype=torch.bfloat16)
@@ -263,12 +279,90 @@ def test_the_kernel_compiles_for_sm90_with_tensor_cores():
             **dict.fromkeys(("KV_NUM", "KV_IDX", "FULL_NUM", "FULL_IDX"), "*i32"), "ST0": "*fp32"}
     consts = {"D": 64, "DV": 64, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_D": 64, "BLOCK_DV": 64,
               "HAS_FULL": True, "IEEE": False}
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    job = json.dumps({"path": kernel.path, "ptrs": ptrs, "consts": consts})
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SM90], input=job, capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "skip" in result:  # pragma: no cover - depends on the installed triton
-        pytest.skip(result["skip"])
-    assert "wgmma" in result["ptx"]
+    (ptx,) = _compile_sm90(kernel.path, ["kiln_kernel"], ptrs, consts,
+                           {"num_warps": 4, "num_stages": 3})
+    assert "wgmma" in ptx
+
+
+# ------------------------------------------------------------------------------- backward
+
+
+def _run_backward(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale, seed=0):
+    """The fused forward and backward kernels built from make_fx's trace of torch's operator
+    and its autograd rule (the joint graph of score_mod as a subgraph), and (dq, dk, dv),
+    against torch's operator run eagerly with its autograd rule."""
+    from kiln_codegen_triton.flex_attention import FlexAttentionBackwardKernel
+
+    bm = block_mask.as_tuple()
+    grad = torch.randn(*q.shape[:3], v.size(-1), generator=torch.Generator().manual_seed(seed))
+
+    def f(q, k, v, s_tables, m_tables, *bm_tensors):
+        out = flex_hop(q, k, v, score_mod, (*bm_tensors, mask_mod), scale, {}, tuple(s_tables),
+                       tuple(m_tables))[0]
+        return [out, *torch.autograd.grad(out, (q, k, v), grad)]
+
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    gm = make_fx(f)(qg, kg, vg, list(s_tables), list(m_tables), *bm[:-1])
+    want = f(qg, kg, vg, list(s_tables), list(m_tables), *bm[:-1])
+    forward = FlexAttentionKernel(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype,
+                                  q.size(-1), v.size(-1))
+    out, lse, _ = forward(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale, s_tables,
+                          m_tables)
+    backward = FlexAttentionBackwardKernel(gm.fw_graph0, gm.joint_graph0, gm.mask_graph0, s_tables,
+                                           m_tables, q.dtype, q.size(-1), v.size(-1))
+    got = backward(q, k, v, out, lse, grad, None, *bm[2:10], bm[-3], bm[-2], scale, s_tables,
+                   m_tables)
+    return backward, [out, *got], want
+
+
+@pytest.mark.parametrize("name", ["sliding_window", "softcap_documents", "relative_bias_table"])
+def test_backward_patterns_equal_torch_autograd(name):
+    score_mod, mask_mod, s_tables, m_tables = PATTERNS[name]
+    B, H, L = 1, 2, 40
+    bm = create_block_mask(_bound(mask_mod, m_tables), B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, L, L, seed=6)
+    kernel, got, want = _run_backward(q, k, v, score_mod, mask_mod, s_tables, m_tables, bm, 0.35)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert "kiln_kernel_dq" in kernel.source
+
+
+def test_backward_grouped_query_attention_and_unequal_odd_lengths():
+    """dk and dv of a kv head sum over its 4 / 2 query heads; lengths 23 and 37."""
+    B, HQ, HKV, LQ, LKV = 2, 4, 2, 23, 37
+
+    def mask(b, h, m, n):
+        return m + (LKV - LQ) >= n
+
+    bm = create_block_mask(mask, B, HQ, LQ, LKV, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, HQ, HKV, LQ, LKV, seed=7)
+    _, got, want = _run_backward(q, k, v, _alibi, mask, (SLOPES,), (), bm, 0.5)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_backward_kernels_compile_for_sm90_with_tensor_cores():
+    """Both backward kernels' GPU builds (bf16, D 64, a soft-capping score_mod whose joint
+    graph holds tanh's derivative) compile for sm_90 on warp-group MMA instructions."""
+    from kiln_codegen_triton.flex_attention import FlexAttentionBackwardKernel, gpu_bwd_tiles
+
+    B, H, L = 1, 2, 256
+    bm = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=128)
+
+    def f(q, k, v, *bm_tensors):
+        out = flex_hop(q, k, v, _softcap, (*bm_tensors, _causal), 0.125, {}, (), ())[0]
+        return torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+
+    q, k, v = (torch.randn(B, H, L, 64).requires_grad_() for _ in range(3))
+    gm = make_fx(f)(q, k, v, *bm.as_tuple()[:-1])
+    kernel = FlexAttentionBackwardKernel(gm.fw_graph0, gm.joint_graph0, gm.mask_graph0, (), (),
+                                         torch.bfloat16, 64, 64, interpret=False)
+    block_m, block_n, warps, stages = gpu_bwd_tiles(torch.bfloat16, 64)
+    ptrs = {**dict.fromkeys(("Q", "K", "V", "DO", "DQ", "DK", "DV_"), "*bf16"),
+            "LSE": "*fp32", "DELTA": "*fp32",
+            **dict.fromkeys(("KV_NUM", "KV_IDX", "Q_NUM", "Q_IDX", "FULL_NUM", "FULL_IDX"), "*i32")}
+    consts = {"D": 64, "DV": 64, "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_D": 64,
+              "BLOCK_DV": 64, "HAS_FULL": True, "IEEE": False}
+    ptx = _compile_sm90(kernel.path, ["kiln_kernel", "kiln_kernel_dq"], ptrs, consts,
+                        {"num_warps": warps, "num_stages": stages})
+    assert all("wgmma" in p for p in ptx)

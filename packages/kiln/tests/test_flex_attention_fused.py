@@ -1,17 +1,20 @@
 """FlexAttention through ``kiln.compile(fullgraph=True)`` with the Triton codegen (Triton's
 interpreter on CPU): inference runs one fused kernel (kiln_codegen_triton.flex_attention)
-with the mods inlined and the BlockMask's blocks iterated; training, the C++ codegen and
-inputs the template refuses keep the dense rule. The choice is made in one place
+with the mods inlined and the BlockMask's blocks iterated, training a fused forward and a
+fused backward; captured tables that need grad, the C++ codegen and inputs the template
+refuses keep the dense rule. The choice is made in one place
 (``kiln.higher_order.flex_attention_fused``). Small sizes: the interpreter is slow."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import kiln
 import pytest
 import torch
 from kiln_loopir.lowerings.higher_order import FLEX_KERNELS
+from torch._higher_order_ops.flex_attention import flex_attention as flex_hop
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -72,17 +75,54 @@ def test_grouped_query_attention_without_block_mask_is_fused():
     assert made == 1
 
 
-def test_training_keeps_the_dense_rule_and_its_gradients():
-    def f(q, k, v, block_mask):
-        return flex_attention(q, k, v, block_mask=block_mask)
+def _torch_grads(q, k, v, score_mod, tables, bm, mask_mod, grad):
+    """torch's flex_attention operator run eagerly with its autograd rule (eager
+    flex_attention refuses inputs needing grad on the CPU), tables as its buffers."""
+    ref = flex_hop(q, k, v, score_mod, bm.as_tuple()[:-1] + (mask_mod,), 1.0 / math.sqrt(D), {},
+                   tuple(tables), ())[0]
+    wrt = [q, k, v, *[t for t in tables if t.requires_grad]]
+    return ref, torch.autograd.grad(ref, wrt, grad)
 
-    bm = create_block_mask(lambda b, h, m, n: m >= n, B, H, L, L, device="cpu", BLOCK_SIZE=16)
+
+def test_training_runs_fused_forward_and_backward_kernels():
+    """Under grad the operator's own autograd rule puts flex_attention_backward (score_mod's
+    joint graph inside) in the joint graph: two fused kernels, gradients equal to torch's."""
+    def causal(b, h, m, n):
+        return m >= n
+
+    bm = create_block_mask(causal, B, H, L, L, device="cpu", BLOCK_SIZE=16)
+
+    def f(q, k, v, block_mask):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, m, n: 20 * torch.tanh(s / 20)
+                              + SLOPES[h] * (n - m), block_mask=block_mask)
+
     q, k, v = _inputs(seed=2, grad=True)
     out, made = _fused_kernels_made(f, q, k, v, bm)
+    assert made == 2 and kiln.stats().training_graphs == 1
+    grad = torch.randn_like(out)
+    ref, want = _torch_grads(q, k, v, lambda s, b, h, m, n, t: 20 * torch.tanh(s / 20)
+                             + t[h] * (n - m), [SLOPES], bm, causal, grad)
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_table_that_needs_grad_keeps_the_dense_rule():
+    table = torch.randn(2 * L, requires_grad=True)
+
+    def f(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, m, n: s + table[m - n + L])
+
+    q, k, v = _inputs(seed=4, grad=True)
+    out, made = _fused_kernels_made(f, q, k, v)
     assert made == 0
-    torch.testing.assert_close(out, _eager(f, q.detach(), k.detach(), v.detach(), bm))
-    out.sum().backward()
-    assert q.grad is not None and torch.isfinite(q.grad).all()
+    grad = torch.randn_like(out)
+    ref, want = _torch_grads(q, k, v, lambda s, b, h, m, n, t: s + t[m - n + L], [table],
+                             create_block_mask(lambda b, h, m, n: m >= 0, B, H, L, L, device="cpu",
+                                               BLOCK_SIZE=16), lambda b, h, m, n: m >= 0, grad)
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v, table), grad), want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_cpp_codegen_and_float64_keep_the_dense_rule():

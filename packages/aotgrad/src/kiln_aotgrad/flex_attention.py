@@ -20,8 +20,10 @@ evaluated everywhere, as in torch's reference (they describe the same mask).
 Where a fused kernel takes the call (``set_fused_choice``: the full stack installs the one
 place that decides, from the compile's codegen and the inputs), the rule keeps the operator
 instead: it is traced as itself (its mods as subgraphs) and loopir lowers it to that kernel.
-The choice is asked only when no input needs grad; training keeps the dense rule, whose
-backward autograd derives.
+Under grad, torch's own autograd rule of the operator then puts a ``flex_attention_backward``
+node (score_mod's joint graph as a subgraph) in the joint graph, which a fused backward
+kernel runs. Captured tables that need grad keep the dense rule (the fused kernels do not
+compute their gradients).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _grids(b: int, h: int, m: int, n: int, device) -> list[torch.Tensor]:
             for s, shape in zip((b, h, m, n), shapes, strict=True)]
 
 
-#: (query, key, value, block_mask) -> True where a fused kernel takes this call
+#: (query, key, value, block_mask, needs_grad) -> True where a fused kernel takes this call
 _fused_choice: list[Callable[..., bool]] = []
 
 
@@ -61,9 +63,9 @@ def _needs_grad(*tensors) -> bool:
 def flex_attention_rule(query, key, value, score_mod, block_mask, scale, kernel_options,
                         score_mod_other_buffers=(), mask_mod_other_buffers=()):
     """The operator itself where a fused kernel takes it, else ``flex_attention_dense``."""
-    if (_fused_choice and not _needs_grad(query, key, value, *score_mod_other_buffers,
-                                          *mask_mod_other_buffers)
-            and _fused_choice[-1](query, key, value, block_mask)):
+    if (_fused_choice and not _needs_grad(*score_mod_other_buffers, *mask_mod_other_buffers)
+            and _fused_choice[-1](query, key, value, block_mask,
+                                  _needs_grad(query, key, value))):
         return NotImplemented
     return flex_attention_dense(query, key, value, score_mod, block_mask, scale, kernel_options,
                                 score_mod_other_buffers, mask_mod_other_buffers)

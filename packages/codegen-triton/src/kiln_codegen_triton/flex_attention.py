@@ -26,6 +26,7 @@ The module registers itself as the ``triton`` codegen's FlexAttention template (
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Sequence
 
@@ -40,7 +41,7 @@ from kiln_loopir.ops_spec import OPS, result_dtype
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
 from .kernel import _MATH, TVal, _next_pow2, interpreting, literal, tl_dtype
-from .launcher import _import
+from .launcher import TritonCompileError, _source_path
 from .printer import texpr
 
 __all__ = ["FlexAttentionKernel", "FlexModError", "unsupported_reason"]
@@ -183,9 +184,16 @@ class ModEmitter:
 
 
 def _lower_mod(gm: torch.fx.GraphModule, example: list[torch.Tensor]):
+    """loopir's graph of a mod, decomposed to aotgrad's core ops first (a joint graph holds
+    backward ops such as ``tanh_backward``, made by torch's autograd of the operator)."""
+    import kiln_aotgrad
     import kiln_loopir
+    from torch.fx.experimental.proxy_tensor import make_fx
 
+    # (one tensor object per placeholder: make_fx maps a repeated object to one proxy)
+    example = [t.clone() for t in example]
     try:
+        gm = make_fx(gm, decomposition_table=kiln_aotgrad.core_decompositions())(*example)
         return kiln_loopir.lower(gm, example)
     except Exception as e:  # an op loopir cannot lower as a 0-d loop: not inline-able
         raise FlexModError(f"lowering the mod: {type(e).__name__}: {e}") from e
@@ -221,8 +229,10 @@ def emit_mod(gm: torch.fx.GraphModule, example: list[torch.Tensor], prefix: str,
                 buf.store_body()([])
             except MissingOpError as e:
                 raise FlexModError(str(e)) from e
-    if len(graph.outputs) != 1:
-        raise FlexModError(f"{len(graph.outputs)} outputs")
+    # one value; a joint graph's other outputs (gradients of the indices, of tables that
+    # need none) are None
+    if not graph.outputs or any(o is not None for o in graph.outputs[1:]):
+        raise FlexModError(f"outputs {graph.outputs} (one value expected)")
     out = graph.outputs[0]
     out = out.data if isinstance(out, ReinterpretView) else out
     if not isinstance(out, (ComputedBuffer, InputBuffer)) or out.name not in em.registers:
@@ -341,6 +351,25 @@ def kiln_kernel(Q, K, V, OUT, LSE, MAXS, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {ta
 '''
 
 
+#: source -> (module, path): identical kernels (a model's repeated layers) load once
+_MODULES: dict[str, tuple] = {}
+
+
+def _load(name: str, source: str):
+    """Import a generated kernel module from the on-disk source cache (Triton reads a
+    ``@triton.jit`` function's source from its file)."""
+    if source not in _MODULES:
+        path = _source_path(name, source)
+        try:
+            spec = importlib.util.spec_from_file_location(f"kiln_triton_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception as e:
+            raise TritonCompileError(name, path, f"{type(e).__name__}: {e}") from e
+        _MODULES[source] = (module, path)
+    return _MODULES[source]
+
+
 def _indent(lines: list[str], n: int) -> str:
     return "\n".join(" " * n + ln for ln in lines) or " " * n + "pass"
 
@@ -394,7 +423,8 @@ class FlexAttentionKernel:
             kmath=kmath, tables=tables, table_args=tables, ln2=_LN2,
             score_mod=_indent(score_lines, 4), score_out=score_out.name,
             mask_mod=_indent(mask_lines, 8), mask_out=mask_out.name)
-        self.kernel, self.path = _import("flex_attention", self.source)
+        module, self.path = _load("flex_attention", self.source)
+        self.kernel = module.kiln_kernel
 
     def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
         """(BLOCK_M, BLOCK_N, launch options) for these BlockMask block sizes."""
@@ -448,4 +478,310 @@ def _build(score_gm, mask_gm, score_tables, mask_tables, query, key, value) -> F
                                query.size(-1), value.size(-1))
 
 
-register_flex_attention_template("triton", FlexAttentionTemplate(_unsupported, _build))
+
+
+# ------------------------------------------------------------------------------- the backward
+# Two kernels, as flash attention's: ``kiln_kernel_dq`` per BLOCK_M query rows walks the same
+# kv block lists as the forward; ``kiln_kernel`` (dk, dv) per BLOCK_N keys of one kv head walks
+# the BlockMask's transposed lists (``q_num_blocks``/``q_indices``, then ``full_q_*``) for each
+# query head of its group. Both recompute the scores (score_mod, mask_mod inline), the
+# probabilities from the forward's logsumexp, and the score gradient through score_mod by the
+# operator's joint graph (inline too: its inputs are the score, the indices and the gradient
+# of score_mod's output). ``delta = rowsum(dO * O)`` (minus the logsumexp's own gradient) is
+# computed by torch before them.
+
+_BWD_TEMPLATE = '''
+import triton
+import triton.language as tl
+{kmath}
+
+
+@triton.jit
+def _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
+             start_n, dq, L, S, skn, skd, svn, svd, SCALE, {tables}
+             D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+             APPLY_MASK: tl.constexpr, IEEE: tl.constexpr):
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    kT = tl.load(K + k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+                 (offs_n[None, :] < S) & (offs_d[:, None] < D), other=0.0)
+    vT = tl.load(V + v_base + offs_n[None, :] * svn + offs_dv[:, None] * svd,
+                 (offs_n[None, :] < S) & (offs_dv[:, None] < DV), other=0.0)
+    if IEEE:
+        qk = tl.dot(q, kT, input_precision="ieee")
+        dp = tl.dot(do, vT, input_precision="ieee")
+    else:
+        qk = tl.dot(q, kT)
+        dp = tl.dot(do, vT)
+    score = qk * SCALE
+    q_idx = offs_m[:, None]
+    kv_idx = offs_n[None, :]
+    valid = (q_idx < L) & (kv_idx < S)
+    tile0 = q_idx * 0 + kv_idx * 0
+{score_mod}
+    s = {score_out}.to(tl.float32)
+    if APPLY_MASK:
+{mask_mod}
+        valid = valid & ({mask_out} != 0)
+    p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
+    grad = p * (dp - delta[:, None])
+{joint_mod}
+    g = tl.where(valid, {joint_out}.to(tl.float32), 0.0)
+    if IEEE:
+        dq += tl.dot(g.to(kT.dtype), tl.trans(kT), input_precision="ieee")
+    else:
+        dq += tl.dot(g.to(kT.dtype), tl.trans(kT))
+    return dq
+
+
+@triton.jit
+def _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h, offs_n, offs_d,
+             offs_dv, start_m, dk, dv, L, S, sqm, sqd, sdm, sdd, SCALE, {tables}
+             D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
+             APPLY_MASK: tl.constexpr, IEEE: tl.constexpr):
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    qT = tl.load(Q + q_base + offs_m[None, :] * sqm + offs_d[:, None] * sqd,
+                 (offs_m[None, :] < L) & (offs_d[:, None] < D), other=0.0)
+    do = tl.load(DO + do_base + offs_m[:, None] * sdm + offs_dv[None, :] * sdd,
+                 (offs_m[:, None] < L) & (offs_dv[None, :] < DV), other=0.0)
+    lse = tl.load(LSE + r_base + offs_m, offs_m < L, other=0.0)
+    delta = tl.load(DELTA + r_base + offs_m, offs_m < L, other=0.0)
+    if IEEE:
+        qkT = tl.dot(k, qT, input_precision="ieee")
+        dpT = tl.dot(v, tl.trans(do), input_precision="ieee")
+    else:
+        qkT = tl.dot(k, qT)
+        dpT = tl.dot(v, tl.trans(do))
+    score = qkT * SCALE
+    q_idx = offs_m[None, :]
+    kv_idx = offs_n[:, None]
+    valid = (q_idx < L) & (kv_idx < S)
+    tile0 = q_idx * 0 + kv_idx * 0
+{score_mod}
+    s = {score_out}.to(tl.float32)
+    if APPLY_MASK:
+{mask_mod}
+        valid = valid & ({mask_out} != 0)
+    pT = tl.where(valid, tl.exp(s - lse[None, :]), 0.0)
+    grad = pT * (dpT - delta[None, :])
+{joint_mod}
+    g = tl.where(valid, {joint_out}.to(tl.float32), 0.0)
+    if IEEE:
+        dv += tl.dot(pT.to(do.dtype), do, input_precision="ieee")
+        dk += tl.dot(g.to(qT.dtype), tl.trans(qT), input_precision="ieee")
+    else:
+        dv += tl.dot(pT.to(do.dtype), do)
+        dk += tl.dot(g.to(qT.dtype), tl.trans(qT))
+    return dk, dv
+
+
+@triton.jit
+def kiln_kernel_dq(Q, K, V, DO, LSE, DELTA, DQ, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {tables}
+                   L, S, HQ, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
+                   sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+                   sdb, sdh, sdm, sdd, sgb, sgh, sgm, sgd,
+                   snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,
+                   D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   HAS_FULL: tl.constexpr, IEEE: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = off_bh // HQ
+    off_h = off_bh % HQ
+    off_hkv = off_h // GROUPS
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    rows = offs_m[:, None] < L
+    q = tl.load(Q + off_b * sqb + off_h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                rows & (offs_d[None, :] < D), other=0.0)
+    do = tl.load(DO + off_b * sdb + off_h * sdh + offs_m[:, None] * sdm + offs_dv[None, :] * sdd,
+                 rows & (offs_dv[None, :] < DV), other=0.0)
+    lse = tl.load(LSE + off_bh * L + offs_m, offs_m < L, other=0.0)
+    delta = tl.load(DELTA + off_bh * L + offs_m, offs_m < L, other=0.0)
+    k_base = off_b * skb + off_hkv * skh
+    v_base = off_b * svb + off_hkv * svh
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    q_blk = (start_m * BLOCK_M) // SPARSE_Q
+    nb = tl.load(KV_NUM + off_b * snb + off_h * snh + q_blk * snm)
+    i_off = off_b * sib + off_h * sih + q_blk * sim
+    for it in range(0, nb * SUBS):
+        j = it // SUBS
+        start_n = tl.load(KV_IDX + i_off + j * sin) * SPARSE_KV + (it - j * SUBS) * BLOCK_N
+        dq = _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d,
+                      offs_dv, start_n, dq, L, S, skn, skd, svn, svd, SCALE, {table_args}
+                      D, DV, BLOCK_N, True, IEEE)
+    if HAS_FULL:
+        nb = tl.load(FULL_NUM + off_b * sfnb + off_h * sfnh + q_blk * sfnm)
+        i_off = off_b * sfib + off_h * sfih + q_blk * sfim
+        for it in range(0, nb * SUBS):
+            j = it // SUBS
+            start_n = tl.load(FULL_IDX + i_off + j * sfin) * SPARSE_KV + (it - j * SUBS) * BLOCK_N
+            dq = _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d,
+                          offs_dv, start_n, dq, L, S, skn, skd, svn, svd, SCALE, {table_args}
+                          D, DV, BLOCK_N, False, IEEE)
+    tl.store(DQ + off_b * sgb + off_h * sgh + offs_m[:, None] * sgm + offs_d[None, :] * sgd,
+             (dq * SCALE).to(DQ.dtype.element_ty), rows & (offs_d[None, :] < D))
+
+
+@triton.jit
+def kiln_kernel(Q, K, V, DO, LSE, DELTA, DK, DV_, Q_NUM, Q_IDX, FULL_NUM, FULL_IDX, {tables}
+                L, S, HQ, HKV, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
+                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+                sdb, sdh, sdm, sdd, skgb, skgh, skgn, skgd, svgb, svgh, svgn, svgd,
+                snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,
+                D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                HAS_FULL: tl.constexpr, IEEE: tl.constexpr):
+    start_n = tl.program_id(0)
+    off_bk = tl.program_id(1)
+    off_b = off_bk // HKV
+    off_hkv = off_bk % HKV
+    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    cols = offs_n[:, None] < S
+    k = tl.load(K + off_b * skb + off_hkv * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                cols & (offs_d[None, :] < D), other=0.0)
+    v = tl.load(V + off_b * svb + off_hkv * svh + offs_n[:, None] * svn + offs_dv[None, :] * svd,
+                cols & (offs_dv[None, :] < DV), other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    kv_blk = (start_n * BLOCK_N) // SPARSE_KV
+    for g in range(0, GROUPS):
+        off_h = off_hkv * GROUPS + g
+        q_base = off_b * sqb + off_h * sqh
+        do_base = off_b * sdb + off_h * sdh
+        r_base = (off_b * HQ + off_h) * L
+        nb = tl.load(Q_NUM + off_b * snb + off_h * snh + kv_blk * snm)
+        i_off = off_b * sib + off_h * sih + kv_blk * sim
+        for it in range(0, nb * SUBS):
+            j = it // SUBS
+            start_m = tl.load(Q_IDX + i_off + j * sin) * SPARSE_Q + (it - j * SUBS) * BLOCK_M
+            dk, dv = _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h,
+                              offs_n, offs_d, offs_dv, start_m, dk, dv, L, S, sqm, sqd, sdm, sdd,
+                              SCALE, {table_args} D, DV, BLOCK_M, True, IEEE)
+        if HAS_FULL:
+            nb = tl.load(FULL_NUM + off_b * sfnb + off_h * sfnh + kv_blk * sfnm)
+            i_off = off_b * sfib + off_h * sfih + kv_blk * sfim
+            for it in range(0, nb * SUBS):
+                j = it // SUBS
+                start_m = tl.load(FULL_IDX + i_off + j * sfin) * SPARSE_Q + (it - j * SUBS) * BLOCK_M
+                dk, dv = _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h,
+                                  offs_n, offs_d, offs_dv, start_m, dk, dv, L, S, sqm, sqd, sdm,
+                                  sdd, SCALE, {table_args} D, DV, BLOCK_M, False, IEEE)
+    tl.store(DK + off_b * skgb + off_hkv * skgh + offs_n[:, None] * skgn + offs_d[None, :] * skgd,
+             (dk * SCALE).to(DK.dtype.element_ty), cols & (offs_d[None, :] < D))
+    tl.store(DV_ + off_b * svgb + off_hkv * svgh + offs_n[:, None] * svgn + offs_dv[None, :] * svgd,
+             dv.to(DV_.dtype.element_ty), cols & (offs_dv[None, :] < DV))
+'''
+
+
+def gpu_bwd_tiles(dtype: torch.dtype, head_dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps, stages) of both backward kernels on a GPU: each holds two
+    accumulators (dk and dv) or recomputes two dots per tile, so tiles are smaller than the
+    forward's."""
+    if dtype == torch.float32 or head_dim > 128:
+        return 32, 32, 4, 2
+    return 64, 64, 4, 3
+
+
+class FlexAttentionBackwardKernel:
+    """The generated backward of one flex_attention node: called with the node's tensors it
+    returns ``(dq, dk, dv)``. Gradients of captured tables are not computed here (a call
+    whose tables need grad keeps the dense rule)."""
+
+    def __init__(self, score_gm: torch.fx.GraphModule, joint_gm: torch.fx.GraphModule,
+                 mask_gm: torch.fx.GraphModule, score_tables: Sequence, mask_tables: Sequence,
+                 dtype: torch.dtype, head_dim: int, value_dim: int, interpret: bool | None = None):
+        self.interpret = interpreting() if interpret is None else interpret
+        self.dtype, self.head_dim, self.value_dim = dtype, head_dim, value_dim
+        s_ptrs = [f"ST{i}" for i in range(len(score_tables))]
+        m_ptrs = [f"MT{i}" for i in range(len(mask_tables))]
+        grid = [TVal("off_b", torch.int32), TVal("off_h", torch.int32),
+                TVal("q_idx", torch.int32), TVal("kv_idx", torch.int32)]
+        i32 = torch.zeros((), dtype=torch.int32)
+        s_examples = list(map(_example, score_tables))
+        score_lines, score_out, s_consts = emit_mod(
+            score_gm, [torch.zeros(()), i32, i32, i32, i32, *s_examples],
+            "sm", [TVal("score", torch.float32), *grid], s_ptrs, "valid")
+        mask_lines, mask_out, m_consts = emit_mod(
+            mask_gm, [i32, i32, i32, i32, *map(_example, mask_tables)], "mm", grid, m_ptrs, "valid")
+        # the joint graph reads the same tables as score_mod (its constants get their own)
+        joint_lines, joint_out, j_consts = emit_mod(
+            joint_gm, [torch.zeros(()), i32, i32, i32, i32, torch.zeros(()), *s_examples],
+            "jm", [TVal("score", torch.float32), *grid, TVal("grad", torch.float32)], s_ptrs, "valid")
+        self.constants = {**s_consts, **m_consts, **j_consts}  # (named by their mod's prefix)
+        tables = "".join(f"{p}, " for p in [*s_ptrs, *m_ptrs, *self.constants])
+        kmath = ("from kiln_codegen_triton import interp_math as kmath" if self.interpret
+                 else "from triton.language.extra import libdevice as kmath")
+        self.source = _BWD_TEMPLATE.format(
+            kmath=kmath, tables=tables, table_args=tables,
+            score_mod=_indent(score_lines, 4), score_out=score_out.name,
+            mask_mod=_indent(mask_lines, 8), mask_out=mask_out.name,
+            joint_mod=_indent(joint_lines, 4), joint_out=joint_out.name)
+        module, self.path = _load("flex_attention_backward", self.source)
+        self.kernel, self.dq_kernel = module.kiln_kernel, module.kiln_kernel_dq
+
+    def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
+        if self.interpret:
+            return _next_pow2(min(sparse_q, 16)), _next_pow2(min(sparse_kv, 16)), {}
+        block_m, block_n, warps, stages = gpu_bwd_tiles(self.dtype, max(self.head_dim, self.value_dim))
+        return (min(block_m, sparse_q), min(block_n, sparse_kv),
+                {"num_warps": warps, "num_stages": stages})
+
+    def __call__(self, query, key, value, out, lse, grad_out, grad_lse, kv_num, kv_idx, full_kv_num,
+                 full_kv_idx, q_num, q_idx, full_q_num, full_q_idx, sparse_q: int, sparse_kv: int,
+                 scale: float, score_tables: Sequence, mask_tables: Sequence):
+        B, HQ, L, D = query.shape
+        HKV, S, DV = key.size(1), key.size(2), value.size(3)
+        block_m, block_n, launch = self.tiles(sparse_q, sparse_kv)
+        if sparse_q % block_m or sparse_kv % block_n:
+            raise ValueError(f"block sizes {(sparse_q, sparse_kv)} do not divide into "
+                             f"tiles {(block_m, block_n)}")
+        # natural-log logsumexp, 0 on fully masked rows (their probabilities are all 0)
+        lse = lse.float() * _LN2
+        lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse).contiguous()
+        delta = (grad_out.float() * out.float()).sum(-1)
+        if grad_lse is not None:
+            delta = delta - grad_lse.float() / _LN2
+        delta = delta.contiguous()
+        dq = torch.empty_like(query)
+        dk = torch.empty((B, HKV, S, D), dtype=key.dtype, device=key.device)
+        dv = torch.empty((B, HKV, S, DV), dtype=value.dtype, device=value.device)
+        kb = 0 if key.size(0) == 1 else key.stride(0)
+        vb = 0 if value.size(0) == 1 else value.stride(0)
+        tables = [t.contiguous() for t in (*score_tables, *mask_tables)]
+        tables += [c.to(query.device) for c in self.constants.values()]
+        consts = dict(D=D, DV=DV, BLOCK_M=block_m, BLOCK_N=block_n,
+                      BLOCK_D=max(16, _next_pow2(D)), BLOCK_DV=max(16, _next_pow2(DV)),
+                      IEEE=query.dtype == torch.float32, **launch)
+        has_full = full_kv_num is not None
+        self.dq_kernel[(triton_cdiv(L, block_m), B * HQ)](
+            query, key, value, grad_out, lse, delta, dq, kv_num, kv_idx,
+            full_kv_num if has_full else kv_num, full_kv_idx if has_full else kv_idx, *tables,
+            L, S, HQ, HQ // HKV, float(scale), sparse_q, sparse_kv,
+            triton_cdiv(min(sparse_kv, S), block_n),
+            *query.stride(), kb, *key.stride()[1:], vb, *value.stride()[1:], *grad_out.stride(),
+            *dq.stride(), *_bm_strides(kv_num, 3), *_bm_strides(kv_idx, 4),
+            *_bm_strides(full_kv_num, 3), *_bm_strides(full_kv_idx, 4), HAS_FULL=has_full, **consts)
+        has_full = full_q_num is not None
+        self.kernel[(triton_cdiv(S, block_n), B * HKV)](
+            query, key, value, grad_out, lse, delta, dk, dv, q_num, q_idx,
+            full_q_num if has_full else q_num, full_q_idx if has_full else q_idx, *tables,
+            L, S, HQ, HKV, HQ // HKV, float(scale), sparse_q, sparse_kv,
+            triton_cdiv(min(sparse_q, L), block_m),
+            *query.stride(), kb, *key.stride()[1:], vb, *value.stride()[1:], *grad_out.stride(),
+            *dk.stride(), *dv.stride(), *_bm_strides(q_num, 3), *_bm_strides(q_idx, 4),
+            *_bm_strides(full_q_num, 3), *_bm_strides(full_q_idx, 4), HAS_FULL=has_full, **consts)
+        if key.size(0) == 1 and B > 1:  # key/value broadcast over the batch
+            dk, dv = dk.sum(0, keepdim=True), dv.sum(0, keepdim=True)
+        return dq, dk, dv
+
+
+def _build_backward(score_gm, joint_gm, mask_gm, score_tables, mask_tables, query, key, value,
+                    ) -> FlexAttentionBackwardKernel:
+    return FlexAttentionBackwardKernel(score_gm, joint_gm, mask_gm, score_tables, mask_tables,
+                                       query.dtype, query.size(-1), value.size(-1))
+
+
+register_flex_attention_template("triton", FlexAttentionTemplate(_unsupported, _build, _build_backward))

@@ -64,20 +64,25 @@ def _template(device) -> FlexAttentionTemplate | None:
     return FLEX_ATTENTION_TEMPLATES.get(entry.name)
 
 
-def flex_attention_fused(query, key, value, block_mask) -> bool:
-    """Whether this compile runs the call as a fused kernel (else the dense rule)."""
+def flex_attention_fused(query, key, value, block_mask, needs_grad: bool) -> bool:
+    """Whether this compile runs the call as fused kernels (else the dense rule); under
+    grad, only where the template has a backward too."""
     template = _template(query.device)
-    if template is None:
+    if template is None or (needs_grad and template.build_backward is None):
         return False
     return template.unsupported(query, key, value, (int(block_mask[-3]), int(block_mask[-2]))) is None
 
 
-def compile_flex_attention(score_gm, mask_gm, score_tables, mask_tables, query, key, value):
-    """The fused kernel of a call ``flex_attention_fused`` chose."""
+def compile_flex_attention(*graphs_and_examples, backward: bool = False):
+    """The fused kernel (forward, or ``backward``) of a call ``flex_attention_fused`` chose."""
+    query = graphs_and_examples[-3]
     template = _template(query.device)
-    if template is None:
-        raise RuntimeError(f"no FlexAttention template for {query.device}'s codegen")
-    return template.build(score_gm, mask_gm, score_tables, mask_tables, query, key, value)
+    build = template.build_backward if backward and template is not None else \
+        template.build if template is not None else None
+    if build is None:
+        raise RuntimeError(f"no FlexAttention {'backward ' if backward else ''}template for "
+                           f"{query.device}'s codegen")
+    return build(*graphs_and_examples)
 
 
 kiln_aotgrad.flex_attention.set_fused_choice(flex_attention_fused)

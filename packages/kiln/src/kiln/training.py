@@ -21,7 +21,7 @@ import torch
 
 from .ddp import active_ddp_bucket_bytes, split_at_ddp_buckets
 from .debug import NO_TRACE, DebugTrace
-from .options import Options
+from .options import Options, body_options
 from .stats import counters
 
 __all__ = ["compile_training"]
@@ -69,15 +69,18 @@ def compile_training(
                 + part.report(),
             )
 
-    return kiln_aotgrad.compile_joint(
-        gm,
-        example_inputs,
-        fw_compiler=functools.partial(compiler, "forward"),
-        bw_compiler=functools.partial(compiler, "backward"),
-        partitioner=config.partitioner,
-        activation_memory_budget=config.activation_memory_budget,
-        on_compiled=on_compiled,
-    )
+    # (the joint trace's rules that depend on the codegen, a fused FlexAttention, read the
+    # compile's Options: kiln.higher_order)
+    with body_options(config):
+        return kiln_aotgrad.compile_joint(
+            gm,
+            example_inputs,
+            fw_compiler=functools.partial(compiler, "forward"),
+            bw_compiler=functools.partial(compiler, "backward"),
+            partitioner=config.partitioner,
+            activation_memory_budget=config.activation_memory_budget,
+            on_compiled=on_compiled,
+        )
 
 
 def _subtrace(trace: DebugTrace, name: str) -> DebugTrace:

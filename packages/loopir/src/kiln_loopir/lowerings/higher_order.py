@@ -246,7 +246,10 @@ def scan(combine_gm, init, xs, additional):
 
 #: (score_mod GraphModule, mask_mod GraphModule, score tables, mask tables, query, key,
 #: value: example tensors) -> callable(query, key, value, kv_num, kv_idx, full_num, full_idx,
-#: q_block, kv_block, scale, score_tables, mask_tables) -> (out, lse, max)
+#: q_block, kv_block, scale, score_tables, mask_tables) -> (out, lse, max); with
+#: ``backward=True``, (score_mod, joint, mask_mod GraphModules, the same examples) -> the
+#: backward kernel: callable(query, key, value, out, lse, grad_out, grad_lse, the BlockMask's
+#: kv and q block lists, q_block, kv_block, scale, score_tables, mask_tables) -> (dq, dk, dv)
 _flex_compiler: list[Callable] = []
 
 #: key (in the wrapper's source) -> compiled flex_attention kernel
@@ -255,13 +258,16 @@ FLEX_KERNELS: dict[str, Callable] = {}
 
 @dataclass(frozen=True)
 class FlexAttentionTemplate:
-    """A codegen's fused FlexAttention kernel: ``unsupported(query, key, value, (q_block,
+    """A codegen's fused FlexAttention kernels: ``unsupported(query, key, value, (q_block,
     kv_block))`` says why it does not take a call (None: it does); ``build(score_gm, mask_gm,
-    score_tables, mask_tables, query, key, value)`` returns the kernel (called as the
-    ``kiln_hop::flex_attention`` extern calls it)."""
+    score_tables, mask_tables, query, key, value)`` returns the forward kernel (called as the
+    ``kiln_hop::flex_attention`` extern calls it); ``build_backward(score_gm, joint_gm,
+    mask_gm, score_tables, mask_tables, query, key, value)`` the backward's
+    (``kiln_hop::flex_attention_backward``), or None where there is none."""
 
     unsupported: Callable[..., str | None]
     build: Callable[..., Callable]
+    build_backward: Callable[..., Callable] | None = None
 
 
 #: codegen name -> its template (a codegen registers its own when it is imported)
@@ -338,3 +344,74 @@ def flex_attention(query, key, value, score_gm, block_mask, scale, kernel_option
                        [flex_key, query, key, value, kv_num, kv_idx, full_num, full_idx,
                         int(block_mask[-3]), int(block_mask[-2]), float(scale),
                         list(score_tables), list(mask_tables), out_stride], {}, meta)
+
+
+_lib.define("flex_attention_backward(str key, Tensor query, Tensor key_, Tensor value, "
+            "Tensor out, Tensor lse, Tensor grad_out, Tensor? grad_lse, Tensor kv_num, "
+            "Tensor kv_idx, Tensor? full_kv_num, Tensor? full_kv_idx, Tensor q_num, Tensor q_idx, "
+            "Tensor? full_q_num, Tensor? full_q_idx, int q_block, int kv_block, float scale, "
+            "Tensor[] score_tables, Tensor[] mask_tables, SymInt[] strides) -> Tensor[]")
+
+
+def _flex_backward_outputs(query, key_, value, score_tables, strides):
+    """Empty (dq, dk, dv) in the node's layouts (``strides``: 4 per result), then zeros for
+    the captured tables' gradients (none is needed where this kernel was chosen)."""
+    outs = [t.new_empty_strided(t.shape, strides[4 * i:4 * i + 4])
+            for i, t in enumerate((query, key_, value))]
+    return outs + [torch.zeros_like(t, memory_format=torch.contiguous_format)
+                   for t in score_tables]
+
+
+def _flex_attention_backward(key, query, key_, value, out, lse, grad_out, grad_lse, kv_num,
+                             kv_idx, full_kv_num, full_kv_idx, q_num, q_idx, full_q_num,
+                             full_q_idx, q_block, kv_block, scale, score_tables, mask_tables,
+                             strides):
+    grads = FLEX_KERNELS[key](query, key_, value, out, lse, grad_out, grad_lse, kv_num, kv_idx,
+                              full_kv_num, full_kv_idx, q_num, q_idx, full_q_num, full_q_idx,
+                              q_block, kv_block, scale, score_tables, mask_tables)
+    outs = _flex_backward_outputs(query, key_, value, score_tables, strides)
+    for i, g in enumerate(grads):
+        if tuple(g.stride()) == tuple(outs[i].stride()):
+            outs[i] = g
+        else:
+            outs[i].copy_(g)
+    return outs
+
+
+def _flex_attention_backward_fake(key, query, key_, value, out, lse, grad_out, grad_lse, kv_num,
+                                  kv_idx, full_kv_num, full_kv_idx, q_num, q_idx, full_q_num,
+                                  full_q_idx, q_block, kv_block, scale, score_tables, mask_tables,
+                                  strides):
+    return _flex_backward_outputs(query, key_, value, score_tables, strides)
+
+
+_lib.impl("flex_attention_backward", _flex_attention_backward, "CompositeExplicitAutograd")
+torch.library.register_fake("kiln_hop::flex_attention_backward", _flex_attention_backward_fake,
+                            lib=_lib)
+
+
+@lowering(torch.ops.higher_order.flex_attention_backward)
+def flex_attention_backward(query, key, value, out, lse, grad_out, grad_lse, fw_gm, joint_gm,
+                            block_mask, scale, kernel_options, score_tables=(), mask_tables=()):
+    if not _flex_compiler:
+        raise LoweringError("flex_attention_backward without a kernel compiler installed")
+    mask_gm = block_mask[-1]
+    if not all(isinstance(g, torch.fx.GraphModule) for g in (fw_gm, joint_gm, mask_gm)):
+        raise LoweringError("flex_attention_backward with mods that are not GraphModules")
+    node = current().current_node
+    q_val, k_val, v_val = (_example_of(a) for a in node.args[:3])
+    score_vals = [_example_of(a) for a in node.args[12]] if len(node.args) > 12 else []
+    mask_vals = [_example_of(a) for a in node.args[13]] if len(node.args) > 13 else []
+    kernel = _flex_compiler[-1](fw_gm, joint_gm, mask_gm, score_vals, mask_vals, q_val, k_val,
+                                v_val, backward=True)
+    flex_key = f"flex_attention_backward_{next(_keys)}"
+    FLEX_KERNELS[flex_key] = kernel
+    meta = _meta()
+    dq, dk, dv, table_grads = meta
+    flat = [dq, dk, dv, *table_grads]
+    strides = [current().expr(s) for t in (dq, dk, dv) for s in t.stride()]
+    outs = make_extern(torch.ops.kiln_hop.flex_attention_backward.default,
+                       [flex_key, query, key, value, out, lse, grad_out, grad_lse,
+                        *block_mask[2:10], int(block_mask[-3]), int(block_mask[-2]),
+                        float(scale), list(score_tables), list(mask_tables), strides], {}, flat)
+    return (outs[0], outs[1], outs[2], tuple(outs[3:]))
