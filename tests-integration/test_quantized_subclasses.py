@@ -209,7 +209,9 @@ def test_float8_dynamic_scaling_one_graph_matches_eager():
     model = QuantMLP(Float8DynamicWeight)
     x = torch.randn(8, 256)
     got = _check_one_graph(model, x)
-    print("aten fallbacks:", kiln.stats().aten_fallbacks)
+    # torch._scaled_mm is an extern call by design (float8 casts run as aten fallbacks: loop
+    # bodies do not compute in float8)
+    assert "aten::_scaled_mm.default" not in kiln.stats().aten_fallbacks
     # float8 rounding really happened: the result differs from the fp32 matmuls
     with torch.no_grad():
         hp = F.linear(F.gelu(F.linear(x, model.w1.data_hp, model.b1)), model.w2.data_hp)

@@ -35,7 +35,9 @@ EXTERN_OPS = aten_ops(
     "embedding_dense_backward.default",
     "scaled_dot_product_attention.default", "_native_multi_head_attention.default",
     "_transformer_encoder_layer_fwd.default",
-    "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default")
+    "_weight_int8pack_mm.default", "dot.default", "mv.default", "addmv.default",
+    # float8 matmul with scales (float8 training's GEMM)
+    "_scaled_mm.default")
 
 
 def _make(op):
