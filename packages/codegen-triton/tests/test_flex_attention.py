@@ -366,3 +366,16 @@ def test_the_backward_kernels_compile_for_sm90_with_tensor_cores():
     ptx = _compile_sm90(kernel.path, ["kiln_kernel", "kiln_kernel_dq"], ptrs, consts,
                         {"num_warps": warps, "num_stages": stages})
     assert all("wgmma" in p for p in ptx)
+
+
+def test_a_tensor_the_mod_holds_as_a_constant_is_a_kernel_argument():
+    """A mod closing over a tensor it is not given as a buffer: the traced subgraph holds it
+    as a constant, which the kernel reads through a pointer argument of its own."""
+    B, H, L = 1, 2, 40
+    bm = create_block_mask(_bound(_docs, (DOCS,)), B, H, L, L, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, L, L, seed=8)
+    kernel, (out, _, _) = _run(q, k, v, _identity, lambda b, h, m, n: DOCS[m] == DOCS[n], (), (),
+                               bm, 0.5)
+    assert list(kernel.constants) and "tl.load(mmC0 + (" in kernel.source
+    ref_out, _ = _eager(q, k, v, None, bm, 0.5)
+    torch.testing.assert_close(out, ref_out)

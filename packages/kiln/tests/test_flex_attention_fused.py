@@ -137,3 +137,33 @@ def test_cpp_codegen_and_float64_keep_the_dense_rule():
     out, made = _fused_kernels_made(f, q, k, v)
     torch.testing.assert_close(out, _eager(f, q, k, v))
     assert made == 0
+
+
+def test_heads_transposed_from_the_sequence_layout_fused_with_gradients():
+    """q, k, v as transformer code makes them (``[B, L, H, D]`` viewed and transposed) and a
+    BlockMask broadcast over batch and heads: the fused kernels read those strides, the
+    output has the query's dim order, and the input's gradient equals torch's."""
+    w = torch.randn(D, D, generator=torch.Generator().manual_seed(5))
+
+    def causal(b, h, m, n):
+        return m >= n
+
+    bm = create_block_mask(causal, 1, 1, L, L, device="cpu", BLOCK_SIZE=16)
+
+    def heads(x):
+        xs = x.view(2, L, H, D)
+        return (xs @ w).transpose(1, 2), xs.transpose(1, 2), (xs * 2).transpose(1, 2)
+
+    def f(x, block_mask):
+        out = flex_attention(*heads(x), block_mask=block_mask)
+        return out.transpose(1, 2).reshape(2, L, H * D)
+
+    x = torch.randn(2, L, H * D, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    out, made = _fused_kernels_made(f, x, bm)
+    assert made == 2
+    ref = flex_hop(*heads(x), lambda s, b, h, m, n: s, bm.as_tuple()[:-1] + (causal,),
+                   1.0 / math.sqrt(D), {}, (), ())[0].transpose(1, 2).reshape(2, L, H * D)
+    torch.testing.assert_close(out, ref)
+    grad = torch.randn_like(out)
+    torch.testing.assert_close(torch.autograd.grad(out, x, grad)[0],
+                               torch.autograd.grad(ref, x, grad)[0], rtol=1e-4, atol=1e-5)

@@ -380,6 +380,14 @@ def _example(meta) -> torch.Tensor:
     return torch.zeros(tuple(int(s) for s in meta.shape), dtype=meta.dtype)
 
 
+def _constants_on(kernel, device: torch.device) -> list[torch.Tensor]:
+    """A kernel's mod constants on ``device``, copied there once (not at every call)."""
+    cache = kernel.__dict__.setdefault("_constants_on_device", {})
+    if str(device) not in cache:
+        cache[str(device)] = [c.to(device) for c in kernel.constants.values()]
+    return cache[str(device)]
+
+
 def out_like(query: torch.Tensor, value_dim: int) -> torch.Tensor:
     """The operator's output: the query's dim order (stride-descending), last dim innermost."""
     shape = (*query.shape[:-1], value_dim)
@@ -449,7 +457,7 @@ class FlexAttentionKernel:
         vb = 0 if value.size(0) == 1 else value.stride(0)
         has_full = full_num is not None
         tables = [t.contiguous() for t in (*score_tables, *mask_tables)]
-        tables += [c.to(query.device) for c in self.constants.values()]
+        tables += _constants_on(self, query.device)
         grid = (triton_cdiv(L, block_m), B * HQ)
         self.kernel[grid](
             query, key, value, out, lse, maxs, kv_num, kv_idx,
@@ -751,7 +759,7 @@ class FlexAttentionBackwardKernel:
         kb = 0 if key.size(0) == 1 else key.stride(0)
         vb = 0 if value.size(0) == 1 else value.stride(0)
         tables = [t.contiguous() for t in (*score_tables, *mask_tables)]
-        tables += [c.to(query.device) for c in self.constants.values()]
+        tables += _constants_on(self, query.device)
         consts = dict(D=D, DV=DV, BLOCK_M=block_m, BLOCK_N=block_n,
                       BLOCK_D=max(16, _next_pow2(D)), BLOCK_DV=max(16, _next_pow2(DV)),
                       IEEE=query.dtype == torch.float32, **launch)
