@@ -7,6 +7,7 @@ does not fit, against torch.compile) with ``torch.testing.assert_close`` at bf16
 
     python benchmarks/flex_attention_gpu.py            # B4 H16 D64 bf16, L 1024/4096/8192
     python benchmarks/flex_attention_gpu.py --smoke    # tiny, on the CPU (Triton interpreter)
+    python benchmarks/flex_attention_gpu.py --lengths 8192 --merge   # one length, merged in
 
 Writes benchmarks/results/flex_attention_gpu.json (``--smoke``: flex_attention_gpu_smoke.json)
 and prints a table. A case that fails (out of memory: eager's dense scores at L 8192 are
@@ -252,6 +253,9 @@ def main() -> None:
                           ("block", 128), ("window", 256)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--no-backward", action="store_true")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the cases of an existing JSON that this run does not redo (a sweep "
+                        "split over several runs, e.g. one --lengths each)")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     if a.smoke:
@@ -286,6 +290,11 @@ def main() -> None:
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
             "note": "kiln: fused Triton forward and backward kernels"}
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    if a.merge and os.path.exists(out):
+        with open(out) as f:
+            done = {(r["pattern"], r["L"]) for r in rows}
+            rows = [r for r in json.load(f)["cases"] if (r["pattern"], r["L"]) not in done] + rows
+            rows.sort(key=lambda r: (r["L"], PATTERNS.index(r["pattern"])))
     with open(out, "w") as f:
         json.dump({"meta": meta, "cases": rows}, f, indent=1)
     print(table(rows))
