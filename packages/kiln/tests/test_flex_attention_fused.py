@@ -167,3 +167,23 @@ def test_heads_transposed_from_the_sequence_layout_fused_with_gradients():
     grad = torch.randn_like(out)
     torch.testing.assert_close(torch.autograd.grad(out, x, grad)[0],
                                torch.autograd.grad(ref, x, grad)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_query_attention_without_block_mask_trains_fused():
+    """torch's empty BlockMask (one block of 2**30 per row) and 2 query heads per kv head,
+    under grad: dk and dv sum over each kv head's query heads."""
+    def f(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, m, n: s + (m - n) * 0.1,
+                              enable_gqa=True)
+
+    q, k, v = _inputs(seed=9, heads=1, grad=True)
+    out, made = _fused_kernels_made(f, q, k, v)
+    assert made == 2
+    from torch.nn.attention.flex_attention import _create_empty_block_mask
+
+    grad = torch.randn_like(out)
+    ref, want = _torch_grads(q, k, v, lambda s, b, h, m, n: s + (m - n) * 0.1, [],
+                             _create_empty_block_mask(q, k), lambda b, h, m, n: m >= 0, grad)
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
