@@ -81,6 +81,7 @@ KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
             "kiln_frontend.symbolic.variables.containers",
             "kiln_frontend.symbolic.variables.ctx_managers",
             "kiln_frontend.symbolic.variables.deepcopy",
+            "kiln_frontend.symbolic.variables.distributed",
             "kiln_frontend.symbolic.variables.exceptions",
             "kiln_frontend.symbolic.variables.functional_call",
             "kiln_frontend.symbolic.variables.functions",
