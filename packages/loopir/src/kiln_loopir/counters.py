@@ -7,6 +7,8 @@ Keys:
   ``fused_groups``        FusedGroups produced by ``schedule``
   ``nodes``               SchedNodes placed into groups by ``schedule``
   ``fusions``             SchedNodes that joined an existing group
+  ``groups_reordered``    pointwise groups whose loops were re-ordered by the stores that
+                          reach memory (their first node's buffer ended in registers)
   ``reused_buffers``      allocations that reuse a freed buffer (memory plan)
   ``aten_fallbacks``      a Counter {op name: count} of ops lowered as the aten fallback
 """
@@ -18,7 +20,7 @@ from collections import Counter
 
 class LoopirCounters(dict):
     KEYS = ("graphs_lowered", "buffers", "externs", "fused_groups", "nodes", "fusions",
-            "reused_buffers")
+            "groups_reordered", "reused_buffers")
 
     def __init__(self):
         super().__init__()

@@ -703,6 +703,7 @@ def schedule(graph: LoopGraph) -> Schedule:
             steps.append(g)
             producer_step[b.name] = len(steps) - 1
 
+    _order_by_memory_stores(steps, graph, renames)
     # build the public steps
     out_steps = []
     for s in steps:
@@ -716,6 +717,42 @@ def schedule(graph: LoopGraph) -> Schedule:
     _plan_memory(sched)
     sched.lint()
     return sched
+
+
+def _order_by_memory_stores(steps: list, graph: LoopGraph, renames: dict) -> None:
+    """Re-order the outer loops of each pure pointwise group by the strides of the stores that
+    reach memory. A group's order is its first node's store order (``_new_group``), but that
+    node's buffer often ends internal (kept in registers: a BatchNorm before its activation,
+    with eager's NCHW layout) while the group's real store is channels-last: the
+    contiguous channel dim then sat outside a strided innermost loop (EfficientNet's
+    BatchNormAct: 16x the memory traffic)."""
+    outputs = set(graph.output_names())
+    read_by: dict[str, set[int]] = {}
+    for k, st in enumerate(steps):
+        names = st.reads() if isinstance(st, _Group) else {renames.get(n, n) for n in _reads(st)}
+        for nm in names:
+            read_by.setdefault(nm, set()).add(k)
+    for k, g in enumerate(steps):
+        if not isinstance(g, _Group) or g.sealed or not g.pure_pointwise() or len(g.outer) < 2:
+            continue
+        if any(len(set(p.outer_map)) != len(p.outer_map) for p in g.placements):
+            continue  # a reshaped placement: positions are not one dim each
+        stored = [p for p in g.placements
+                  if p.info.buf.name in outputs or read_by.get(p.info.buf.name, set()) - {k}]
+        if len(stored) == len(g.placements) or not stored:
+            continue  # every store reaches memory: the first node's order stands
+
+        strides = [sum(_stride_of(dep.index, index_symbol(p.outer_map[j]))
+                       for p in stored for dep in p.info.own_writes) for j in range(len(g.outer))]
+        order = sorted(range(len(g.outer)), key=lambda j: (-strides[j], j))
+        if order == list(range(len(g.outer))):
+            continue
+        g.outer = [g.outer[j] for j in order]
+        for p in g.placements:
+            p.outer_map = [p.outer_map[j] for j in order]
+            p.outer_sizes = [p.outer_sizes[j] for j in order]
+        counters["groups_reordered"] += 1
+        log.debug("%s: outer loops reordered %s by the stores that reach memory", g.name, order)
 
 
 def _finish_group(g: _Group, graph: LoopGraph) -> FusedGroup:
