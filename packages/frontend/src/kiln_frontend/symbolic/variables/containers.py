@@ -747,11 +747,37 @@ class NamedTupleMethodVariable(BoundMethodVariable):
         raise Unsupported(f"namedtuple.{self.name} with these arguments")
 
 
+class ItemById:
+    """A set item known by identity (an ``nn.Module`` whose class keeps ``object``'s
+    ``__hash__`` and ``__eq__``): it hashes as the object does, so the shadow set's table
+    (and iteration) order is eager's, and equals only itself."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return object.__hash__(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ItemById) and other.obj is self.obj
+
+    def __repr__(self) -> str:
+        return f"<{type(self.obj).__name__} at {id(self.obj):#x}>"
+
+
 def _set_key(tx, item: VariableTracker) -> Any:
     try:
         key = item.as_python_constant()
         hash(key)
     except (NotConstant, TypeError):
+        from .nn_module import NNModuleVariable
+
+        module = getattr(item, "module", None) if isinstance(item, NNModuleVariable) else None
+        if module is not None and type(module).__hash__ is object.__hash__ and \
+                type(module).__eq__ is object.__eq__:
+            return ItemById(module)
         raise Unsupported(f"set item {item.describe()} is not a hashable constant") from None
     return key
 
@@ -795,7 +821,16 @@ class SetVariable(VariableTracker):
         return set
 
     def as_python_constant(self) -> Any:
+        if any(isinstance(k, ItemById) for k in self.shadow):
+            raise NotConstant("a set of modules")
         return self.shadow.copy()  # (a copy keeps the table order: folded results match)
+
+    def len_value(self, tx) -> int:
+        return len(self.items)
+
+    def contains(self, tx, item: VariableTracker) -> VariableTracker:
+        """``item in s``: by value for constants, by identity for modules."""
+        return ConstantVariable(_set_key(tx, tx.realize(item)) in self.shadow)
 
     def truth_value(self, tx) -> bool:
         return bool(self.items)
