@@ -93,3 +93,20 @@ def test_graph_cache_hit_sees_statistics_a_training_forward_changed(tmp_path, mo
         compiled = kiln_backend(torch.fx.symbolic_trace(b), [X])
     assert kiln.stats().graph_cache_hits == before + 1
     _train_step_then_eval_matches(b, compiled)
+
+
+def test_functional_batchnorm_folds_while_the_frontend_freezes_the_heap(caplog, needs_cpp):
+    """The frontend freezes the heap while a frame compiles (kiln_frontend.collector), and
+    ``gc.get_referrers`` skips frozen objects: the module owning a functional BatchNorm's
+    statistics was never found, so timm's BatchNormAct2d never folded through kiln.compile."""
+    import logging
+
+    kiln_frontend.reset()
+    torch.manual_seed(0)
+    model = ConvBn(FunctionalBN).eval()
+    with caplog.at_level(logging.INFO, logger="kiln"), torch.no_grad():
+        out = kiln.compile(model)(X)
+        torch.testing.assert_close(out, model(X))
+    assert "folded 1 conv+batchnorm" in caplog.text
+    assert "not folded" not in caplog.text
+    _train_step_then_eval_matches(model, kiln.compile(model))

@@ -124,8 +124,6 @@ def batch_counters(stats, modules=()) -> dict[int, torch.Tensor | None]:
     counter, so guarding its version catches what guarding theirs misses. ``modules`` are
     looked at first; the owners of the rest are found among the objects referring to them
     (one ``gc`` pass at compile time: a functional BatchNorm names no module in the graph)."""
-    import gc
-
     stats = [t for t in stats if t is not None]
     found: dict[int, torch.Tensor | None] = {id(t): None for t in stats}
 
@@ -142,10 +140,26 @@ def batch_counters(stats, modules=()) -> dict[int, torch.Tensor | None]:
         look(getattr(m, "_buffers", {}))
     missing = [t for t in stats if found[id(t)] is None]
     if missing:
-        for ref in gc.get_referrers(*missing):
+        for ref in _referrers(missing):
             if isinstance(ref, dict) and "num_batches_tracked" in ref:
                 look(ref)
     return found
+
+
+def _referrers(objs: list) -> list:
+    """``gc.get_referrers(*objs)``, frozen objects included. The frontend freezes the heap
+    while a frame compiles (kiln_frontend.collector), and get_referrers does not scan the
+    permanent generation: the modules owning the statistics were never found, so no
+    functional BatchNorm (timm's BatchNormAct2d: EfficientNet, MobileNetV3, RegNet) folded."""
+    import gc
+
+    if gc.get_freeze_count() == 0:
+        return gc.get_referrers(*objs)
+    gc.unfreeze()
+    try:
+        return gc.get_referrers(*objs)
+    finally:
+        gc.freeze()
 
 
 def _batchnorm_params(gm, node) -> tuple | None:
