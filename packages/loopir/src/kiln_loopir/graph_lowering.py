@@ -401,6 +401,9 @@ class GraphLowering:
         if (len(out.get_size()) == 4 and all(u.op != "output" for u in n.users)
                 and any(runs_channels_last(u) and u.args[0] is n for u in n.users)):
             return channels_last_strides(out.get_size())  # the input of a channels-last conv
+        if (isinstance(out, Pointwise) and all(u.op != "output" for u in n.users)
+                and _reads_channels_last(out)):
+            return channels_last_strides(out.get_size())
         meta = self._meta(n)
         if isinstance(meta, torch.Tensor) and len(meta.shape) == len(out.get_size()):
             try:
@@ -535,6 +538,32 @@ def _broadcast_by_users(n: torch.fx.Node, depth: int = 4) -> bool:
                 nxt.extend(u.users)
         frontier = nxt
     return False
+
+
+def _reads_channels_last(pw: Pointwise) -> bool:
+    """A 4-d pointwise value whose every full-size read is channels-last (a channels-last
+    convolution's result, its activation): realized channels-last too, not in eager's NCHW,
+    so the reductions and products after it (squeeze-excite's pool and gate) read it
+    contiguously and the next convolution's input is not one more transposing copy."""
+    size = pw.get_size()
+    if len(size) != 4 or any(not sympify(d).is_Integer for d in size) or int(size[1]) == 1 \
+            or int(size[2]) * int(size[3]) == 1:
+        return False
+    idx = [index_symbol(k) for k in range(4)]
+    votes = set()
+    for dep in _cost(pw).reads:
+        e = sympify(dep.index)
+        if not all(s in e.free_symbols for s in idx):
+            continue  # a broadcast read (per-channel constants, a pooled gate)
+        at0 = e.xreplace({s: 0 for s in idx})
+        strides = [e.xreplace({s: (1 if s is t else 0) for s in idx}) - at0 for t in idx]
+        if not all(st.is_Integer for st in strides):
+            return False
+        if strides[1] == 1 and strides[3] > 1:
+            votes.add("channels_last")
+        else:
+            votes.add("other")
+    return votes == {"channels_last"}
 
 
 def _cost(pw: Pointwise):
