@@ -6,6 +6,7 @@ the tree and the per-guard Python path (``failure_reason``) agree."""
 from __future__ import annotations
 
 import collections
+import sys
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ from kiln_frontend.sources import (
 )
 
 pytestmark = pytest.mark.skipif(G.GuardTree is None, reason="C extension not built")
+
+#: 3.13 writes attributes of an object with inline values past its __dict__'s version tag
+INLINE_VALUES_UNVERSIONED = sys.version_info >= (3, 13)
 
 
 def tree(guards, names, f_globals=None):
@@ -342,6 +346,7 @@ def test_module_memo_sees_a_setting_change():
     check = tree(module_guards(m), ["m"])
     for _ in range(3):  # the second call on is answered from the memo
         assert agree(check, m)
+    assert check.memo_hits == (0 if INLINE_VALUES_UNVERSIONED else 2)
     m.eval()
     assert not agree(check, m)
     m.train()
@@ -412,6 +417,35 @@ def test_memo_of_items_of_an_attribute():
     for _ in range(3):
         assert agree(check, o)
     o.sizes[1] = 5  # a list: changed in place, o.__dict__ unchanged
+    assert not agree(check, o)
+
+
+def test_memo_answers_on_this_python():
+    """The memo answers from the second call on where the value's __dict__ has a version tag
+    that follows its changes: 3.13 stopped setting Py_TPFLAGS_VALID_VERSION_TAG (a zero tag
+    alone means unversioned), and testing the flag there made every type look unversioned,
+    so no memo ever answered.  On 3.13 an instance __dict__ sharing its object's inline
+    values is written by ``o.v = 2`` with no new tag (the tests above would fail if the memo
+    trusted it): such an object is always checked in full."""
+    hooks = torch.nn.modules.module
+    check = tree([Guard(AttrSource(GlobalSource("M"), n), GuardKind.DICT_KEYS,
+                        (type(getattr(hooks, n)), ())) for n in G.GLOBAL_MODULE_HOOK_DICTS],
+                 [], {"M": hooks})
+    for _ in range(4):
+        assert agree(check)
+    assert check.memo_hits == 3
+    o = Obj()
+    o.v = 1
+    check = tree([Guard(AttrSource(LocalSource("o"), "v"), GuardKind.CONSTANT_MATCH, 1)], ["o"])
+    for _ in range(3):
+        assert agree(check, o)
+    assert check.memo_hits == (0 if INLINE_VALUES_UNVERSIONED else 2)
+    o.__dict__[0] = 0  # a key that is not a str: a combined table, versioned on 3.13 too
+    check = tree([Guard(AttrSource(LocalSource("o"), "v"), GuardKind.CONSTANT_MATCH, 1)], ["o"])
+    for _ in range(3):
+        assert agree(check, o)
+    assert check.memo_hits == 2
+    o.v = 2
     assert not agree(check, o)
 
 

@@ -19,7 +19,9 @@
  * when the comparison last passed (ma_version_tag, PEP 509: every dict gets a fresh value
  * from an interpreter-wide counter when it is created and whenever it is modified, so an
  * equal tag means the same, unmodified dict). It is deprecated in 3.12 but still maintained
- * there (the low bits hold watcher flags: a watched dict only compares again).
+ * there (the low bits hold watcher flags: a watched dict only compares again). On 3.13 an
+ * instance __dict__ sharing its object's inline values is changed by attribute stores without
+ * a new tag: such a dict counts as unversioned (dict_version() 0), always compared.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -88,6 +90,7 @@ typedef struct Node {
     int cand;
     PyObject *memo_value;
     uint64_t memo_value_tag;
+    Py_ssize_t memo_hits; /* calls whose candidates the memo answered (GuardTree.memo_hits) */
     Py_ssize_t nleaves, nchildren;
     Leaf *leaves;
     struct Node *children;
@@ -107,6 +110,8 @@ typedef struct {
 /* Checking                                                                              */
 /* ------------------------------------------------------------------------------------ */
 
+/* d's version tag, or 0 (never equal to a remembered tag: nothing is skipped) where the
+ * tag does not follow d's changes (DICT_VERSION_TRUSTED, _kiln_internal.h). */
 static inline uint64_t
 dict_version(PyObject *d)
 {
@@ -114,7 +119,7 @@ dict_version(PyObject *d)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #endif
-    return ((PyDictObject *)d)->ma_version_tag;
+    return DICT_VERSION_TRUSTED(d) ? ((PyDictObject *)d)->ma_version_tag : 0;
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
@@ -279,7 +284,7 @@ attr_in_instance_dict(PyTypeObject *tp, PyObject *name)
     if (descr != NULL && Py_TYPE(descr)->tp_descr_set != NULL) {
         return 0;
     }
-    return (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && tp->tp_version_tag != 0;
+    return TYPE_VERSION_VALID(tp);
 }
 
 static PyObject *
@@ -287,7 +292,7 @@ fetch_attr(Node *n, PyObject *obj, int *from_dict_hit)
 {
     PyTypeObject *tp = Py_TYPE(obj);
     int from_dict = tp == n->dict_type && tp->tp_version_tag == n->dict_type_version &&
-                    (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG);
+                    TYPE_VERSION_VALID(tp);
     if (!from_dict && attr_in_instance_dict(tp, n->key)) {
         n->dict_type = tp;
         n->dict_type_version = tp->tp_version_tag;
@@ -382,7 +387,9 @@ fetch(Node *n, PyObject *parent, PyObject *const *args, PyObject *globals, int *
  * its own version tag (dict contents changed without its owner's __dict__ changing). The
  * remembered pointers are borrowed: they are only compared, or read while the unchanged
  * owning dict keeps them alive. Version tags are never reused (types: a global counter;
- * dicts: PEP 509), so a freed object whose address is reused cannot match.
+ * dicts: PEP 509), so a freed object whose address is reused cannot match. On 3.13 an
+ * instance __dict__ that shares its object's inline values has no trustworthy tag
+ * (dict_version() 0): such an object's attributes are read and checked on every call.
  */
 enum { CAND_NONE, CAND_IDENTITY, CAND_VALUE, CAND_DICT };
 
@@ -501,8 +508,7 @@ static int
 memo_hit(Node *n, PyObject *v)
 {
     PyTypeObject *tp = Py_TYPE(v);
-    return n->memo_dict != NULL && tp == n->memo_type &&
-           (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+    return n->memo_dict != NULL && tp == n->memo_type && TYPE_VERSION_VALID(tp) &&
            tp->tp_version_tag == n->memo_type_version && instance_dict(v) == n->memo_dict &&
            dict_version(n->memo_dict) == n->memo_dict_tag;
 }
@@ -552,6 +558,7 @@ node_check(Node *n, PyObject *v, PyObject *const *args, Py_ssize_t nargs, PyObje
     Py_ssize_t i = 0;
     if (n->ncand > 0) {
         if (memo_hit(n, v)) {
+            n->memo_hits++;
             for (; i < n->ncand; i++) {
                 Node *c = &n->children[i];
                 if (c->cand == CAND_DICT && dict_version(c->memo_value) != c->memo_value_tag) {
@@ -579,7 +586,7 @@ node_check(Node *n, PyObject *v, PyObject *const *args, Py_ssize_t nargs, PyObje
             }
             PyTypeObject *tp = Py_TYPE(v);
             if (pure && instance_dict(v) == dict && dict_version(dict) == dict_tag &&
-                (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && tp->tp_version_tag != 0) {
+                TYPE_VERSION_VALID(tp)) {
                 n->memo_type = tp;
                 n->memo_type_version = tp->tp_version_tag;
                 n->memo_dict = dict;
@@ -907,8 +914,27 @@ static PyMemberDef guardtree_members[] = {
     {"nargs", T_PYSSIZET, offsetof(GuardTree, nargs), READONLY, "argument slots it takes"},
     {NULL}};
 
+static Py_ssize_t
+node_memo_hits(Node *n)
+{
+    Py_ssize_t hits = n->memo_hits;
+    for (Py_ssize_t i = 0; i < n->nchildren; i++) {
+        hits += node_memo_hits(&n->children[i]);
+    }
+    return hits;
+}
+
+static PyObject *
+guardtree_get_memo_hits(GuardTree *t, void *closure)
+{
+    return PyLong_FromSsize_t(node_memo_hits(&t->root));
+}
+
 static PyGetSetDef guardtree_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
+    {"memo_hits", (getter)guardtree_get_memo_hits, NULL,
+     "how many times a node's memo answered its candidate children without reading them "
+     "(summed over the nodes): shows the memo works on this CPython"},
     {NULL}};
 
 static PyTypeObject GuardTreeType = {

@@ -24,14 +24,28 @@
  *   FRAME_AT_START(f,co) not a single instruction run yet: 3.11/3.12 prev_instr sits one
  *                        before the first code unit; 3.13 instr_ptr at the first one.
  *   KILN_EVAL_OWNS_FRAME the eval function clears and pops the frame (3.12+; see note 2).
- *   CODE_GET_EXTRA/...   co_extra access: private on 3.11, PyUnstable_ on 3.12+. */
+ *   CODE_GET_EXTRA/...   co_extra access: private on 3.11, PyUnstable_ on 3.12+.
+ *   TYPE_VERSION_VALID(tp) tp->tp_version_tag names tp's current attributes: 3.11/3.12
+ *                        Py_TPFLAGS_VALID_VERSION_TAG and a non-zero tag; 3.13 no longer
+ *                        sets that flag (a zero tag alone means invalid), so testing it
+ *                        there would make every type look unversioned.
+ *   DICT_VERSION_TRUSTED(d) d's ma_version_tag changes whenever d does: 3.11/3.12 always;
+ *                        3.13 only for a combined table. A split table there (an instance
+ *                        __dict__ sharing the object's inline values) is written through
+ *                        the object by `o.x = v` with neither a new version tag nor a dict
+ *                        watcher event (measured on 3.13.0), so its tag proves nothing. */
 #if PY_VERSION_HEX >= 0x030D0000
 #define KILN_PY313 1
+#define TYPE_VERSION_VALID(tp) ((tp)->tp_version_tag != 0)
+#define DICT_VERSION_TRUSTED(d) (((PyDictObject *)(d))->ma_values == NULL)
 #define FRAME_HAS_CODE(f) (PyCode_Check((f)->f_executable))
 #define FRAME_CODE(f) ((PyCodeObject *)(f)->f_executable)
 #define FRAME_AT_START(f, co) ((f)->instr_ptr == _PyCode_CODE(co))
 #else
 #define KILN_PY313 0
+#define TYPE_VERSION_VALID(tp) \
+    (((tp)->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && (tp)->tp_version_tag != 0)
+#define DICT_VERSION_TRUSTED(d) 1
 #define FRAME_HAS_CODE(f) 1
 #define FRAME_CODE(f) ((f)->f_code)
 #define FRAME_AT_START(f, co) ((f)->prev_instr == _PyCode_CODE(co) - 1)
