@@ -130,13 +130,16 @@ def _models() -> dict:
     return out
 
 
-def _per_call(fn, args, inner: int, repeats: int) -> list[float]:
-    samples = []
+def _per_call(fns: dict, args, inner: int, repeats: int) -> dict[str, list[float]]:
+    """Per-call seconds of each of ``fns``, ``repeats`` samples of ``inner`` calls, the
+    functions taking turns sample by sample (a change in the machine's load hits all)."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn(*args)
-        samples.append((time.perf_counter() - t0) / inner)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn(*args)
+            samples[name].append((time.perf_counter() - t0) / inner)
     return samples
 
 
@@ -169,8 +172,7 @@ def _guard_overhead(repeats: int) -> dict:
             for _ in range(20):
                 compiled(*args)
             assert len(backend.graphs) == 1, f"{name}: {len(backend.graphs)} graphs"
-            out[name] = {"compiled": _per_call(compiled, args, 200, repeats),
-                         "eager": _per_call(fn, args, 200, repeats)}
+            out[name] = _per_call({"compiled": compiled, "eager": fn}, args, 200, repeats)
     return out
 
 
