@@ -402,6 +402,22 @@ def test_call_builders_take_one_call_layout_on_every_version(nargs):
     assert call(builders.call_function_ex(True), as_tuple, kwargs) == _collect(*args, c=5)
 
 
+@pytest.mark.parametrize("nargs", [0, 1, 3])
+def test_native_global_call_needs_no_swaps(nargs):
+    """``load_global_native`` + ``call_native``: the global with its NULL where this
+    version's CALL wants it (the compiled frame's call of its graph), no SWAP on 3.13."""
+    def template(a):
+        pass
+
+    insts = builders.resume() + builders.load_global_native("_collect")
+    for v in range(nargs):
+        insts += builders.load_const(v)
+    insts += builders.call_native(nargs) + builders.return_value()
+    assert not any(i.opname == "SWAP" for i in insts)
+    fn = types.FunctionType(bc.assemble(insts, template.__code__), globals())
+    assert fn(0) == _collect(*range(nargs))
+
+
 def test_builders_method_calls_attributes_and_return_const():
     def template(s):
         pass

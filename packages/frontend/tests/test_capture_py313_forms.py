@@ -162,3 +162,29 @@ def test_same_graphs_and_answer_on_every_python(fn, make_args, graphs):
     assert len(backend.graphs) == graphs, [gm.code for gm in backend.graphs]
     _same(compiled(*args), expected)  # the cached entry
     assert len(backend.graphs) == graphs
+
+
+def test_a_compiled_frame_calls_its_graph_without_swaps():
+    """The hot path: a compiled frame loads its graph's global and calls it natively."""
+    from kiln_frontend import convert
+    from kiln_frontend.bytecode import decode
+
+    made = []
+    real = convert._convert_frame
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    def f(x, y):
+        return (x + y).relu()
+
+    convert._convert_frame = spy
+    try:
+        x, y = torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(kiln_compile(f, backend="eager")(x, y), (x + y).relu())
+    finally:
+        convert._convert_frame = real
+    (frame,) = [m for m in made if m is not None]
+    ops = [i.opname for i in decode(frame.fn.__code__)]
+    assert "SWAP" not in ops and "PUSH_NULL" not in ops, ops

@@ -11,7 +11,8 @@ Call layout of generated code.  Every builder that prepares a call takes and lea
 ``[callable, NULL, *args]``, ``call_function``/``call_function_kw``/``call_function_ex`` swap
 the two slots first (three SWAPs).  So code built from these builders (and every tracker's
 ``reconstruct``) is written once.  The exception is the method form, whose layout
-``load_method`` and ``call_method`` keep native on every version.
+``load_method`` and ``call_method`` keep native on every version, as do
+``load_global_native`` and ``call_native`` (the compiled frame's call of its graph).
 """
 
 from __future__ import annotations
@@ -84,6 +85,13 @@ def load_global(name: str, push_null: bool = False) -> list[Instruction]:
     if push_null and versions.NULL_ABOVE_CALLABLE:
         return push_null_() + [_ci("LOAD_GLOBAL", arg=0, argval=name)]
     return [_ci("LOAD_GLOBAL", arg=1 if push_null else 0, argval=name)]
+
+
+def load_global_native(name: str) -> list[Instruction]:
+    """Push global ``name`` with its NULL where this version's CALL wants it (LOAD_GLOBAL's
+    NULL bit: ``[NULL, g]`` before 3.13, ``[g, NULL]`` on 3.13), for ``call_native``: a
+    call on the hot path (a compiled frame calling its graph) needs no swaps on 3.13."""
+    return [_ci("LOAD_GLOBAL", arg=1, argval=name)]
 
 
 def load_attr(name: str) -> list[Instruction]:
@@ -160,12 +168,15 @@ def call_function(nargs: int, push_null_before: bool = False) -> list[Instructio
     return insts
 
 
-def call_method(nargs: int) -> list[Instruction]:
-    """Call after ``load_method(name)`` and ``nargs`` pushed arguments (the method form's
-    layout is native on every version)."""
+def call_native(nargs: int) -> list[Instruction]:
+    """Call with the stack in this version's own layout, ``nargs`` arguments pushed after
+    ``load_method(name)`` or ``load_global_native(name)``."""
     if versions.PY311:
         return [_ci("PRECALL", arg=nargs), _ci("CALL", arg=nargs)]
     return [_ci("CALL", arg=nargs)]
+
+
+call_method = call_native  # the method form's layout is native on every version
 
 
 def call_function_kw(nargs: int, kw_names: Sequence[str],

@@ -652,11 +652,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             return []
         name = self.output.compile_graph(outputs)
         cg = self.new_codegen()
-        cg.load_global(name, push_null=True)
+        cg.extend(builders.load_global_native(name))
         inputs = self.output.graph_inputs
         for _node, source, _real in inputs:
             source.reconstruct(cg)
-        cg.call_function(len(inputs))
+        cg.extend(builders.call_native(len(inputs)))
         if outputs:
             cg.extend(builders.unpack_sequence(len(outputs)))
             for i in range(len(outputs)):
