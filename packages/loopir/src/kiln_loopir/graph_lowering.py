@@ -67,7 +67,7 @@ from .lowering import (
     tensors_in,
     to_dtype,
 )
-from .lowerings.extern import channels_last_strides, runs_channels_last
+from .lowerings.extern import EXTERN_OPS, channels_last_strides, runs_channels_last
 from .sizevars import SizeVarAllocator, SizeVarSource, index_symbol, statically_known_equal, sympify
 
 log = logging.getLogger("kiln.loopir")
@@ -301,8 +301,9 @@ class GraphLowering:
             raise MissingLowering(f"no lowering for {op_name(target)} ({n.format_node()}): add "
                                   "one with @lowering, or declare fallback(op, reason=...) in "
                                   "kiln_loopir/lowerings/fallbacks.py")
-        if fn is not None and not _supported_dtypes(n, meta):
-            fn = None  # complex, float8, wide unsigned...: the aten op handles them
+        if fn is not None and not _supported_dtypes(n, meta) and target not in EXTERN_OPS:
+            fn = None  # complex, float8, wide unsigned...: the aten op handles them (an extern
+            # lowering calls the aten op already: float8's _scaled_mm stays an extern call)
         if fn is not None and self._off_device(meta, args, kwargs):
             fn = None  # computed on another device than the kernels': the aten op runs it there
         out = None
