@@ -61,20 +61,26 @@ def fresh_cache_dirs(prefix: str = "kiln-bench-") -> str:
 
 
 def median_time(fn: Callable[[], Any], *, min_repeat_s: float = 0.05, repeats: int = 7,
-                warmup: int = 3, max_calls: int = 10_000) -> float:
+                warmup: int = 3, max_calls: int = 10_000,
+                sync: Callable[[], Any] = lambda: None) -> float:
     """Median seconds per call of ``fn()``: ``warmup`` calls, then ``repeats`` timed repeats of
-    ``n`` calls each, ``n`` chosen so that one repeat lasts about ``min_repeat_s``."""
+    ``n`` calls each, ``n`` chosen so that one repeat lasts about ``min_repeat_s``. ``sync``
+    (``torch.cuda.synchronize`` on a GPU) runs before each clock read, so queued work counts."""
     for _ in range(warmup):
         fn()
+    sync()
     t0 = time.perf_counter()
     fn()
+    sync()
     one = max(time.perf_counter() - t0, 1e-7)
     n = max(1, min(max_calls, int(min_repeat_s / one)))
     samples = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
+        sync()
         samples.append((time.perf_counter() - t0) / n)
     return statistics.median(samples)
 

@@ -43,3 +43,32 @@ class TokensIn(nn.Module):
         else:
             out = self.model(input_ids=input_ids)
         return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
+def hf_model(config_cls: str, model_cls: str, **config):
+    """``transformers.<model_cls>(<config_cls>(**config))`` with random weights: a model built
+    from its config, as the benchmarks build every transformers model (no download)."""
+    import transformers
+
+    return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
+
+
+def no_dropout(model: nn.Module) -> nn.Module:
+    """Every ``nn.Dropout`` at p=0, so a training step is deterministic and a compiled step's
+    loss can be compared with eager's (configs set their functional dropouts to 0 too)."""
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            m.p = 0.0
+    return model
+
+
+class WhisperEncoderIn(nn.Module):
+    """Whisper's encoder on log-mel features (2 convolutions, then attention); returns the last
+    hidden state."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_features):
+        return self.encoder(input_features=input_features).last_hidden_state
