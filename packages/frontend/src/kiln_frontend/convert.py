@@ -29,7 +29,7 @@ from .bytecode import assemble
 from .collector import user_heap_frozen
 from .exc import InternalError, KilnError, Unsupported
 from .guards import Guard, GuardKind, build_check_fn
-from .logging_utils import INTERNAL_ERRORS, emit
+from .logging_utils import INTERNAL_ERRORS, counters, emit
 from .symbolic import InstructionTranslator, RestartAnalysis
 from .symbolic.translator import num_argument_slots
 
@@ -139,7 +139,6 @@ def _report_internal_error(error: InternalError) -> None:
     """One log line on kiln.internal_errors, always printed (the traceback with
     KILN_VERBOSE / KILN_DEBUG): the frame runs eagerly, so nothing else would say so."""
     from .debug_print import debug_enabled
-    from .eval_frame import counters
 
     counters["internal_errors"] += 1
     message = f"{error} The frame runs eagerly."

@@ -39,7 +39,6 @@ a callback for the current thread), ``on_reset(fn)`` (register state to clear in
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import importlib.util
@@ -55,7 +54,7 @@ from typing import Any
 from . import config
 from .exc import Unsupported
 from .frame_relevance import may_use_torch
-from .logging_utils import RECOMPILES, SKIPS, emit, reset_warnings, warn_once
+from .logging_utils import RECOMPILES, SKIPS, counters, emit, reset_warnings, warn_once
 
 try:
     from . import _evalframe as _C
@@ -81,11 +80,6 @@ with_callback = _C.with_callback
 #: Test seam: replaces kiln_frontend.convert.convert_frame when not None.
 convert_frame_fn: Callable[..., Any] | None = None
 
-#: Event counts since the last reset(): "frames" the callback saw, "skipped" (never-captured
-#: files), "converts" (convert_frame calls), "compiles" (cache entries made), "recompiles"
-#: (misses on a code that had entries), "cache_limit" hits, suppressed "failures",
-#: "internal_errors" (kiln's own bugs while capturing; see convert.py).
-counters: collections.Counter[str] = collections.Counter()
 
 
 def run_without_hook(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,6 +18,7 @@ the env var works without any logging setup.  ``warn_once(key, message)`` issues
 
 from __future__ import annotations
 
+import collections
 import logging
 import sys
 import warnings
@@ -29,6 +30,14 @@ GRAPH_BREAKS = "kiln.graph_breaks"
 GUARDS = "kiln.guards"
 SKIPS = "kiln.skips"
 INTERNAL_ERRORS = "kiln.internal_errors"
+
+#: Event counts since the last ``kiln_frontend.reset()``: "frames" the eval-frame callback
+#: saw, "skipped" (never-captured files), "converts" (convert_frame calls), "compiles" (cache
+#: entries made), "recompiles" (misses on a code that had entries), "cache_limit" hits,
+#: suppressed "failures", "internal_errors" (kiln's own bugs while capturing; see convert.py).
+#: Here, below both, so convert.py counts without importing eval_frame (``eval_frame.counters``
+#: is this object).
+counters: collections.Counter[str] = collections.Counter()
 
 
 class KilnWarning(UserWarning):

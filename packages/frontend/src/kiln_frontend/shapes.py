@@ -48,6 +48,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 
 from .exc import Unsupported
+from .layers import upper
 from .sources import AttrSource, GetItemSource, Source
 from .symbolic.variables.base import NotConstant, VariableTracker
 
@@ -123,12 +124,10 @@ class KilnShapeEnv(ShapeEnv):
 
 def current_user_location() -> str | None:
     """``file:line`` of the instruction the innermost running translator is at."""
-    from .symbolic.translator import InstructionTranslatorBase
-
     frame = sys._getframe(1)
     while frame is not None:
         tx = frame.f_locals.get("self") if frame.f_code.co_name == "step" else None
-        if isinstance(tx, InstructionTranslatorBase) and tx.current_inst is not None:
+        if isinstance(tx, upper.InstructionTranslatorBase) and tx.current_inst is not None:
             lineno = tx.current_inst.lineno
             return f"{tx.code.co_filename}:{lineno}" if lineno is not None else None
         frame = frame.f_back
@@ -239,6 +238,7 @@ def dynamic_dims_for(output: Any, source: Source, value: torch.Tensor) -> tuple[
     return tuple(sorted(d for d in dims if 0 <= d < ndim))
 
 
+@upper.provide
 def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
     """Whether an int/float input at ``source`` is a symbol rather than a constant.  As
     torch.compile's automatic dynamic (``specialize_int``/``specialize_float`` off): the
@@ -267,6 +267,7 @@ def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
     return False
 
 
+@upper.provide
 def make_dynamic_scalar(output: Any, source: Source, value: int | float) -> VariableTracker:
     """The tracker of a dynamic int/float input: its ``Sym(s0)`` placeholder (the
     transformed code passes the value itself); every condition the trace puts on it

@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.proxy import GraphAppendingTracer
 
+from .. import _evalframe
 from ..exc import BackendCompilerFailed, Unsupported
 from ..guards import Guard, GuardKind, GuardSet, TensorGuard, torch_global_state
 from ..sources import KILN_GLOBAL_PREFIX, GlobalSource, Source
@@ -30,11 +31,9 @@ _global_object_counter = itertools.count()
 
 
 def _run_without_hook(fn: Callable) -> Callable:
-    try:
-        from ..eval_frame import run_without_hook  # H1's helper
-    except ImportError:  # pragma: no cover - before H1's module exists
-        return fn
-    return run_without_hook(fn)
+    """``fn`` wrapped to run with this thread's eval-frame hook off (the C extension's
+    ``run_without_hook``, as ``eval_frame.run_without_hook``, a layer above)."""
+    return _evalframe.run_without_hook(fn)
 
 
 def _sanitize(name: str) -> str:

@@ -29,10 +29,8 @@ from typing import Any
 
 from ..bytecode import builders, create_instruction
 from ..exc import Unsupported
+from .variables.attributes import DELETED
 from .variables.base import VariableTracker
-
-#: marks an attribute deleted by the frame
-DELETED = object()
 
 
 @dataclasses.dataclass
@@ -440,10 +438,4 @@ def _contents_key(items: Any) -> Any:
     return [id(v) for v in items]
 
 
-def snapshot_items(items: Any) -> Any:
-    """What ``check_mutable`` keeps of a container from the frame before its first
-    mutation."""
-    return dict(items) if isinstance(items, dict) else list(items)
-
-
-__all__ = ["DELETED", "SideEffects", "delete_subscr", "snapshot_items"]
+__all__ = ["DELETED", "SideEffects", "delete_subscr"]

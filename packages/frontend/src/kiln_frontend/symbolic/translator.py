@@ -32,6 +32,7 @@ from ..bytecode import (
     versions,
 )
 from ..exc import Unsupported
+from ..layers import upper
 from ..sources import (
     BuiltinSource,
     ClosureSource,
@@ -99,6 +100,7 @@ def num_argument_slots(code: types.CodeType) -> int:
     return n
 
 
+@upper.provide
 class InstructionTranslatorBase:
     """Interpreter state and the helpers opcode handlers call."""
 
@@ -177,10 +179,16 @@ class InstructionTranslatorBase:
         try:
             registry.lookup(inst.opname)(self, inst)
         except TracedException as e:  # a traced `raise`: to its `except`, if traced here
-            from .handlers.exceptions import handle_traced_exception
-
-            if not handle_traced_exception(self, inst, e):
+            if not self.jump_to_handler(inst, e):
                 raise
+
+    def jump_to_handler(self, inst, error: TracedException) -> bool:
+        """Jump to the handler of ``inst`` for ``error`` (True), or leave it to the caller
+        (False: no handler in this code); trackers throwing into a paused generator call it
+        on the generator's translator."""
+        from .handlers.exceptions import handle_traced_exception
+
+        return handle_traced_exception(self, inst, error)
 
     def run(self) -> None:
         while not self.done:

@@ -10,22 +10,9 @@ from ..variables.constant import ConstantVariable
 from ..variables.exceptions import (
     ExceptionVariable,
     TracedException,
+    as_exception,
     exception_matches,
-    is_traced_exception_class,
 )
-
-
-def _as_exception(tx, value) -> ExceptionVariable:
-    value = tx.realize(value)
-    if isinstance(value, ExceptionVariable):
-        return value
-    try:
-        cls = value.as_python_constant()
-    except Exception:  # noqa: BLE001 - not a class known at trace time
-        cls = None
-    if is_traced_exception_class(cls):  # ``raise ValueError``
-        return ExceptionVariable.construct(tx, cls, [], {})
-    raise Unsupported(f"raising {value.describe()} in captured code")
 
 
 def handled_exceptions(tx) -> list[ExceptionVariable]:
@@ -47,10 +34,10 @@ def RAISE_VARARGS(tx, inst):
     cause = None
     if inst.arg == 2:
         cause = tx.realize(tx.pop())
-    exc = _as_exception(tx, tx.pop())
+    exc = as_exception(tx, tx.pop())
     if cause is not None:  # ``raise X from Y`` (``from None``: no cause, context hidden)
         exc.cause = None if cause.is_python_constant() and \
-            cause.as_python_constant() is None else _as_exception(tx, cause)
+            cause.as_python_constant() is None else as_exception(tx, cause)
         exc.suppress_context = True
     handled = handled_exceptions(tx)
     if handled and handled[-1] is not exc and exc.context is None:
@@ -61,7 +48,7 @@ def RAISE_VARARGS(tx, inst):
 @handler("RERAISE")
 def RERAISE(tx, inst):
     exc = tx.pop()  # (with an arg, CPython only peeks at the offset below to set f_lasti)
-    raise TracedException(_as_exception(tx, exc))
+    raise TracedException(as_exception(tx, exc))
 
 
 @handler("PUSH_EXC_INFO")
@@ -70,7 +57,7 @@ def PUSH_EXC_INFO(tx, inst):
     handled = handled_exceptions(tx)
     tx.push(handled[-1] if handled else ConstantVariable(None))  # restored by POP_EXCEPT
     tx.push(exc)
-    handled.append(_as_exception(tx, exc))
+    handled.append(as_exception(tx, exc))
 
 
 @handler("POP_EXCEPT")

@@ -16,7 +16,9 @@ imports no other kiln package):
 
 A ``torch._ops.HigherOrderOperator`` without an entry is a graph break naming it. Adding an
 operator: write its capture in a module of this package and ``register(HigherOrderOp(...))``
-there (a second entry for a name or a callable raises); docs/higher-order-ops.md.
+there (a second entry for a name or a callable raises), and import that module in
+``kiln_frontend.symbolic``'s ``__init__`` (this registry, low in the layers, imports none of
+its entries); docs/higher-order-ops.md.
 """
 
 from __future__ import annotations
@@ -75,14 +77,12 @@ def lookup(value: Any) -> HigherOrderOp | None:
 
 
 def registered() -> dict[str, HigherOrderOp]:
-    _load_entries()
     return dict(_BY_NAME)
 
 
 def entry(name: str) -> HigherOrderOp:
     """The entry named ``name`` (an operator reached another way than by calling an object:
     ``Function.apply`` under grad)."""
-    _load_entries()
     return _BY_NAME[name]
 
 
@@ -118,7 +118,6 @@ class UnknownHigherOrderOpVariable(KnownCallableVariable):
 
 def hop_tracker(builder, value: Any) -> VariableTracker | None:
     """The tracker for ``value`` if it is a higher-order operator, else None."""
-    _load_entries()
     op = lookup(value)
     if op is not None:
         if builder.source is not None:
@@ -130,19 +129,3 @@ def hop_tracker(builder, value: Any) -> VariableTracker | None:
         return UnknownHigherOrderOpVariable(value, source=builder.source)
     return None
 
-
-_loaded = False
-
-
-def _load_entries() -> None:
-    """Import the modules that register entries (once; they import this module)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        from . import (  # noqa: F401
-            autograd_function,
-            checkpoint,
-            control_flow,
-            flex_attention,
-            map_scan,
-        )

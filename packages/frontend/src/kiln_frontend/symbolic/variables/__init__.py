@@ -1,10 +1,35 @@
 """Variable trackers: one class per kind of Python value the symbolic interpreter follows.
 
-Importing this package registers every tracker with ``@tracker_for``."""
+Importing this package imports every tracker module, which registers each tracker with
+``@tracker_for`` and each name lower layers reach with ``@upper.provide`` (kiln_frontend/layers.py;
+some modules are imported by no lower one, e.g. ``distributed``)."""
 
-from . import (
-    iterators,  # noqa: F401  (registers set()/frozenset() of an iterator)
-    itertools_vars,  # noqa: F401  (registers itertools/operator constructors)
+from . import (  # noqa: F401
+    attributes,
+    autograd_function,
+    builder,
+    builtins,
+    constant,
+    containers,
+    ctx_managers,
+    deepcopy,
+    distributed,
+    exceptions,
+    functional_call,
+    functions,
+    generator_ctx,
+    iterators,  # (registers set()/frozenset() of an iterator)
+    itertools_vars,  # (registers itertools/operator constructors)
+    misc,
+    model_output,
+    nn_module,
+    numpy_arrays,
+    numpy_values,
+    operators,
+    stdlib,
+    tensor,
+    tensor_subclass,
+    torch,
 )
 from .base import NotConstant, VariableTracker, lookup_tracker, registered_types, tracker_for
 from .builder import VariableBuilder

@@ -30,10 +30,21 @@ from collections.abc import Callable
 from typing import Any
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import VariableTracker
 
 #: "not found" (None is a legitimate attribute value)
 MISSING: Any = object()
+
+#: marks an attribute deleted by the frame (side_effects.py records it; read here too)
+DELETED: Any = object()
+
+
+def is_slot_of(cls: type, name: str, attr: Any) -> bool:
+    """``attr``, what ``cls``'s MRO has under ``name``, is a ``__slots__`` member of one of
+    its classes (read and written in the object's ``slots``, not its ``__dict__``)."""
+    return type(attr) is types.MemberDescriptorType and attr.__objclass__ in cls.__mro__ and \
+        attr.__name__ == name
 
 
 class MissingAttribute(Exception):
@@ -118,14 +129,12 @@ class AttributeOwner:
         """No attribute ``name`` at all: AttributeError raised in the traced code, where a
         traced ``except AttributeError`` (``getattr`` with a default) catches it as in eager;
         for an object with a source, guarded on the attribute staying absent."""
-        from .exceptions import raise_traced
-
         source = getattr(self, "source", None)
         if source is not None:
             from ...guards import Guard, GuardKind
 
             tx.output.guards.add(Guard(source, GuardKind.HASATTR, (name, False)))
-        raise_traced(AttributeError, f"{self.lookup_class().__qualname__!r} object has no "
+        upper.raise_traced(AttributeError, f"{self.lookup_class().__qualname__!r} object has no "
                                      f"attribute {name!r}")
 
 
@@ -133,11 +142,9 @@ class AttributeOwner:
 
 
 def _property(tx, obj, cls, name, attr, klass):
-    from .functions import call_property
-
     if not isinstance(attr.fget, types.FunctionType):
         return obj.lookup_real(tx, name, "a property whose getter is not Python")
-    return call_property(tx, cls, name, attr, obj)
+    return upper.call_property(tx, cls, name, attr, obj)
 
 
 def _function(tx, obj, cls, name, attr, klass):
@@ -157,14 +164,12 @@ def _classmethod(tx, obj, cls, name, attr, klass):
 def _cached_property(tx, obj, cls, name, attr, klass):
     """Not cached yet (a cached value sits in the instance dict and is found first): the
     getter runs and its value is cached, as ``cached_property.__get__`` does."""
-    from .functions import UserFunctionVariable, guard_class_member
-
     if getattr(obj, "source", None) is not None:
         # run it now, on the real object: it runs once in eager too, and from then on the
         # value is an instance entry (read, and guarded, through the source)
         return obj.lookup_real(tx, name, "cached_property")
-    guard_class_member(tx, cls, name, attr)
-    value = UserFunctionVariable(attr.func).call_function(tx, [obj], {})
+    upper.guard_class_member(tx, cls, name, attr)
+    value = upper.UserFunctionVariable(attr.func).call_function(tx, [obj], {})
     obj.lookup_cache(tx, name, value)
     return value
 
@@ -172,8 +177,6 @@ def _cached_property(tx, obj, cls, name, attr, klass):
 def _member_slot(tx, obj, cls, name, attr, klass):
     """A ``__slots__`` member: an object made by the frame keeps its slots' trackers; any
     other is read for real (guarded through its source)."""
-    from .misc import is_slot_of
-
     read_slot = getattr(obj, "read_slot", None)
     if read_slot is not None and getattr(obj, "source", None) is None and \
             is_slot_of(cls, name, attr):
@@ -194,9 +197,7 @@ DESCRIPTORS: dict[type, Callable[..., VariableTracker]] = {
 
 
 def _dunder_class(tx, obj, cls, name, attr, klass):
-    from .misc import wrap_class
-
-    return wrap_class(cls)  # the class is fixed by the object's guards
+    return upper.wrap_class(cls)  # the class is fixed by the object's guards
 
 
 #: descriptors handled by identity, before their type's entry in DESCRIPTORS
@@ -221,9 +222,7 @@ def _descriptor(tx, obj, cls: type, name: str, attr: Any, klass: type) -> Variab
 
 
 def _class_of(cls: type) -> VariableTracker:
-    from .misc import wrap_class
-
-    return wrap_class(cls)
+    return upper.wrap_class(cls)
 
 
 def python_slot(attr: Any, slot: str) -> types.FunctionType | None:
@@ -316,9 +315,8 @@ def is_attribute_error(error: Unsupported) -> bool:
     """Whether a lookup that failed while tracing raised AttributeError in the traced code
     (any other failure, a graph break naming one included, stays a graph break: guessing
     from its text could turn a kiln limitation into a wrong False)."""
-    from .exceptions import TracedException
 
-    return isinstance(error, TracedException) and issubclass(error.exc.cls, AttributeError)
+    return isinstance(error, upper.TracedException) and issubclass(error.exc.cls, AttributeError)
 
 
 def traced_hasattr(tx, obj: AttributeOwner, in_instance: bool, name: str) -> bool:
@@ -351,8 +349,6 @@ def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
     Python setter is inlined (its own stores are then recorded as usual); True when done.
     A user descriptor's Python ``__set__`` is inlined for an object made by the frame.
     Other data descriptors (slots, C setters) are left to the caller."""
-    from .functions import UserFunctionVariable, guard_class_member
-
     attr = data_descriptor_setter(cls, name)
     if attr is not MISSING and not isinstance(attr, property) and \
             getattr(obj, "source", None) is None and python_slot(attr, "__set__") is not None:
@@ -367,8 +363,8 @@ def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
                           "setter")
     if not isinstance(attr.fset, types.FunctionType):
         raise Unsupported(f"property {name!r} of {cls.__qualname__} with a C setter")
-    guard_class_member(tx, cls, name, attr)
-    UserFunctionVariable(attr.fset).call_function(tx, [obj, value], {})
+    upper.guard_class_member(tx, cls, name, attr)
+    upper.UserFunctionVariable(attr.fset).call_function(tx, [obj, value], {})
     return True
 
 
@@ -422,8 +418,6 @@ def hasattr_after_frame_store(tx, obj: VariableTracker, name: str) -> bool | Non
     not.  After ``del obj.name`` only a class attribute is left (nn.Module's
     ``__delattr__`` removes the name from its tables too)."""
     from torch import nn
-
-    from ..side_effects import DELETED
 
     entry = tx.output.side_effects.attr_mutations.get(id(obj))
     if entry is None or name not in entry.stores:

@@ -4,14 +4,17 @@ registry that says which tracker wraps a real object of a given type."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...exc import Unsupported
+from ...layers import upper
 from ...sources import Source
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..codegen import PyCodegen
-    from ..translator import InstructionTranslatorBase
+#: what trackers are handed as ``tx`` (``translator.InstructionTranslatorBase``) and as
+#: ``codegen`` (``codegen.PyCodegen``): both live layers above the trackers (layers.py), so
+#: trackers call their methods and never import them
+Translator = Any
+Codegen = Any
 
 
 class NotConstant(Exception):
@@ -64,33 +67,31 @@ class VariableTracker:
 
     # -- behaviour --------------------------------------------------------------------
 
-    def var_getattr(self, tx: InstructionTranslatorBase, name: str) -> VariableTracker:
+    def var_getattr(self, tx: Translator, name: str) -> VariableTracker:
         raise Unsupported(f"attribute {name!r} of {self.describe()}")
 
-    def call_function(self, tx: InstructionTranslatorBase, args: list[VariableTracker],
+    def call_function(self, tx: Translator, args: list[VariableTracker],
                       kwargs: dict[str, VariableTracker]) -> VariableTracker:
         raise Unsupported(f"call to {self.describe()}")
 
-    def call_method(self, tx: InstructionTranslatorBase, name: str,
+    def call_method(self, tx: Translator, name: str,
                     args: list[VariableTracker],
                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
-    def has_unpack_var_sequence(self, tx: InstructionTranslatorBase) -> bool:
+    def has_unpack_var_sequence(self, tx: Translator) -> bool:
         return False
 
-    def unpack_var_sequence(self, tx: InstructionTranslatorBase) -> list[VariableTracker]:
+    def unpack_var_sequence(self, tx: Translator) -> list[VariableTracker]:
         raise Unsupported(f"iterating over {self.describe()}")
 
-    def iter_var(self, tx: InstructionTranslatorBase) -> VariableTracker:
+    def iter_var(self, tx: Translator) -> VariableTracker:
         """``iter(value)``: an iterator tracker with ``next_item(tx)``.  Default: over the
         items as they are now; containers override it with live iterators (a list grown
         while iterated is seen, a dict resized raises as in eager)."""
-        from .containers import ListIteratorVariable
+        return upper.ListIteratorVariable(tx.unpack_sequence(self))
 
-        return ListIteratorVariable(tx.unpack_sequence(self))
-
-    def truth_value(self, tx: InstructionTranslatorBase) -> bool:
+    def truth_value(self, tx: Translator) -> bool:
         """``bool(value)`` at trace time, or raise Unsupported."""
         try:
             return bool(self.as_python_constant())
@@ -103,7 +104,7 @@ class VariableTracker:
 
     # -- code generation --------------------------------------------------------------
 
-    def reconstruct(self, codegen: PyCodegen) -> None:
+    def reconstruct(self, codegen: Codegen) -> None:
         """Emit bytecode that pushes this value.  Default: reload it from its source."""
         if self.source is not None:
             self.source.reconstruct(codegen)
@@ -157,7 +158,7 @@ class KnownCallableVariable(VariableTracker):
     def describe(self) -> str:
         return f"{type(self).__name__}({self.name})"
 
-    def reconstruct(self, codegen: PyCodegen) -> None:
+    def reconstruct(self, codegen: Codegen) -> None:
         if self.source is not None:
             return self.source.reconstruct(codegen)
         codegen.load_const_object(self.fn)

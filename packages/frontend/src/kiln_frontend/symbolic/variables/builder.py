@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...guards import Guard, GuardKind, identity_guards
+from ...layers import upper
 from ...sources import AttrSource, Source
-from .base import VariableTracker, lookup_tracker
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..translator import InstructionTranslatorBase
+from .base import Translator, VariableTracker, lookup_tracker
 
 
 class VariableBuilder:
-    def __init__(self, tx: InstructionTranslatorBase, source: Source | None, *,
+    def __init__(self, tx: Translator, source: Source | None, *,
                  guard: bool = True):
         self.tx = tx
         self.source = source
@@ -147,10 +145,9 @@ def has_identity(vt: VariableTracker) -> bool:
     (one graph value per tensor). Such an object gets one tracker per trace."""
     from .containers import ConstDictVariable, ListVariable, SetVariable
     from .misc import UserDefinedObjectVariable
-    from .nn_module import NNModuleVariable
     from .tensor import TensorVariable
     from .torch import PythonModuleVariable
 
     return isinstance(vt, (ListVariable, ConstDictVariable, SetVariable,
-                           UserDefinedObjectVariable, NNModuleVariable, PythonModuleVariable,
+                           UserDefinedObjectVariable, upper.NNModuleVariable, PythonModuleVariable,
                            TensorVariable))

@@ -18,6 +18,7 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
+from ...layers import upper
 from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .functions import (
@@ -27,12 +28,8 @@ from .functions import (
     SuperVariable,
     UserFunctionVariable,
 )
-from .handler_table import HandlerTable
+from .handler_table import BUILTIN_CALLS, builtin_handler
 from .operators import OPERATOR_FUNCTIONS, call_operator, constant_args, has_tensor, known_object
-
-#: builtin -> handler(tx, args, kwargs) returning a tracker or None (not a call it knows)
-BUILTIN_CALLS = HandlerTable("builtin calls")
-builtin_handler = BUILTIN_CALLS.register
 
 #: builtins run on constant arguments while tracing (their result is a constant)
 FOLDABLE_BUILTINS = frozenset({
@@ -48,6 +45,7 @@ BUILTIN_CLASSES = frozenset({
     int, float, bool, str, tuple, list, dict, set, frozenset, slice, range, enumerate, zip,
     reversed, type, bytes, complex, object, super, map, filter,
 })
+upper.provide(BUILTIN_CLASSES, name="BUILTIN_CLASSES")
 
 
 #: builtins that keep a dynamic int/float symbolic (a graph node) instead of specializing
@@ -85,6 +83,7 @@ def is_builtin_callable(value: Any) -> bool:
             getattr(value, "__module__", None) in ("builtins", "_operator", "operator"))
 
 
+@upper.provide
 @tracker_for(types.BuiltinFunctionType)
 class BuiltinVariable(KnownCallableVariable):
     """``len``, ``isinstance``, ``range``, ``operator.add``...: folded on constants, turned
@@ -574,6 +573,7 @@ def _b_delattr(tx, args, kwargs):
     return ConstantVariable(None)
 
 
+@upper.provide(name="traced_sorted")
 @builtin_handler(sorted)
 def _b_sorted(tx, args, kwargs):
     if len(args) != 1:
@@ -662,6 +662,7 @@ def _b_id(tx, args, kwargs):
     return ConstantVariable(id(obj))
 
 
+@upper.provide
 class ObjectIdVariable(VariableTracker):
     """``id(obj)`` of an object made while tracing: its number is not known before the
     frame runs, so it is only compared (``==``/``!=``: the same tracker, the same object,

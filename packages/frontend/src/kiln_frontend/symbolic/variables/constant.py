@@ -6,16 +6,14 @@ import enum
 import operator
 import types
 import typing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
-from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..codegen import PyCodegen
+from ...layers import upper
+from .base import BoundMethodVariable, Codegen, NotConstant, VariableTracker, tracker_for
 
 #: types whose values are immutable and compared by value: safe to fold at trace time
 CONSTANT_TYPES: tuple[type, ...] = (
@@ -46,14 +44,12 @@ def _enum_member(tx, member: ConstantVariable, name: str) -> VariableTracker | N
     (inlined, guarded on the class's entry)."""
     import inspect
 
-    from .functions import call_property, method_of_pinned_class
-
     cls = type(member.value)
     attr = inspect.getattr_static(cls, name, None)
     if isinstance(attr, types.FunctionType):
-        return method_of_pinned_class(tx, cls, name, attr, member)
+        return upper.method_of_pinned_class(tx, cls, name, attr, member)
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        return call_property(tx, cls, name, attr, member)
+        return upper.call_property(tx, cls, name, attr, member)
     return None
 
 
@@ -69,13 +65,11 @@ class ConstantVariable(VariableTracker):
     @classmethod
     def wrap(cls, builder, value):
         if type(value) in (int, float) and builder.source is not None and builder.guard:
-            from ... import shapes
-
             output = builder.tx.output
-            if shapes.scalar_is_dynamic(output, builder.source, value):
+            if upper.scalar_is_dynamic(output, builder.source, value):
                 # automatic dynamic (shapes.py): a symbol guarded by its type, not its value
                 builder.install_guard(GuardKind.TYPE_MATCH, type(value))
-                return shapes.make_dynamic_scalar(output, builder.source, value)
+                return upper.make_dynamic_scalar(output, builder.source, value)
         builder.install_guard(GuardKind.CONSTANT_MATCH, value)
         return cls(value, source=builder.source)
 
@@ -83,13 +77,9 @@ class ConstantVariable(VariableTracker):
     def create(cls, value: Any) -> VariableTracker:
         """A tracker for a constant made during tracing (tuples become TupleVariable)."""
         if type(value) is tuple:
-            from .containers import TupleVariable
-
-            return TupleVariable([cls.create(v) for v in value])
+            return upper.TupleVariable([cls.create(v) for v in value])
         if type(value) is list:
-            from .containers import ListVariable
-
-            return ListVariable([cls.create(v) for v in value])
+            return upper.ListVariable([cls.create(v) for v in value])
         return cls(value)
 
     def as_python_constant(self) -> Any:
@@ -133,7 +123,7 @@ class ConstantVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
-    def reconstruct(self, codegen: PyCodegen) -> None:
+    def reconstruct(self, codegen: Codegen) -> None:
         codegen.load_const(self.value)
 
     def describe(self) -> str:
@@ -143,11 +133,9 @@ class ConstantVariable(VariableTracker):
 def _consumed(tx, arg: VariableTracker) -> VariableTracker:
     """A traced iterator (a generator expression...) given to a method that consumes it
     whole (``str.join``): a tuple of its items, produced in eager's order."""
-    from .containers import IteratorVariable, TupleVariable
-
     arg = tx.realize(arg)
-    if isinstance(arg, IteratorVariable):
-        return TupleVariable([tx.realize(v) for v in arg.unpack_var_sequence(tx)])
+    if isinstance(arg, upper.IteratorVariable):
+        return upper.TupleVariable([tx.realize(v) for v in arg.unpack_var_sequence(tx)])
     return arg
 
 
@@ -174,9 +162,7 @@ class ConstantMethodVariable(BoundMethodVariable):
 
 def wrap_constant_result(result: Any, *, what: str) -> VariableTracker:
     if type(result) is set and all(is_constant_value(v) for v in result):
-        from .containers import SetVariable
-
-        return SetVariable([ConstantVariable.create(v) for v in result])
+        return upper.SetVariable([ConstantVariable.create(v) for v in result])
     if is_constant_value(result) or type(result) in (list, tuple):
         if type(result) in (list, tuple) and not all(is_constant_value(v) for v in result):
             raise Unsupported(f"{what} returned a non-constant")

@@ -7,9 +7,16 @@ from typing import Any
 
 from ...exc import Unsupported
 from ...guards import GuardKind
+from ...layers import upper
 from ...sources import GetItemSource
 from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
+
+
+def snapshot_items(items: Any) -> Any:
+    """What ``check_mutable`` keeps of a container from the frame before its first
+    mutation (side_effects.py compares the items with it)."""
+    return dict(items) if isinstance(items, dict) else list(items)
 
 
 def _const_index(tx, index: VariableTracker) -> Any:
@@ -62,9 +69,7 @@ class BaseSequenceVariable(VariableTracker):
         try:
             return self.items[idx]
         except (IndexError, TypeError) as e:
-            from .exceptions import raise_traced_from
-
-            raise_traced_from(e, f"indexing a {self.python_cls.__name__}")
+            upper.raise_traced_from(e, f"indexing a {self.python_cls.__name__}")
 
     def children(self):
         return list(self.items)
@@ -88,6 +93,7 @@ class BaseSequenceVariable(VariableTracker):
                 for i, v in enumerate(value)]
 
 
+@upper.provide
 @tracker_for(tuple)
 class TupleVariable(BaseSequenceVariable):
     python_cls = tuple
@@ -127,13 +133,9 @@ class TupleVariable(BaseSequenceVariable):
                 raise Unsupported(f"{self.tuple_cls.__qualname__} has no attribute "
                                   f"{name!r}") from None
             if isinstance(static, types.FunctionType):
-                from .functions import method_of_pinned_class
-
-                return method_of_pinned_class(tx, self.tuple_cls, name, static, self)
+                return upper.method_of_pinned_class(tx, self.tuple_cls, name, static, self)
             if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-                from .functions import call_property
-
-                return call_property(tx, self.tuple_cls, name, static, self)
+                return upper.call_property(tx, self.tuple_cls, name, static, self)
         raise Unsupported(f"attribute {name!r} of a tuple")
 
     def reconstruct(self, codegen):
@@ -160,6 +162,7 @@ def _is_namedtuple(cls: type) -> bool:
     return issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
 
 
+@upper.provide
 @tracker_for(list)
 class ListVariable(BaseSequenceVariable):
     python_cls = list
@@ -175,8 +178,6 @@ class ListVariable(BaseSequenceVariable):
         # a container from the frame: the mutation is replayed after the graph
         # (symbolic/side_effects.py compares the items with this snapshot)
         if self.source is not None and getattr(self, "original_items", None) is None:
-            from ..side_effects import snapshot_items
-
             self.original_items = snapshot_items(self.items)
 
     def var_getattr(self, tx, name):
@@ -213,9 +214,7 @@ class SequenceMethodVariable(BoundMethodVariable):
         none = ConstantVariable(None)
         if name == "sort" and not args:
             # the order sorted() gives (same key calls, stable, reverse keeps ties' order)
-            from .builtins import _b_sorted
-
-            ordered = _b_sorted(tx, [ListVariable(list(obj.items))], kwargs)
+            ordered = upper.traced_sorted(tx, [ListVariable(list(obj.items))], kwargs)
             if ordered is None:
                 raise Unsupported(f"{self.describe()} with these arguments")
             obj.check_mutable("list.sort")
@@ -249,9 +248,7 @@ class SequenceMethodVariable(BoundMethodVariable):
             try:
                 return obj.items.pop(idx)
             except (IndexError, TypeError) as e:
-                from .exceptions import raise_traced_from
-
-                raise_traced_from(e, "list.pop")
+                upper.raise_traced_from(e, "list.pop")
         if name == "clear" and not args:
             obj.check_mutable("list.clear")
             obj.items.clear()
@@ -271,29 +268,23 @@ class SequenceMethodVariable(BoundMethodVariable):
             try:
                 return ConstantVariable(getattr(values, name)(target))
             except ValueError as e:  # list.index of a missing item
-                from .exceptions import raise_traced_from
-
-                raise_traced_from(e, f"{self.describe()}")
+                upper.raise_traced_from(e, f"{self.describe()}")
         raise Unsupported(f"{self.describe()} with these arguments")
 
 
 def _first_equal(tx, items: list[VariableTracker], value: VariableTracker, what: str) -> int:
     """The index of the first item that is ``value`` or equals it (CPython's identity-then-
     ``==`` test), decided on identity and constants; ValueError (traced) when none is."""
-    from .operators import is_op
-
     for i, item in enumerate(items):
         item = tx.realize(item)
-        if is_op(tx, item, value, negate=False).as_python_constant():
+        if upper.is_op(tx, item, value, negate=False).as_python_constant():
             return i
         if not (item.is_python_constant() and value.is_python_constant()):
             raise Unsupported(f"{what}: comparing {item.describe()} with "
                               f"{value.describe()}")
         if item.as_python_constant() == value.as_python_constant():
             return i
-    from .exceptions import raise_traced
-
-    raise_traced(ValueError, f"{what}(x): x not in list")
+    upper.raise_traced(ValueError, f"{what}(x): x not in list")
 
 
 @tracker_for(dict, collections.OrderedDict)
@@ -355,16 +346,12 @@ class ConstDictVariable(VariableTracker):
         # a container from the frame: the mutation is replayed after the graph
         # (symbolic/side_effects.py compares the items with this snapshot)
         if self.source is not None and getattr(self, "original_items", None) is None:
-            from ..side_effects import snapshot_items
-
             self.original_items = snapshot_items(self.items)
 
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key)
         if k not in self.items:
-            from .exceptions import raise_traced
-
-            raise_traced(KeyError, k)  # caught by a traced `except KeyError`, else a break
+            upper.raise_traced(KeyError, k)  # caught by a traced `except KeyError`, else a break
         return self.items[k]
 
     def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
@@ -379,9 +366,7 @@ class ConstDictVariable(VariableTracker):
 
             static = inspect.getattr_static(self.dict_cls, name, None)
             if isinstance(static, types.FunctionType):
-                from .functions import method_of_pinned_class
-
-                return method_of_pinned_class(tx, self.dict_cls, name, static, self)
+                return upper.method_of_pinned_class(tx, self.dict_cls, name, static, self)
         return self.builtin_method(tx, name)
 
     def builtin_method(self, tx, name):
@@ -443,17 +428,13 @@ class DictMethodVariable(BoundMethodVariable):
                 return obj.items.pop(k)
             if len(args) == 2:
                 return args[1]
-            from .exceptions import raise_traced
-
-            raise_traced(KeyError, k)
+            upper.raise_traced(KeyError, k)
         if name == "popitem" and not args and (
                 not kwargs or obj.dict_cls is collections.OrderedDict and set(kwargs) <= {"last"}):
             # the last item (an OrderedDict's first with last=False)
             last = kwargs["last"].as_python_constant() if kwargs else True
             if not obj.items:
-                from .exceptions import raise_traced
-
-                raise_traced(KeyError, "popitem(): dictionary is empty")
+                upper.raise_traced(KeyError, "popitem(): dictionary is empty")
             obj.check_mutable("dict.popitem")
             k = next(reversed(obj.items)) if last else next(iter(obj.items))
             return TupleVariable([ConstantVariable.create(k), obj.items.pop(k)])
@@ -472,9 +453,7 @@ class DictMethodVariable(BoundMethodVariable):
             k = _const_index(tx, args[0])
             last = kwargs["last"].as_python_constant() if kwargs else True
             if k not in obj.items:
-                from .exceptions import raise_traced
-
-                raise_traced(KeyError, k)
+                upper.raise_traced(KeyError, k)
             obj.check_mutable("OrderedDict.move_to_end")
             v = obj.items.pop(k)
             rest = {} if last else dict(obj.items)
@@ -486,6 +465,7 @@ class DictMethodVariable(BoundMethodVariable):
         raise Unsupported(f"dict.{name} with these arguments")
 
 
+@upper.provide
 class IteratorVariable(VariableTracker):
     """An iterator: ``next_item(tx)`` advances it by one item (None once exhausted).
     Consuming it whole advances it item by item, so whatever producing an item does (a
@@ -523,6 +503,7 @@ def _iter_at(seq, index: int):
     return it
 
 
+@upper.provide
 class ListIteratorVariable(IteratorVariable):
     """An iterator over a list of items.  With ``seq`` (a list/tuple tracker) ``items`` is
     that tracker's own item list, read at each step as CPython's list iterator does."""
@@ -621,10 +602,8 @@ class DictViewVariable(VariableTracker):
         return DictIteratorVariable(self.dict, self.kind)
 
     def contains(self, tx, item: VariableTracker) -> VariableTracker:
-        from .operators import contains_op
-
         if self.kind == "values":
-            return contains_op(tx, TupleVariable(list(self.dict.items.values())), item)
+            return upper.contains_op(tx, TupleVariable(list(self.dict.items.values())), item)
         if self.kind == "keys":
             return ConstantVariable(_const_index(tx, item) in self.dict.items)
         pair = tx.unpack_sequence(item)
@@ -633,7 +612,7 @@ class DictViewVariable(VariableTracker):
         key = _const_index(tx, pair[0])
         if key not in self.dict.items:
             return ConstantVariable(False)
-        return contains_op(tx, TupleVariable([self.dict.items[key]]), pair[1])
+        return upper.contains_op(tx, TupleVariable([self.dict.items[key]]), pair[1])
 
     def reconstruct(self, codegen):
         codegen(self.dict)
@@ -680,10 +659,8 @@ class DictIteratorVariable(IteratorVariable):
             self.exhausted = True
             return None
         except RuntimeError as e:  # changed size (or keys) during iteration
-            from .exceptions import raise_traced
-
             self.exhausted = True  # sticky, as in CPython
-            raise_traced(RuntimeError, *e.args)
+            upper.raise_traced(RuntimeError, *e.args)
         self.index += 1
         return _view_item(self.container, self.kind, key)
 
@@ -772,9 +749,7 @@ def _set_key(tx, item: VariableTracker) -> Any:
         key = item.as_python_constant()
         hash(key)
     except (NotConstant, TypeError):
-        from .nn_module import NNModuleVariable
-
-        module = getattr(item, "module", None) if isinstance(item, NNModuleVariable) else None
+        module = getattr(item, "module", None) if isinstance(item, upper.NNModuleVariable) else None
         if module is not None and type(module).__hash__ is object.__hash__ and \
                 type(module).__eq__ is object.__eq__:
             return ItemById(module)
@@ -782,6 +757,7 @@ def _set_key(tx, item: VariableTracker) -> Any:
     return key
 
 
+@upper.provide
 @tracker_for(set)
 class SetVariable(VariableTracker):
     """A set of constants (hashable values known at trace time)."""
@@ -897,9 +873,7 @@ class SetMethodVariable(BoundMethodVariable):
             obj.check_mutable(f"set.{name}")
             key = _set_key(tx, args[0])
             if key not in obj.items and name == "remove":
-                from .exceptions import raise_traced
-
-                raise_traced(KeyError, key)
+                upper.raise_traced(KeyError, key)
             obj.items.pop(key, None)
             obj.shadow.discard(key)
             obj.resync()

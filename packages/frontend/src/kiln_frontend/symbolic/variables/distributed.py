@@ -28,6 +28,7 @@ from typing import Any
 
 from ...exc import Unsupported
 from ...guards import GuardKind
+from ...layers import upper
 from .base import NotConstant, VariableTracker
 
 __all__ = ["DistributedConstantVariable", "DTensorCallVariable", "PlacementClassVariable",
@@ -215,6 +216,7 @@ def wrap_distributed(builder, value: Any) -> VariableTracker | None:
     return None
 
 
+@upper.provide
 def dtensor_attribute(tx, tensor, name: str) -> VariableTracker | None:
     """``t.<name>`` of a DTensor tracker (``to_local``, ``redistribute``, ``full_tensor``,
     ``placements``, ``device_mesh``), None where ``t`` is no DTensor or ``name`` is another."""

@@ -13,6 +13,7 @@ import builtins
 from typing import Any
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import NotConstant, VariableTracker
 
 
@@ -39,12 +40,10 @@ class ExceptionVariable(_frame_object_base()):
         import inspect
         import types
 
-        from .functions import method_of_pinned_class
-
         init = inspect.getattr_static(exc_cls, "__init__")
         var = cls(exc_cls, list(args))
         if isinstance(init, types.FunctionType):  # a user __init__: inlined on the object
-            result = tx.call_function(method_of_pinned_class(tx, exc_cls, "__init__", init,
+            result = tx.call_function(upper.method_of_pinned_class(tx, exc_cls, "__init__", init,
                                                              var), list(args), dict(kwargs))
             if not (result.is_python_constant() and result.as_python_constant() is None):
                 raise Unsupported(f"{exc_cls.__qualname__}.__init__ returned a value")
@@ -192,6 +191,22 @@ def is_traced_exception_class(cls: Any) -> bool:
     return is_builtin_exception(cls) or is_user_exception(cls)
 
 
+def as_exception(tx, value) -> ExceptionVariable:
+    """What ``raise value`` / ``gen.throw(value)`` raises: an exception tracker, or a
+    traced exception class called with no arguments."""
+    value = tx.realize(value)
+    if isinstance(value, ExceptionVariable):
+        return value
+    try:
+        cls = value.as_python_constant()
+    except Exception:  # noqa: BLE001 - not a class known at trace time
+        cls = None
+    if is_traced_exception_class(cls):  # ``raise ValueError``
+        return ExceptionVariable.construct(tx, cls, [], {})
+    raise Unsupported(f"raising {value.describe()} in captured code")
+
+
+@upper.provide
 class TracedException(Unsupported):
     """A traced ``raise`` on its way to a handler; uncaught, a graph break."""
 
@@ -200,6 +215,7 @@ class TracedException(Unsupported):
         super().__init__(f"{exc.cls.__name__} raised in captured code and not caught there")
 
 
+@upper.provide
 def raise_traced(cls: type, *args: Any) -> None:
     """Raise ``cls(*args)`` (constants) as the traced code would (caught by a traced
     ``except``, else a graph break)."""
@@ -213,6 +229,7 @@ def raise_traced(cls: type, *args: Any) -> None:
 _RAISED_IN_TRACE = (ArithmeticError, LookupError, ValueError, StopIteration)
 
 
+@upper.provide
 def raise_traced_from(error: BaseException, what: str) -> None:
     """An operation run on trace-time constants raised ``error``: eager raises the same
     there, so raise it in the traced code (``raise_traced``); an exception of a class

@@ -15,6 +15,7 @@ import inspect
 from typing import Any
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import NotConstant, VariableTracker
 
 
@@ -86,7 +87,6 @@ def functional_call(tx, args: list[VariableTracker], kwargs: dict[str, VariableT
     """The handler of ``torch.func.functional_call`` (a TORCH_SPECIAL_FUNCTIONS entry)."""
     from .constant import ConstantVariable
     from .containers import TupleVariable
-    from .nn_module import NNModuleVariable
 
     try:
         bound = _SIGNATURE.bind(*args, **kwargs)
@@ -94,7 +94,7 @@ def functional_call(tx, args: list[VariableTracker], kwargs: dict[str, VariableT
         raise Unsupported(f"functional_call: {e}") from None
     a = bound.arguments
     module_var = tx.realize(a["module"])
-    if not isinstance(module_var, NNModuleVariable):
+    if not isinstance(module_var, upper.NNModuleVariable):
         raise Unsupported(f"functional_call on {module_var.describe()}, not a module")
     module = module_var.module
     tie_weights = _constant(a.get("tie_weights"), "tie_weights", True)

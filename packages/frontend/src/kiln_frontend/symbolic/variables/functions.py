@@ -12,6 +12,7 @@ from typing import Any
 from ...bytecode import builders
 from ...exc import Unsupported
 from ...guards import Guard, GuardKind
+from ...layers import upper
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 from .operators import constant_args, known_object
@@ -32,6 +33,7 @@ def check_inlinable(fn: types.FunctionType) -> None:
         raise Unsupported(f"call to {fn.__module__}.{fn.__qualname__} ({decision.why})")
 
 
+@upper.provide
 @tracker_for(types.FunctionType)
 class UserFunctionVariable(VariableTracker):
     """A Python function from the user's code: calling it inlines its bytecode."""
@@ -140,6 +142,7 @@ class UserFunctionVariable(VariableTracker):
         return f"UserFunctionVariable({self.fn.__qualname__})"
 
 
+@upper.provide
 def method_of_class(tx, fn: types.FunctionType, obj: VariableTracker, source) -> VariableTracker:
     """``obj.<name>`` found on ``obj``'s class: the bound method, with an ID_MATCH guard on
     ``<source>.__func__``, so that replacing the method on the class, or shadowing it with an
@@ -152,6 +155,7 @@ def method_of_class(tx, fn: types.FunctionType, obj: VariableTracker, source) ->
     return UserMethodVariable(fn, obj, source=source)
 
 
+@upper.provide
 def method_of_pinned_class(tx, cls: type, name: str, fn: types.FunctionType,
                            obj: VariableTracker) -> VariableTracker:
     """``obj.<name>`` found on ``cls`` for an object without a source (made in the frame): the
@@ -161,6 +165,7 @@ def method_of_pinned_class(tx, cls: type, name: str, fn: types.FunctionType,
     return UserMethodVariable(fn, obj)
 
 
+@upper.provide
 def guard_class_member(tx, cls: type, name: str, member: Any) -> None:
     """ID_MATCH on ``cls.<name>`` (the class pinned as a global): a method, ``__init__`` or
     property getter that the frame inlined must still be the class's."""
@@ -170,6 +175,7 @@ def guard_class_member(tx, cls: type, name: str, member: Any) -> None:
     tx.output.guards.add(Guard(src, GuardKind.ID_MATCH, id(member), "class member"))
 
 
+@upper.provide
 def call_property(tx, cls: type, name: str, prop: property, obj: VariableTracker):
     """``obj.<name>`` for a Python property of ``cls``: its getter inlined (guarded)."""
     guard_class_member(tx, cls, name, prop)
@@ -498,6 +504,7 @@ class NoOpVariable(VariableTracker):
         return f"NoOpVariable({self.name})"
 
 
+@upper.provide
 @tracker_for(functools.partial)
 class PartialVariable(VariableTracker):
     """``functools.partial(func, *args, **keywords)``: calling it calls ``func`` with the

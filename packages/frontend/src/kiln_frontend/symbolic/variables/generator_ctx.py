@@ -39,7 +39,6 @@ def throw_into_generator(gen_tx, exc, started: bool) -> VariableTracker | None:
     """``gen.throw(exc)``: ``exc`` raised at the paused ``yield`` (at the start of a
     generator not started yet), to the body's handler for it, then on to the next
     ``yield``; with no handler it propagates (TracedException)."""
-    from ..handlers.exceptions import handle_traced_exception
     from .exceptions import TracedException
 
     error = TracedException(exc)
@@ -49,7 +48,7 @@ def throw_into_generator(gen_tx, exc, started: bool) -> VariableTracker | None:
     if gen_tx.ip >= 2 and gen_tx.instructions[gen_tx.ip - 2].opname == "SEND":
         raise Unsupported("throw()/close() into a generator paused in `yield from`")
     gen_tx.paused_at_yield = False
-    if not handle_traced_exception(gen_tx, at, error):
+    if not gen_tx.jump_to_handler(at, error):
         raise error
     return _run_to_yield(gen_tx)
 
@@ -103,7 +102,6 @@ class GeneratorContextVariable(ContextManagerVariable):
         """``gen.throw(exc)`` at the paused ``yield``, as ``_GeneratorContextManager``'s
         ``__exit__`` does: suppressed (True) when the generator handles it and stops; not
         (False) when it propagates unchanged (a ``finally`` runs on the way)."""
-        from ..handlers.exceptions import handle_traced_exception
         from .exceptions import ExceptionVariable, TracedException
 
         exc = tx.realize(exc) if exc is not None else None
@@ -116,7 +114,7 @@ class GeneratorContextVariable(ContextManagerVariable):
             raise Unsupported("throwing into a @contextmanager generator not paused at its "
                               "own yield")
         gen_tx.paused_at_yield = False
-        if not handle_traced_exception(gen_tx, at, TracedException(exc)):
+        if not gen_tx.jump_to_handler(at, TracedException(exc)):
             return False  # no handler around the yield: it propagates as it is
         try:
             if resume_generator(gen_tx) is not None:

@@ -58,3 +58,10 @@ class HandlerTable:
     def __repr__(self) -> str:
         names = ", ".join(sorted(_name_of(k) for k in self._handlers))
         return f"HandlerTable({self.what!r}: {names})"
+
+
+#: builtin -> handler(tx, args, kwargs) returning a tracker or None (not a call it knows).
+#: builtins.py fills most of it, iterators.py (a layer below) adds set()/frozenset() of an
+#: iterator, so the table lives here, below both
+BUILTIN_CALLS = HandlerTable("builtin calls")
+builtin_handler = BUILTIN_CALLS.register

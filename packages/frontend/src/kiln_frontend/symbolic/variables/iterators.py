@@ -10,10 +10,12 @@ from __future__ import annotations
 import types
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .containers import IteratorVariable, TupleVariable
-from .exceptions import TracedException, raise_traced
+from .exceptions import TracedException, as_exception, raise_traced
+from .handler_table import builtin_handler
 
 
 class GeneratorVariable(IteratorVariable):
@@ -157,9 +159,7 @@ class GeneratorMethodVariable(VariableTracker):
                 raise stop_iteration(gen.return_value)
             return value
         if name == "throw" and len(args) == 1:
-            from ..handlers.exceptions import _as_exception
-
-            value = gen.resume(tx, exc=_as_exception(tx, args[0]))
+            value = gen.resume(tx, exc=as_exception(tx, args[0]))
             if value is None:
                 raise stop_iteration(gen.return_value)
             return value
@@ -398,8 +398,6 @@ def _register_consumers() -> None:
     """``set(it)`` / ``frozenset(it)`` of a traced iterator (a generator expression...):
     its items are produced one by one, as eager consumes it, then the builtin folds over
     them like over a tuple (constants; anything else stays a graph break)."""
-    from .builtins import BuiltinVariable, builtin_handler
-
     def consume(fn):
         def handler(tx, args, kwargs):
             if kwargs or len(args) != 1:
@@ -408,7 +406,7 @@ def _register_consumers() -> None:
             if not isinstance(it, IteratorVariable):
                 return None
             items = [tx.realize(v) for v in it.unpack_var_sequence(tx)]
-            return BuiltinVariable(fn).call_function(tx, [TupleVariable(items)], {})
+            return upper.BuiltinVariable(fn).call_function(tx, [TupleVariable(items)], {})
 
         return handler
 

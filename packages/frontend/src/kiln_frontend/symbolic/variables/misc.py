@@ -11,9 +11,10 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
+from ...layers import upper
 from ...sources import AttrSource
 from .attributes import MISSING as MISSING_ATTR
-from .attributes import AttributeOwner
+from .attributes import AttributeOwner, is_slot_of
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 
@@ -128,11 +129,10 @@ class FreshCellVariable(VariableTracker):
         raise Unsupported("cannot rebuild a comprehension's closure cell")
 
 
+@upper.provide
 def wrap_class(cls: type, source=None) -> VariableTracker:
-    from .builtins import BUILTIN_CLASSES, BuiltinVariable
-
-    if cls in BUILTIN_CLASSES:
-        return BuiltinVariable(cls, source=source)
+    if cls in upper.BUILTIN_CLASSES:
+        return upper.BuiltinVariable(cls, source=source)
     return UserDefinedClassVariable(cls, source=source)
 
 
@@ -150,10 +150,8 @@ class UserDefinedClassVariable(VariableTracker):
 
     @classmethod
     def wrap(cls, builder, value):
-        from .builtins import BUILTIN_CLASSES, BuiltinVariable
-
-        if value in BUILTIN_CLASSES:
-            return BuiltinVariable(value, source=builder.source)
+        if value in upper.BUILTIN_CLASSES:
+            return upper.BuiltinVariable(value, source=builder.source)
         if builder.source is not None:
             builder.install_guard(GuardKind.ID_MATCH, id(value), what="class")
         return cls(value, source=builder.source)
@@ -206,9 +204,7 @@ class UserDefinedClassVariable(VariableTracker):
         factory = CONTEXT_MANAGER_CLASSES.get(self.cls)
         if factory is not None:
             return factory(tx, self.cls, list(args), dict(kwargs))
-        from .stdlib import constructor_for
-
-        construct = constructor_for(self.cls)
+        construct = upper.constructor_for(self.cls)
         if construct is not None:
             built = construct(tx, self.cls, list(args), dict(kwargs))
             if built is not None:
@@ -218,11 +214,9 @@ class UserDefinedClassVariable(VariableTracker):
         if is_model_output_class(self.cls):
             return ModelOutputVariable.construct(tx, self.cls, list(args), dict(kwargs))
         if self.cls is functools.partial:
-            from .functions import PartialVariable
-
             if not args:
                 raise Unsupported("functools.partial() without a function")
-            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+            return upper.PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if issubclass(self.cls, _FOLDABLE_CLASSES):
             try:
                 cargs = [a.as_python_constant() for a in args]
@@ -275,13 +269,11 @@ class PythonProtocolMixin:
     inlined (operators: ``operators.python_data_model``)."""
 
     def _call_dunder(self, tx, name: str, args: list) -> VariableTracker:
-        from .functions import method_of_pinned_class
-
         cls = self.python_type()
         fn = python_dunder(cls, name)
         if fn is None:
             raise Unsupported(f"{cls.__qualname__} has no Python {name}")
-        return tx.call_function(method_of_pinned_class(tx, cls, name, fn, self), args, {})
+        return tx.call_function(upper.method_of_pinned_class(tx, cls, name, fn, self), args, {})
 
     def has_unpack_var_sequence(self, tx) -> bool:
         cls = self.python_type()
@@ -349,22 +341,19 @@ class PythonProtocolMixin:
 
     def call_function(self, tx, args, kwargs):
         """``obj(*args)``: the class's Python ``__call__`` inlined."""
-        from .functions import method_of_pinned_class
-
         cls = self.python_type()
         fn = python_dunder(cls, "__call__")
         if fn is None:
             raise Unsupported(f"call to {self.describe()}")
-        return tx.call_function(method_of_pinned_class(tx, cls, "__call__", fn, self),
+        return tx.call_function(upper.method_of_pinned_class(tx, cls, "__call__", fn, self),
                                 list(args), dict(kwargs))
 
 
 def membership(tx, items: list[VariableTracker], item: VariableTracker) -> VariableTracker:
     """``item in items`` for constants (``==``) or known objects (identity)."""
     from .containers import TupleVariable
-    from .operators import contains_op
 
-    return contains_op(tx, TupleVariable(list(items)), item)
+    return upper.contains_op(tx, TupleVariable(list(items)), item)
 
 
 def _mapping_contains(tx, obj, key):
@@ -436,24 +425,18 @@ class UserDefinedObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTra
         return tx.wrap_value(d[name], self._attr_source(name))
 
     def lookup_method(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
-        from .functions import method_of_class
-
-        return method_of_class(tx, fn, self, self._attr_source(name))
+        return upper.method_of_class(tx, fn, self, self._attr_source(name))
 
     def lookup_class_member(self, tx, name: str, value: Any, klass: type) -> VariableTracker:
         return tx.wrap_value(value, self._attr_source(name))
 
     def lookup_classmethod(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
-        from .functions import method_of_class
-
-        return method_of_class(tx, fn, wrap_class(type(self.value)), self._attr_source(name))
+        return upper.method_of_class(tx, fn, wrap_class(type(self.value)), self._attr_source(name))
 
     def lookup_real(self, tx, name: str, why: str) -> VariableTracker:
         """``getattr(obj, name)`` now (custom lookups such as transformers'
         PretrainedConfig mapping names, slots, C descriptors); the guard re-reads it the
         same way."""
-        from .functions import method_of_class
-
         obj = self.value
         try:
             value = getattr(obj, name)
@@ -462,7 +445,7 @@ class UserDefinedObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTra
         src = self._attr_source(name)
         if isinstance(value, types.MethodType) and value.__self__ is obj and \
                 isinstance(value.__func__, types.FunctionType):
-            return method_of_class(tx, value.__func__, self, src)
+            return upper.method_of_class(tx, value.__func__, self, src)
         return tx.wrap_value(value, src)
 
     def lookup_getattr_fallback(self, tx, name: str, fallback: Any) -> VariableTracker:
@@ -547,15 +530,13 @@ def _is_frozen_dataclass(cls: type) -> bool:
 def construct_object(tx, cls: type, args, kwargs) -> VariableTracker:
     """``cls(*args, **kwargs)`` for a plain Python class: a new FrameObjectVariable whose
     ``__init__`` is inlined (guarded: replacing it on the class recompiles)."""
-    from .functions import method_of_pinned_class
-
     obj = FrameObjectVariable(cls)
     init = inspect.getattr_static(cls, "__init__")
     if init is object.__init__:
         if args or kwargs:
             raise Unsupported(f"{cls.__qualname__}() takes no arguments")
     elif isinstance(init, types.FunctionType):
-        result = tx.call_function(method_of_pinned_class(tx, cls, "__init__", init, obj),
+        result = tx.call_function(upper.method_of_pinned_class(tx, cls, "__init__", init, obj),
                                   list(args), dict(kwargs))
         if not (result.is_python_constant() and result.as_python_constant() is None):
             raise Unsupported(f"{cls.__qualname__}.__init__ returned a value")
@@ -572,13 +553,6 @@ def new_object(cls: type, attrs: dict, slots: dict | None = None) -> Any:
     for name, value in (slots or {}).items():
         object.__setattr__(obj, name, value)  # (through the slot's member descriptor)
     return obj
-
-
-def is_slot_of(cls: type, name: str, attr: Any) -> bool:
-    """``attr``, what ``cls``'s MRO has under ``name``, is a ``__slots__`` member of one of
-    its classes (read and written in the object's ``slots``, not its ``__dict__``)."""
-    return type(attr) is types.MemberDescriptorType and attr.__objclass__ in cls.__mro__ and \
-        attr.__name__ == name
 
 
 class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
@@ -622,9 +596,7 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         return fn
 
     def _call_slot(self, tx, name: str, fn, args: list) -> VariableTracker:
-        from .functions import method_of_pinned_class
-
-        return method_of_pinned_class(tx, self.cls, name, fn, self).call_function(
+        return upper.method_of_pinned_class(tx, self.cls, name, fn, self).call_function(
             tx, args, {})
 
     def builtin_method(self, tx, name: str) -> VariableTracker:
@@ -654,17 +626,13 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         return AttrSource(tx.output.pinned_source(self.cls), name)
 
     def lookup_method(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
-        from .functions import method_of_pinned_class
-
-        return method_of_pinned_class(tx, self.cls, name, fn, self)
+        return upper.method_of_pinned_class(tx, self.cls, name, fn, self)
 
     def lookup_class_member(self, tx, name: str, value: Any, klass: type) -> VariableTracker:
         return tx.wrap_value(value, self._class_source(tx, name))
 
     def lookup_classmethod(self, tx, name: str, fn: types.FunctionType) -> VariableTracker:
-        from .functions import method_of_class
-
-        return method_of_class(tx, fn, wrap_class(self.cls), self._class_source(tx, name))
+        return upper.method_of_class(tx, fn, wrap_class(self.cls), self._class_source(tx, name))
 
     def lookup_namespace(self, tx) -> VariableTracker:
         # the namespace itself, not a copy: ``obj.__dict__[k] = v`` sets ``obj.k``
@@ -719,25 +687,19 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
             raise Unsupported(f"setting {name!r} of a {self.cls.__qualname__} through a "
                               "data descriptor that is not Python code")
         if not self.cls.__dictoffset__:  # __slots__ all the way: no instance dict
-            from .exceptions import raise_traced
-
-            raise_traced(AttributeError, f"{self.cls.__name__!r} object has no attribute "
+            upper.raise_traced(AttributeError, f"{self.cls.__name__!r} object has no attribute "
                                          f"{name!r}")
         self.attrs[name] = value
 
     def _guard_slot(self, tx, name: str, member: Any) -> None:
-        from .functions import guard_class_member
-
-        guard_class_member(tx, self.cls, name, member)
+        upper.guard_class_member(tx, self.cls, name, member)
 
     def read_slot(self, tx, name: str, member: Any) -> VariableTracker:
         """``obj.name`` through the ``__slots__`` member ``member``."""
         self._guard_slot(tx, name, member)
         value = self.slots.get(name)
         if value is None:
-            from .exceptions import raise_traced
-
-            raise_traced(AttributeError, f"'{self.cls.__name__}' object has no attribute "
+            upper.raise_traced(AttributeError, f"'{self.cls.__name__}' object has no attribute "
                                          f"'{name}'")
         return value
 

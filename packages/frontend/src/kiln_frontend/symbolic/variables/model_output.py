@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import BoundMethodVariable, NotConstant, VariableTracker
 from .constant import ConstantVariable
 
@@ -130,10 +131,8 @@ class ModelOutputVariable(VariableTracker):
             return self.fields[name]
         if name in ("to_tuple", "keys", "values", "items", "get"):
             return ModelOutputMethodVariable(self, name)
-        from .misc import wrap_class
-
         if name == "__class__":
-            return wrap_class(self.cls)
+            return upper.wrap_class(self.cls)
         raise Unsupported(f"attribute {name!r} of {self.cls.__qualname__}")
 
     def reconstruct(self, codegen):

@@ -23,6 +23,7 @@ from torch import nn
 
 from ...exc import Unsupported
 from ...guards import GuardKind
+from ...layers import upper
 from ...sources import AttrSource, GetItemSource, NNModuleMemberSource, Source
 from .attributes import AttributeOwner
 from .base import NotConstant, VariableTracker, tracker_for
@@ -123,6 +124,7 @@ def wrap_module_member(tx, source: Source, value: Any) -> VariableTracker:
     return tx.wrap_value(value, source)
 
 
+@upper.provide
 @tracker_for(nn.Module)
 class NNModuleVariable(AttributeOwner, VariableTracker):
     def __init__(self, module: nn.Module, *, source):

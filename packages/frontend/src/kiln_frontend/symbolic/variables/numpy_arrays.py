@@ -24,6 +24,7 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import GuardKind
+from ...layers import upper
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
@@ -199,6 +200,7 @@ _CONSTANT_ATTRS = {
 _ARRAY_ATTRS = frozenset({"T", "real", "imag"})
 
 
+@upper.provide
 class NumpyNdarrayVariable(VariableTracker):
     """A NumPy array (or a NumPy scalar, ``scalar``): ``tensor`` (a TensorVariable) holds
     its data."""

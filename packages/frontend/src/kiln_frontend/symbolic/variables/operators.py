@@ -24,6 +24,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, s
 
 from ...exc import Unsupported
 from ...guards import Guard, GuardKind
+from ...layers import upper
 from .base import NotConstant, VariableTracker
 from .constant import (
     BINARY_OPERATORS,
@@ -375,12 +376,10 @@ def _equality_of_objects(tx, fn, args):
     a, b = args
     if a.is_python_constant() and b.is_python_constant():
         return None
-    from .builtins import ObjectIdVariable
-
-    if isinstance(a, ObjectIdVariable) or isinstance(b, ObjectIdVariable):
+    if isinstance(a, upper.ObjectIdVariable) or isinstance(b, upper.ObjectIdVariable):
         # ids of objects made while tracing: equal only for the same object (any other
         # int, an id from before this call included, differs while both objects live)
-        same = isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and \
+        same = isinstance(a, upper.ObjectIdVariable) and isinstance(b, upper.ObjectIdVariable) and \
             a.obj is b.obj
         return ConstantVariable(same if fn is operator.eq else not same)
     if isinstance(a, (BaseSequenceVariable, ConstDictVariable)) or isinstance(
@@ -490,6 +489,7 @@ def _same_input(tx, a, b) -> bool:
     return same
 
 
+@upper.provide
 def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> VariableTracker:
     """``a is b`` (``is not`` with ``negate``), decided while tracing: two input tensors
     that may or may not be one object are compared now and the answer guarded."""
@@ -531,6 +531,7 @@ def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> Variab
     raise Unsupported(f"`is` between {a.describe()} and {b.describe()}")
 
 
+@upper.provide
 def contains_op(tx, container: VariableTracker, item: VariableTracker) -> VariableTracker:
     """``item in container``: the container's own ``contains``, else decided on constants
     or on the identity of known objects."""

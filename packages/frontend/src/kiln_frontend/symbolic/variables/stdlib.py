@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .containers import ConstDictVariable
@@ -45,6 +46,7 @@ def register_constructor(cls: type, handler: Handler) -> None:
     CLASS_CONSTRUCTORS[cls] = handler
 
 
+@upper.provide
 def constructor_for(cls: type) -> Handler | None:
     """What calling ``cls`` builds while tracing, or None."""
     hit = CLASS_CONSTRUCTORS.get(cls)
@@ -161,9 +163,7 @@ register_builtin(collections.OrderedDict.fromkeys, _dict_fromkeys(collections.Or
 
 
 def _ordered_dict(tx, cls, args, kwargs):
-    from .builtins import BuiltinVariable
-
-    plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
+    plain = upper.BuiltinVariable(dict).call_function(tx, args, kwargs)
     if not isinstance(plain, ConstDictVariable):
         return None
     return ConstDictVariable(plain.items, dict_cls=cls)
@@ -260,9 +260,7 @@ def _default_dict(tx, cls, args, kwargs):
         return None  # a defaultdict without a factory is a dict; rare: break
     items = {}
     if len(args) == 2:
-        from .builtins import BuiltinVariable
-
-        plain = BuiltinVariable(dict).call_function(tx, [args[1]], {})
+        plain = upper.BuiltinVariable(dict).call_function(tx, [args[1]], {})
         items = plain.items
     return DefaultDictVariable(items, factory)
 

@@ -10,6 +10,7 @@ import torch.fx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ...exc import Unsupported
+from ...layers import upper
 from .base import VariableTracker, tracker_for
 from .constant import ConstantVariable
 
@@ -207,9 +208,7 @@ class TensorVariable(VariableTracker):
             raise Unsupported("reading Tensor.grad")
         attr = getattr(torch.Tensor, name, None)
         if attr is None:
-            from .distributed import dtensor_attribute
-
-            dtensor = dtensor_attribute(tx, self, name)  # to_local, redistribute, placements
+            dtensor = upper.dtensor_attribute(tx, self, name)  # to_local, redistribute, placements
             if dtensor is not None:
                 return dtensor
             raise Unsupported(f"tensor attribute {name!r}")
@@ -271,7 +270,7 @@ class TensorMethodVariable(VariableTracker):
 
     def as_numpy(self, args, kwargs) -> VariableTracker:
         """``t.numpy()``: the array sharing ``t``'s memory (numpy_arrays.py)."""
-        from .numpy_arrays import NumpyNdarrayVariable, np
+        from .numpy_values import np
 
         fake = self.tensor.example_value
         if np is None:
@@ -281,7 +280,7 @@ class TensorMethodVariable(VariableTracker):
         if fake.requires_grad or fake.device.type != "cpu":
             raise Unsupported("Tensor.numpy() of a tensor that requires grad or is not on "
                               "the CPU (eager raises)")
-        return NumpyNdarrayVariable(self.tensor)
+        return upper.NumpyNdarrayVariable(self.tensor)
 
     def reconstruct(self, codegen):
         codegen(self.tensor)
