@@ -8,8 +8,9 @@ frame is done they are compiled into ONE check per cache entry, a ``GuardTree`` 
 (``_guardtree.c``): a node per value read (an argument slot, a global, a closure cell, an
 attribute, an item), fetched once and shared by every guard below it, with leaf checks
 (type, id, constant, len, dict keys, hasattr, ``TensorGuard``, global state) on it.  Rules:
-``_SOURCE_NODES`` (Source type -> node) and ``_GUARD_LEAVES`` (GuardKind -> leaves); a guard
-neither expresses becomes a ``python`` leaf that evaluates its Python expression.
+``_SOURCE_NODES`` (Source type -> node) and ``GUARD_KINDS``, one row per kind carrying its C
+leaf checks, its Python expression, its failure text and its tree rule; a guard the tree
+rules do not express becomes a ``python`` leaf that evaluates its Python expression.
 ``TensorGuard`` is C (``kiln_frontend._evalframe``); a pure-Python stand-in with the same
 interface is used only while the C extension is not built.
 
@@ -158,22 +159,6 @@ class GuardKind(enum.Enum):
         return self.value
 
 
-#: order in which kinds are checked within one source depth (cheap and type checks first)
-_KIND_ORDER = {
-    GuardKind.GRAD_MODE: 0,
-    GuardKind.GLOBAL_STATE: 0,
-    GuardKind.ID_MATCH: 1,
-    GuardKind.FUNCTION_MATCH: 1,
-    GuardKind.NN_MODULE: 1,
-    GuardKind.TYPE_MATCH: 2,
-    GuardKind.HASATTR: 3,
-    GuardKind.CONSTANT_MATCH: 3,
-    GuardKind.LIST_LENGTH: 3,
-    GuardKind.DICT_KEYS: 3,
-    GuardKind.TENSOR_MATCH: 4,
-    GuardKind.SHAPE_ENV: 5,
-}
-
 #: shape guards read sizes of tensors whose TENSOR_MATCH must pass first
 _SHAPE_GUARD_DEPTH = 1 << 20
 #: where guards without a source sort: grad mode first; torch's other global state last (it
@@ -282,97 +267,148 @@ class Guard:
     def expr(self, ns: _Namespace, x: str | None = None) -> str:
         """The guard as a Python expression in the check function (``x``: an expression
         for the source's value, by default its full ``guard_expr()``)."""
-        k = self.kind
-        if k is GuardKind.GRAD_MODE:
-            fn = ns.add("grad_enabled", torch.is_grad_enabled)
-            return f"{fn}() is {self.expected!r}"
-        if k is GuardKind.GLOBAL_STATE:
-            return f"{ns.add('torch_state', torch_global_state)}() == {ns.add('state', self.expected)}"
-        if k is GuardKind.SHAPE_ENV:
-            return self.expected.code
-        assert self.source is not None
-        if x is None:
+        row = guard_kind_row(self.kind)
+        if row.sourced and x is None:
+            assert self.source is not None
             x = self.source.guard_expr()
-        if k is GuardKind.TENSOR_MATCH:
-            return f"{ns.add('tg', self.expected)}({x})"
-        if k in (GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH):
-            return f"id({x}) == {self.expected}"
-        if k is GuardKind.NN_MODULE:
-            obj_id, training = self.expected
-            return f"id({x}) == {obj_id} and {x}.training is {training!r}"
-        if k is GuardKind.TYPE_MATCH:
-            return f"type({x}) is {ns.add('type', self.expected)}"
-        if k is GuardKind.CONSTANT_MATCH:
-            v = self.expected
-            if v is None or v is True or v is False or v is Ellipsis:
-                return f"{x} is {v!r}"
-            t = ns.add("type", type(v))
-            if isinstance(v, float) and v != v:
-                return f"type({x}) is {t} and {x} != {x}"
-            if type(v) in (int, float, str, bytes, complex):
-                return f"type({x}) is {t} and {x} == {v!r}"
-            return f"type({x}) is {t} and {x} == {ns.add('const', v)}"
-        if k is GuardKind.HASATTR:
-            attr, has = self.expected
-            return f"{'' if has else 'not '}hasattr({x}, {attr!r})"
-        if k is GuardKind.LIST_LENGTH:
-            typ, n = self.expected
-            return f"type({x}) is {ns.add('type', typ)} and len({x}) == {n}"
-        if k is GuardKind.DICT_KEYS:
-            typ, keys = self.expected
-            if not keys:  # most of a module tree's hook dicts: no list built
-                return f"type({x}) is {ns.add('type', typ)} and not {x}"
-            return (f"type({x}) is {ns.add('type', typ)} and "
-                    f"list({x}.keys()) == {ns.add('keys', list(keys))}")
-        raise AssertionError(k)
+        return row.expr(self, ns, x)
 
     def describe_failure(self, value: Any) -> str:
         """Words for why this guard failed on ``value`` (the source's current value)."""
-        k = self.kind
-        if k is GuardKind.GRAD_MODE:
-            return f"grad mode changed: expected {'enabled' if self.expected else 'disabled'}"
-        if k is GuardKind.GLOBAL_STATE:
-            now = torch_global_state()
-            changed = [f"{name} (expected {old!r}, actual {new!r})" for name, old, new in
-                       zip(GLOBAL_STATE_FIELDS, self.expected, now, strict=True) if old != new]
-            return f"torch global state changed: {', '.join(changed) or '?'}"
-        if k is GuardKind.SHAPE_ENV:
-            actual = ", ".join(f"{name} = {v!r}" for name, v in (value or {}).items())
-            where = f", assumed at {self.expected.where}" if self.expected.where else ""
-            return (f"shape guard {self.expected.text} failed"
-                    f"{f' ({actual})' if actual else ''}{where}")
-        assert self.source is not None
-        name = self.source.name()
-        if k is GuardKind.TENSOR_MATCH:
-            reason = self.expected.reason(value) if isinstance(value, torch.Tensor) else (
-                f"expected a tensor, got {type(value).__name__}")
-            return f"tensor {name} {reason}"
-        if k is GuardKind.CONSTANT_MATCH:
-            return f"{name} == {self.expected!r} (actual {_short(value)})"
-        if k is GuardKind.TYPE_MATCH:
-            return (f"type({name}) is {self.expected.__qualname__} "
-                    f"(actual {type(value).__qualname__})")
-        if k in (GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH):
-            return f"{name} is not the {self.what or 'object'} seen at compile time ({k})"
-        if k is GuardKind.NN_MODULE:
-            obj_id, training = self.expected
-            if id(value) != obj_id:
-                return f"{name} is not the module seen at compile time ({k})"
-            return f"{name}.training == {training!r} (actual {value.training!r})"
-        if k is GuardKind.HASATTR:
-            attr, has = self.expected
-            return f"hasattr({name}, {attr!r}) is {has} (actual {not has})"
-        if k is GuardKind.LIST_LENGTH:
-            typ, n = self.expected
-            if type(value) is not typ:
-                return f"type({name}) is {typ.__qualname__} (actual {type(value).__qualname__})"
-            return f"len({name}) == {n} (actual {len(value)})"
-        if k is GuardKind.DICT_KEYS:
-            typ, keys = self.expected
-            if type(value) is not typ:
-                return f"type({name}) is {typ.__qualname__} (actual {type(value).__qualname__})"
-            return f"list({name}.keys()) == {list(keys)!r} (actual {list(value.keys())!r})"
-        raise AssertionError(k)
+        row = guard_kind_row(self.kind)
+        if row.sourced:
+            assert self.source is not None
+        return row.failure(self, self.source.name() if row.sourced else None, value)
+
+
+# --------------------------------------------------------------------------------------
+# Each kind's Python expression (``expr(guard, ns, x)``) and failure text
+# (``failure(guard, name, value)``): the columns of its GUARD_KINDS row
+# --------------------------------------------------------------------------------------
+
+
+def _grad_mode_expr(g: Guard, ns: _Namespace, x: str | None) -> str:
+    return f"{ns.add('grad_enabled', torch.is_grad_enabled)}() is {g.expected!r}"
+
+
+def _grad_mode_failure(g: Guard, name: str | None, value: Any) -> str:
+    return f"grad mode changed: expected {'enabled' if g.expected else 'disabled'}"
+
+
+def _global_state_expr(g: Guard, ns: _Namespace, x: str | None) -> str:
+    return f"{ns.add('torch_state', torch_global_state)}() == {ns.add('state', g.expected)}"
+
+
+def _global_state_failure(g: Guard, name: str | None, value: Any) -> str:
+    changed = [f"{field} (expected {old!r}, actual {new!r})" for field, old, new in
+               zip(GLOBAL_STATE_FIELDS, g.expected, torch_global_state(), strict=True)
+               if old != new]
+    return f"torch global state changed: {', '.join(changed) or '?'}"
+
+
+def _shape_expr(g: Guard, ns: _Namespace, x: str | None) -> str:
+    return g.expected.code
+
+
+def _shape_failure(g: Guard, name: str | None, value: Any) -> str:
+    actual = ", ".join(f"{sym} = {v!r}" for sym, v in (value or {}).items())
+    where = f", assumed at {g.expected.where}" if g.expected.where else ""
+    return f"shape guard {g.expected.text} failed{f' ({actual})' if actual else ''}{where}"
+
+
+def _tensor_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    return f"{ns.add('tg', g.expected)}({x})"
+
+
+def _tensor_failure(g: Guard, name: str, value: Any) -> str:
+    reason = g.expected.reason(value) if isinstance(value, torch.Tensor) else (
+        f"expected a tensor, got {type(value).__name__}")
+    return f"tensor {name} {reason}"
+
+
+def _id_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    return f"id({x}) == {g.expected}"
+
+
+def _id_failure(g: Guard, name: str, value: Any) -> str:
+    return f"{name} is not the {g.what or 'object'} seen at compile time ({g.kind})"
+
+
+def _module_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    obj_id, training = g.expected
+    return f"id({x}) == {obj_id} and {x}.training is {training!r}"
+
+
+def _module_failure(g: Guard, name: str, value: Any) -> str:
+    obj_id, training = g.expected
+    if id(value) != obj_id:
+        return f"{name} is not the module seen at compile time ({g.kind})"
+    return f"{name}.training == {training!r} (actual {value.training!r})"
+
+
+def _type_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    return f"type({x}) is {ns.add('type', g.expected)}"
+
+
+def _type_failure(g: Guard, name: str, value: Any) -> str:
+    return f"type({name}) is {g.expected.__qualname__} (actual {type(value).__qualname__})"
+
+
+def _constant_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    v = g.expected
+    if v is None or v is True or v is False or v is Ellipsis:
+        return f"{x} is {v!r}"
+    t = ns.add("type", type(v))
+    if isinstance(v, float) and v != v:
+        return f"type({x}) is {t} and {x} != {x}"
+    if type(v) in (int, float, str, bytes, complex):
+        return f"type({x}) is {t} and {x} == {v!r}"
+    return f"type({x}) is {t} and {x} == {ns.add('const', v)}"
+
+
+def _constant_failure(g: Guard, name: str, value: Any) -> str:
+    return f"{name} == {g.expected!r} (actual {_short(value)})"
+
+
+def _hasattr_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    attr, has = g.expected
+    return f"{'' if has else 'not '}hasattr({x}, {attr!r})"
+
+
+def _hasattr_failure(g: Guard, name: str, value: Any) -> str:
+    attr, has = g.expected
+    return f"hasattr({name}, {attr!r}) is {has} (actual {not has})"
+
+
+def _typed_container_failure(g: Guard, name: str, value: Any) -> str | None:
+    """The type half of LIST_LENGTH and DICT_KEYS (``expected`` is ``(type, ...)``)."""
+    typ = g.expected[0]
+    if type(value) is not typ:
+        return f"type({name}) is {typ.__qualname__} (actual {type(value).__qualname__})"
+    return None
+
+
+def _length_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    typ, n = g.expected
+    return f"type({x}) is {ns.add('type', typ)} and len({x}) == {n}"
+
+
+def _length_failure(g: Guard, name: str, value: Any) -> str:
+    return _typed_container_failure(g, name, value) or \
+        f"len({name}) == {g.expected[1]} (actual {len(value)})"
+
+
+def _keys_expr(g: Guard, ns: _Namespace, x: str) -> str:
+    typ, keys = g.expected
+    t = ns.add("type", typ)
+    if not keys:  # most of a module tree's hook dicts: no list built
+        return f"type({x}) is {t} and not {x}"
+    return f"type({x}) is {t} and list({x}.keys()) == {ns.add('keys', list(keys))}"
+
+
+def _keys_failure(g: Guard, name: str, value: Any) -> str:
+    return _typed_container_failure(g, name, value) or \
+        f"list({name}.keys()) == {list(g.expected[1])!r} (actual {list(value.keys())!r})"
 
 
 #: callables that are a NEW object at every attribute access (``ctxvar.reset``,
@@ -447,7 +483,7 @@ class GuardSet:
         guards = list(self._guards.values())
         return sorted(guards, key=lambda g: (
             g.source.depth() if g.source else _SOURCELESS_DEPTH.get(g.kind, -1),
-            _KIND_ORDER[g.kind]))
+            guard_kind_row(g.kind).order))
 
 
 # --------------------------------------------------------------------------------------
@@ -527,8 +563,9 @@ class TreeNode:
 
 
 class _TreeBuilder:
-    """Turns guards into tree nodes and leaves (``_SOURCE_NODES``, ``_GUARD_LEAVES``); a
-    guard that neither table expresses becomes a ``python`` leaf running its expression."""
+    """Turns guards into tree nodes and leaves (``_SOURCE_NODES``, each kind's ``leaves``
+    in ``GUARD_KINDS``); a guard they do not express becomes a ``python`` leaf running its
+    expression."""
 
     def __init__(self, arg_names: Sequence[str], scope: dict[str, Any], filename: str):
         self.root = TreeNode("root")
@@ -548,7 +585,7 @@ class _TreeBuilder:
         return self._nodes[source]
 
     def add(self, guard: Guard) -> None:
-        if not _GUARD_LEAVES[guard.kind](self, guard):
+        if not guard_kind_row(guard.kind).leaves(self, guard):
             self.python_leaf(guard)
 
     def python_leaf(self, guard: Guard) -> None:
@@ -565,10 +602,6 @@ class _TreeBuilder:
 
 #: Source type -> the tree node holding its value (None: not expressible as a node)
 _SOURCE_NODES: dict[type, Callable[[_TreeBuilder, Any], TreeNode | None]] = {}
-#: GuardKind -> adds the guard's leaves; False: not expressible (a python leaf instead)
-_GUARD_LEAVES: dict[GuardKind, Callable[[_TreeBuilder, Guard], bool]] = {}
-
-
 def _register(table: dict, *keys: Any) -> Callable:
     def register(fn: Callable) -> Callable:
         for key in keys:
@@ -632,7 +665,6 @@ def _sourced(fn: Callable[[TreeNode, Guard], bool | None]) -> Callable[[_TreeBui
     return rule
 
 
-@_register(_GUARD_LEAVES, GuardKind.TENSOR_MATCH)
 @_sourced
 def _tensor_leaves(node: TreeNode, g: Guard) -> bool:
     if not (USING_C_TENSOR_GUARD and type(g.expected) is TensorGuard):
@@ -641,13 +673,11 @@ def _tensor_leaves(node: TreeNode, g: Guard) -> bool:
     return True
 
 
-@_register(_GUARD_LEAVES, GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH)
 @_sourced
 def _id_leaves(node: TreeNode, g: Guard) -> None:
     node.add("id", g.expected, None, f"id == {g.expected}  [{g.kind} {g.what}]".rstrip())
 
 
-@_register(_GUARD_LEAVES, GuardKind.NN_MODULE)
 @_sourced
 def _module_leaves(node: TreeNode, g: Guard) -> None:
     obj_id, training = g.expected
@@ -656,7 +686,6 @@ def _module_leaves(node: TreeNode, g: Guard) -> None:
         "is", training, None, f"is {training!r}")
 
 
-@_register(_GUARD_LEAVES, GuardKind.TYPE_MATCH)
 @_sourced
 def _type_leaves(node: TreeNode, g: Guard) -> None:
     node.add("type", g.expected, None, f"type is {g.expected.__qualname__}")
@@ -667,7 +696,6 @@ def _add_type(node: TreeNode, typ: type) -> None:
         node.add("type", typ, None, f"type is {typ.__qualname__}")
 
 
-@_register(_GUARD_LEAVES, GuardKind.CONSTANT_MATCH)
 def _constant_leaves(b: _TreeBuilder, g: Guard) -> bool:
     v = g.expected
     if isinstance(g.source, AttrTupleSource):
@@ -693,7 +721,6 @@ def _constant_leaves(b: _TreeBuilder, g: Guard) -> bool:
     return True
 
 
-@_register(_GUARD_LEAVES, GuardKind.HASATTR)
 @_sourced
 def _hasattr_leaves(node: TreeNode, g: Guard) -> bool:
     attr, has = g.expected
@@ -703,7 +730,6 @@ def _hasattr_leaves(node: TreeNode, g: Guard) -> bool:
     return True
 
 
-@_register(_GUARD_LEAVES, GuardKind.LIST_LENGTH)
 @_sourced
 def _length_leaves(node: TreeNode, g: Guard) -> None:
     typ, n = g.expected
@@ -711,7 +737,6 @@ def _length_leaves(node: TreeNode, g: Guard) -> None:
     node.add("len", n, None, f"len == {n}")
 
 
-@_register(_GUARD_LEAVES, GuardKind.DICT_KEYS)
 @_sourced
 def _keys_leaves(node: TreeNode, g: Guard) -> None:
     typ, keys = g.expected
@@ -722,7 +747,6 @@ def _keys_leaves(node: TreeNode, g: Guard) -> None:
         node.add("falsy", None, None, "empty")
 
 
-@_register(_GUARD_LEAVES, GuardKind.GRAD_MODE)
 def _grad_mode_leaves(b: _TreeBuilder, g: Guard) -> bool:
     b.root.add("call_is", torch.is_grad_enabled, g.expected,
                f"torch.is_grad_enabled() is {g.expected!r}")
@@ -753,7 +777,6 @@ _GLOBAL_STATE_FAST: dict[Callable, Callable[[_TreeBuilder, Any], bool]] = {
 }
 
 
-@_register(_GUARD_LEAVES, GuardKind.GLOBAL_STATE)
 def _global_state_leaves(b: _TreeBuilder, g: Guard) -> bool:
     if len(g.expected) != len(GLOBAL_STATE_READERS):
         return False
@@ -764,14 +787,86 @@ def _global_state_leaves(b: _TreeBuilder, g: Guard) -> bool:
     return True
 
 
-@_register(_GUARD_LEAVES, GuardKind.SHAPE_ENV)
 def _shape_leaves(b: _TreeBuilder, g: Guard) -> bool:
     return False  # a Python expression over sizes: a python leaf
 
 
-_missing = [kind.name for kind in GuardKind if kind not in _GUARD_LEAVES]
-if _missing:  # every kind needs a rule (one that may answer "a python leaf")
-    raise AssertionError(f"guard tree: no leaf rule for {', '.join(_missing)}")
+# --------------------------------------------------------------------------------------
+# GUARD_KINDS: one row per guard kind
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardKindRow:
+    """Everything one guard kind is, in one place (issue 26):
+
+    - ``order``: when it is checked among the guards of one source depth (cheap and type
+      checks first);
+    - ``c_check``: the ``_guardtree.c`` leaf kinds its tree rule emits (``leaf_names`` there;
+      ``python``: the leaf evaluates ``expr``);
+    - ``expr(guard, ns, x)``: the guard as a Python expression (``x``: the source's value);
+    - ``failure(guard, name, value)``: why it failed on ``value``, in words;
+    - ``leaves(builder, guard)``: adds its tree leaves, or answers False (a python leaf);
+    - ``sourced``: guards a source's value (False: grad mode, global state, shape guards,
+      whose ``x`` and ``name`` are None).
+    """
+
+    kind: GuardKind
+    order: int
+    c_check: tuple[str, ...]
+    expr: Callable[..., str]
+    failure: Callable[..., str]
+    leaves: Callable[[_TreeBuilder, Guard], bool]
+    sourced: bool = True
+
+
+#: GuardKind -> its row; every kind has exactly one
+GUARD_KINDS: dict[GuardKind, GuardKindRow] = {}
+
+
+def _row(*kinds: GuardKind, order: int, c_check: tuple[str, ...], expr: Callable[..., str],
+         failure: Callable[..., str], leaves: Callable[[_TreeBuilder, Guard], bool],
+         sourced: bool = True) -> None:
+    for kind in kinds:
+        if kind in GUARD_KINDS:
+            raise ValueError(f"guard kind {kind} has two rows in GUARD_KINDS")
+        GUARD_KINDS[kind] = GuardKindRow(kind, order, c_check, expr, failure, leaves, sourced)
+
+
+def guard_kind_row(kind: GuardKind) -> GuardKindRow:
+    row = GUARD_KINDS.get(kind)
+    if row is None:
+        raise KeyError(f"guard kind {kind} has no row in guards.GUARD_KINDS")
+    return row
+
+
+_row(GuardKind.GRAD_MODE, order=0, c_check=("call_is",), expr=_grad_mode_expr,
+     failure=_grad_mode_failure, leaves=_grad_mode_leaves, sourced=False)
+_row(GuardKind.GLOBAL_STATE, order=0, c_check=("call_is", "falsy", "call_eq"),
+     expr=_global_state_expr, failure=_global_state_failure, leaves=_global_state_leaves,
+     sourced=False)
+_row(GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH, order=1, c_check=("id",), expr=_id_expr,
+     failure=_id_failure, leaves=_id_leaves)
+_row(GuardKind.NN_MODULE, order=1, c_check=("id", "is"), expr=_module_expr,
+     failure=_module_failure, leaves=_module_leaves)
+_row(GuardKind.TYPE_MATCH, order=2, c_check=("type",), expr=_type_expr, failure=_type_failure,
+     leaves=_type_leaves)
+_row(GuardKind.HASATTR, order=3, c_check=("hasattr",), expr=_hasattr_expr,
+     failure=_hasattr_failure, leaves=_hasattr_leaves)
+_row(GuardKind.CONSTANT_MATCH, order=3, c_check=("is", "type", "eq", "nan", "same"),
+     expr=_constant_expr, failure=_constant_failure, leaves=_constant_leaves)
+_row(GuardKind.LIST_LENGTH, order=3, c_check=("type", "len"), expr=_length_expr,
+     failure=_length_failure, leaves=_length_leaves)
+_row(GuardKind.DICT_KEYS, order=3, c_check=("type", "keys", "falsy"), expr=_keys_expr,
+     failure=_keys_failure, leaves=_keys_leaves)
+_row(GuardKind.TENSOR_MATCH, order=4, c_check=("tensor",), expr=_tensor_expr,
+     failure=_tensor_failure, leaves=_tensor_leaves)
+_row(GuardKind.SHAPE_ENV, order=5, c_check=("python",), expr=_shape_expr,
+     failure=_shape_failure, leaves=_shape_leaves, sourced=False)
+
+_missing = [kind.name for kind in GuardKind if kind not in GUARD_KINDS]
+if _missing:
+    raise AssertionError(f"guards.GUARD_KINDS has no row for {', '.join(_missing)}")
 
 _check_counter = itertools.count()
 
@@ -859,6 +954,8 @@ def format_guards(guards: Iterable[Guard]) -> str:
 __all__ = [
     "Guard",
     "GuardKind",
+    "GuardKindRow",
+    "GUARD_KINDS",
     "GuardSet",
     "TensorGuard",
     "PyTensorGuardFallback",

@@ -169,26 +169,13 @@ def module_global_name(module: types.ModuleType) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModuleSource(Source):
+class ModuleSource(GlobalSource):
     """A module object reached by inlined code whose globals are not the frame's.
 
     The module is installed in the frame's globals under ``module_global_name(module)``
-    (``OutputGraph.install_global``) so that generated code and guards can name it."""
-
-    global_name: str
-    scope = "global"
-
-    def name(self) -> str:
-        return f"G[{self.global_name!r}]"
-
-    def short_name(self) -> str:
-        return self.global_name
-
-    def guard_expr(self) -> str:
-        return f"G[{self.global_name!r}]"
-
-    def reconstruct(self, codegen: Any) -> None:
-        codegen.load_global(self.global_name)
+    (``OutputGraph.install_global``), so generated code and guards name it as any global;
+    a distinct class (never equal to the ``GlobalSource`` of the same name) because the
+    frame itself never held it."""
 
 
 @dataclasses.dataclass(frozen=True)

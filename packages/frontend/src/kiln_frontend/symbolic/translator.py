@@ -18,6 +18,7 @@ import itertools
 import linecache
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -933,6 +934,28 @@ class InstructionTranslator(InstructionTranslatorBase):
         sub.rebuilt_cells = cg.__dict__.setdefault("rebuilt_cells", {})
         return sub
 
+    def stash_break_state(self, stack: list, index: int,
+                          keep: Callable[[int, VariableTracker], bool] = lambda i, v: True):
+        """What a break at the call ``index`` emits before running it in Python (both
+        ``break_at_instruction`` and ``break_reentering_with``): the graph's outputs planned,
+        aliases stored, the stack items ``keep`` accepts (None for the others) and the live
+        locals stashed in temps, cells and side effects written back.  Returns ``(live, cg,
+        outputs, stack_loads, local_loads)``."""
+        live = self.live_locals(index + 1)
+        local_values = [self.symbolic_locals[n] for n in live]
+        cg = self.new_codegen()
+        effects = self.output.side_effects.values() + self.cell_values()
+        effects += self.closure_cells_reached(stack + local_values + effects)[1]
+        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
+        self.store_aliases(cg, stack + local_values + effects)
+        stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") if keep(i, v) else None
+                       for i, v in enumerate(stack)]
+        local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
+                       for n in live]
+        self.store_cells(cg)
+        self.output.side_effects.codegen(cg)  # Python must see the mutations already
+        return live, cg, outputs, stack_loads, local_loads
+
     def break_at_instruction(self, inst, index: int, group: list) -> None:
         """Run ``group`` (the unsupported instruction, with its KW_NAMES/PRECALL) in
         Python between the compiled graph and the resume function."""
@@ -948,18 +971,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         n_results = n_after - len(below)
         if n_results < 0:
             raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
-        live = self.live_locals(index + 1)
-        local_values = [self.symbolic_locals[n] for n in live]
-        cg = self.new_codegen()
-        effects = self.output.side_effects.values() + self.cell_values()
-        effects += self.closure_cells_reached(stack + local_values + effects)[1]
-        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
-        self.store_aliases(cg, stack + local_values + effects)
-        stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(stack)]
-        local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
-                       for n in live]
-        self.store_cells(cg)
-        self.output.side_effects.codegen(cg)  # Python must see the mutations already
+        live, cg, outputs, stack_loads, local_loads = self.stash_break_state(stack, index)
         stack_vars: list[str | None] = [
             None if isinstance(v, NullVariable) else self.stack_var(i)
             for i, v in enumerate(below)
@@ -1055,20 +1067,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
         autocast = isinstance(ctx, AutocastVariable)
         ctx.exit(self)  # the graph leaves the mode as it found it
-        live = self.live_locals(index + 1)
-        local_values = [self.symbolic_locals[n] for n in live]
-        cg = self.new_codegen()
-        effects = self.output.side_effects.values() + self.cell_values()
-        effects += self.closure_cells_reached(stack + local_values + effects)[1]
-        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
-        self.store_aliases(cg, stack + local_values + effects)
-        stack_loads = [None if i == exit_slot or isinstance(v, NullVariable)
-                       else self.stash(cg, v, f"___kiln_stack_{i}")
-                       for i, v in enumerate(stack)]
-        local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
-                       for n in live]
-        self.store_cells(cg)
-        self.output.side_effects.codegen(cg)  # Python must see the mutations already
+        live, cg, outputs, stack_loads, local_loads = self.stash_break_state(
+            stack, index, keep=lambda i, v: i != exit_slot and not isinstance(v, NullVariable))
         stack_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
                       for i, v in enumerate(stack)]
         # the re-entry function leaves the block after the call; the continuation enters a
