@@ -99,6 +99,15 @@ class VariableBuilder:
             return UserMethodVariable(value.__func__, obj, source=self.source)
         if _is_special(value):
             return TorchSpecialFunctionVariable(value, source=self.source)
+        inline = getattr(value, "_torchdynamo_inline", None) \
+            if isinstance(value, torch.jit.ScriptFunction) else None
+        if inline is not None:
+            # ``torch.jit.script`` keeps the Python function it compiled: trace that (as
+            # torch.compile does), guarded through the attribute, rather than graph-break
+            # at every call of the opaque TorchScript function
+            src = AttrSource(self.source, "_torchdynamo_inline") if self.source is not None \
+                else None
+            return self.child(src)(inline)
         from .distributed import wrap_distributed
 
         distributed = wrap_distributed(self, value)  # a mesh, a placement, DTensor.from_local
