@@ -134,6 +134,15 @@ def check_case(fn: Callable, args: Any, *, fullgraph: bool = True) -> tuple[Outc
     return got, ref
 
 
+def check_results_match_eager(fn: Callable, args: Any) -> None:
+    """kiln without ``fullgraph`` gives eager's results and final state, whatever its counts
+    (also for the xfailed cases: never a wrong result)."""
+    got = run_kiln(fn, args)
+    if got.error is not None:
+        raise got.error
+    assert_same(got.results, run_eager(fn, args))
+
+
 def case_params(cases: list[tuple], xfail: dict[str, str] | None = None) -> list[Any]:
     """``pytest.mark.parametrize`` values for ``CASES`` (ids are the names); ``xfail``
     maps a name to the precise cause it still fails for (strict)."""

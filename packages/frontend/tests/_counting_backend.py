@@ -54,6 +54,20 @@ def one_graph(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     return backend.graphs[0]
 
 
+def check_calls(fn: Callable[..., Any], *calls: tuple, graphs: int = 1,
+                fullgraph: bool = True) -> list[torch.fx.GraphModule]:
+    """``fn`` compiled agrees with eager on every argument tuple in ``calls``, in ``graphs``
+    graphs; returns them."""
+    from kiln_frontend import compile as kiln_compile
+
+    backend = CountingBackend()
+    compiled = kiln_compile(fn, backend=backend, fullgraph=fullgraph)
+    for args in calls:
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert len(backend.graphs) == graphs, [gm.code for gm in backend.graphs]
+    return backend.graphs
+
+
 def assert_kiln_still_captures() -> None:
     """After torch.compile ran in this process, kiln still captures: TorchDynamo's
     eval-frame function may stay installed (torch 2.11 leaves it after every compile, 2.13

@@ -21,11 +21,13 @@ from _counting_backend import ON_REFERENCE_TORCH, CountingBackend
 
 class Cases:
     """A registry of named cases; ``xfail`` marks a case whose graph count is known to
-    differ from torch.compile's (its eager agreement is still checked)."""
+    differ from torch.compile's (its eager agreement is still checked). ``example`` makes
+    the input of a ``program`` case (the module's ``_x``)."""
 
-    def __init__(self):
+    def __init__(self, example: Callable[[], Any] | None = None):
         self.cases: dict[str, Callable] = {}
         self.xfails: dict[str, str] = {}
+        self.example = example
 
     def __call__(self, fn=None, *, xfail: str | None = None, better: str | None = None):
         """``better``: torch.compile breaks the graph where kiln captures the whole
@@ -40,6 +42,33 @@ class Cases:
             return f
 
         return register(fn) if fn is not None else register
+
+    def program(self, fn=None, *, xfail: str | None = None, better: str | None = None):
+        """A case that is one program called on the module's example input: the case
+        ``C(fn)(example())`` without writing its wrapper (the example is made inside the case,
+        after the seed is set)."""
+        def register(f):
+            def run(C):
+                return C(f)(self.example())
+
+            run.__name__ = run.__qualname__ = f.__name__
+            self(run, xfail=xfail, better=better)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def tests(self, path: str):
+        """The two tests of a case module (``test_x, test_y = case.tests(__file__)`` at its
+        end): parity with torch.compile, and eager's answer without ``fullgraph``."""
+        @pytest.mark.parametrize("name", self.params())
+        def test_matches_torch_compile(name):
+            check_matches_torch(self.cases[name], path)
+
+        @pytest.mark.parametrize("name", self.names())
+        def test_gives_eagers_answer(name):
+            check_correct(self.cases[name])
+
+        return test_matches_torch_compile, test_gives_eagers_answer
 
     def params(self):
         return [pytest.param(name, marks=pytest.mark.xfail(strict=ON_REFERENCE_TORCH,

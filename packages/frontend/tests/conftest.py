@@ -2,6 +2,7 @@
 CountingBackend`` (pytest runs with ``--import-mode=importlib``, which does not), and gives
 them ``fresh_frontend`` (``pytestmark = pytest.mark.usefixtures("fresh_frontend")``)."""
 
+import logging
 import os
 import sys
 
@@ -20,3 +21,14 @@ def fresh_frontend():
     reset()
     yield
     reset()
+
+
+@pytest.fixture
+def no_internal_errors(caplog):
+    """The test logs no internal error of kiln's (``kiln.internal_errors``) and counts none."""
+    from kiln_frontend.eval_frame import counters
+
+    caplog.set_level(logging.INFO, logger="kiln.internal_errors")
+    yield
+    assert counters["internal_errors"] == 0
+    assert not [r for r in caplog.records if r.name == "kiln.internal_errors"]

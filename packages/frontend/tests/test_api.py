@@ -21,6 +21,7 @@ import warnings
 import kiln_frontend
 import pytest
 import torch
+from _frames import type_guard
 from kiln_frontend import _evalframe as C
 from kiln_frontend import config, eval_frame
 from kiln_frontend.logging_utils import KilnWarning
@@ -63,18 +64,7 @@ class FakeConvert:
             runs.append(name)
             return compiled(*args)
 
-        expected = tuple(type(a) for a in frame.args)
-
-        def check_fn(*args):
-            return tuple(type(a) for a in args) == expected
-
-        def failure_reason(*args):
-            for i, (want, a) in enumerate(zip(expected, args, strict=False)):
-                if type(a) is not want:
-                    return f"type of arg {i}: expected {want.__name__}, actual {type(a).__name__}"
-            return None
-
-        check_fn.failure_reason = failure_reason
+        check_fn = type_guard(frame.args)
         frame_state["compiles"] = frame_state.get("compiles", 0) + 1
         return FakeCompiled(check_fn, fn)
 

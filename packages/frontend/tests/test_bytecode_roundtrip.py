@@ -7,26 +7,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 import types
 
 import pytest
+from _bytecode_support import bc
 
-
-def _import_bytecode():
-    # kiln_frontend/__init__ may need torch or the C extension; the bytecode layer needs
-    # neither, so fall back to loading the subpackage under a bare parent package.
-    try:
-        return importlib.import_module("kiln_frontend.bytecode")
-    except ImportError:
-        spec = importlib.util.find_spec("kiln_frontend")
-        parent = types.ModuleType("kiln_frontend")
-        parent.__path__ = list(spec.submodule_search_locations)
-        sys.modules["kiln_frontend"] = parent
-        return importlib.import_module("kiln_frontend.bytecode")
-
-
-bc = _import_bytecode()
 versions = bc.versions
 
 STDLIB_MODULES = [

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 import torch
-from _capture_cases import assert_same, case_params, check_case, run_eager, run_kiln
+from _capture_cases import case_params, check_case, check_results_match_eager
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
@@ -473,10 +473,7 @@ def test_counts_match_torch_compile(name, fn, args):
 @pytest.mark.parametrize(("name", "fn", "args"), case_params(CASES))
 def test_results_match_eager(name, fn, args):
     """Graph break or not, never a wrong result (also the xfailed ones)."""
-    got = run_kiln(fn, args)
-    if got.error is not None:
-        raise got.error
-    assert_same(got.results, run_eager(fn, args))
+    check_results_match_eager(fn, args)
 
 
 def test_deepcopy_of_a_tensor_with_attributes_is_never_wrong():

@@ -8,118 +8,101 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _reference_cases import Cases, check_correct, check_matches_torch
+from _reference_cases import Cases
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
-
-case = Cases()
 
 
 def _x():
     return torch.randn(4)
 
 
+case = Cases(_x)
+
+
 # -- nonlocal writes --------------------------------------------------------------------
 
-@case
-def nonlocal_counter_in_inlined_function(C):
-    def f(x):
-        n = 0
+@case.program
+def nonlocal_counter_in_inlined_function(x):
+    n = 0
 
-        def bump():
-            nonlocal n
-            n += 1
+    def bump():
+        nonlocal n
+        n += 1
 
-        bump()
-        bump()
-        return x * n
-
-    return C(f)(_x())
+    bump()
+    bump()
+    return x * n
 
 
-@case
-def nonlocal_tensor_accumulator(C):
-    def f(x):
-        acc = torch.zeros(4)
+@case.program
+def nonlocal_tensor_accumulator(x):
+    acc = torch.zeros(4)
 
-        def add(v):
-            nonlocal acc
-            acc = acc + v
+    def add(v):
+        nonlocal acc
+        acc = acc + v
 
-        add(x)
-        add(x.sin())
-        return acc
-
-    return C(f)(_x())
+    add(x)
+    add(x.sin())
+    return acc
 
 
-@case
-def nonlocal_inlined_twice(C):
-    def f(x):
-        total = x
+@case.program
+def nonlocal_inlined_twice(x):
+    total = x
 
-        def step(k):
-            nonlocal total
-            total = total * k
+    def step(k):
+        nonlocal total
+        total = total * k
 
-        step(2)
-        step(3)
-        return total
-
-    return C(f)(_x())
+    step(2)
+    step(3)
+    return total
 
 
-@case
-def nonlocal_same_inner_function_from_two_callers(C):
-    def f(x):
-        count = 0
+@case.program
+def nonlocal_same_inner_function_from_two_callers(x):
+    count = 0
 
-        def inc():
-            nonlocal count
-            count += 1
-            return count
+    def inc():
+        nonlocal count
+        count += 1
+        return count
 
-        def a():
-            return inc()
+    def a():
+        return inc()
 
-        def b():
-            return inc() * 10
+    def b():
+        return inc() * 10
 
-        return x + a() + b() + count
-
-    return C(f)(_x())
+    return x + a() + b() + count
 
 
-@case
-def nonlocal_rebind_to_new_type(C):
-    def f(x):
-        state = None
+@case.program
+def nonlocal_rebind_to_new_type(x):
+    state = None
 
-        def set_state(v):
-            nonlocal state
-            state = v
+    def set_state(v):
+        nonlocal state
+        state = v
 
-        set_state(x + 1)
-        set_state((state, 3))
-        return state
-
-    return C(f)(_x())
+    set_state(x + 1)
+    set_state((state, 3))
+    return state
 
 
-@case
-def nonlocal_read_after_write_in_loop(C):
-    def f(x):
-        k = 1
+@case.program
+def nonlocal_read_after_write_in_loop(x):
+    k = 1
 
-        def double():
-            nonlocal k
-            k = k * 2
+    def double():
+        nonlocal k
+        k = k * 2
 
-        for _ in range(4):
-            double()
-        return x * k
-
-    return C(f)(_x())
+    for _ in range(4):
+        double()
+    return x * k
 
 
 @case
@@ -135,46 +118,37 @@ def nonlocal_cell_of_argument(C):
     return C(f)(_x(), 2)
 
 
-@case
-def nonlocal_write_then_closure_reads(C):
-    def f(x):
-        v = 1
+@case.program
+def nonlocal_write_then_closure_reads(x):
+    v = 1
 
-        def setter():
-            nonlocal v
-            v = 5
+    def setter():
+        nonlocal v
+        v = 5
 
-        def getter():
-            return v
+    def getter():
+        return v
 
-        setter()
-        return x * getter()
-
-    return C(f)(_x())
+    setter()
+    return x * getter()
 
 
-@case
-def nonlocal_delete(C):
-    def f(x):
-        v = x + 1
+@case.program
+def nonlocal_delete(x):
+    v = x + 1
 
-        def g():
-            return v * 2  # noqa: F821 (deleted below, after the call)
+    def g():
+        return v * 2  # noqa: F821 (deleted below, after the call)
 
-        out = g()
-        del v
-        return out
-
-    return C(f)(_x())
+    out = g()
+    del v
+    return out
 
 
-@case
-def nonlocal_in_lambda_default_capture(C):
-    def f(x):
-        fns = [lambda v, i=i: v * i for i in range(3)]
-        return [fn(x) for fn in fns]
-
-    return C(f)(_x())
+@case.program
+def nonlocal_in_lambda_default_capture(x):
+    fns = [lambda v, i=i: v * i for i in range(3)]
+    return [fn(x) for fn in fns]
 
 
 # -- free variables of the compiled function itself ---------------------------------------
@@ -433,70 +407,61 @@ def closure_made_in_frame_stored_on_object(C):
 
 # -- nested closures 3 deep -----------------------------------------------------------------
 
-@case
-def nested_three_deep_reads(C):
-    def f(x):
-        a = x + 1
+@case.program
+def nested_three_deep_reads(x):
+    a = x + 1
 
-        def l1():
-            b = a * 2
+    def l1():
+        b = a * 2
 
-            def l2():
-                c = b + a
+        def l2():
+            c = b + a
 
-                def l3():
-                    return a + b + c
+            def l3():
+                return a + b + c
 
-                return l3()
+            return l3()
 
-            return l2()
+        return l2()
 
-        return l1()
-
-    return C(f)(_x())
+    return l1()
 
 
-@case
-def nested_three_deep_nonlocal_write(C):
-    def f(x):
-        total = x
+@case.program
+def nested_three_deep_nonlocal_write(x):
+    total = x
 
-        def l1():
-            def l2():
-                def l3():
-                    nonlocal total
-                    total = total * 2
+    def l1():
+        def l2():
+            def l3():
+                nonlocal total
+                total = total * 2
 
-                l3()
-                l3()
+            l3()
+            l3()
 
-            l2()
+        l2()
 
-        l1()
-        return total
-
-    return C(f)(_x())
+    l1()
+    return total
 
 
-@case
-def nested_three_deep_middle_nonlocal(C):
-    def f(x):
-        def l1():
-            v = 1
+@case.program
+def nested_three_deep_middle_nonlocal(x):
+    def l1():
+        v = 1
 
-            def l2():
-                def l3():
-                    nonlocal v
-                    v += 1
+        def l2():
+            def l3():
+                nonlocal v
+                v += 1
 
-                l3()
-                return v
+            l3()
+            return v
 
-            return l2() + v
+        return l2() + v
 
-        return x * l1()
-
-    return C(f)(_x())
+    return x * l1()
 
 
 @case
@@ -517,70 +482,55 @@ def nested_three_deep_returned(C):
     return g(torch.ones(4))
 
 
-@case
-def nested_factory_of_factories(C):
-    def f(x):
-        def adder(n):
-            def add(t):
-                return t + n
+@case.program
+def nested_factory_of_factories(x):
+    def adder(n):
+        def add(t):
+            return t + n
 
-            return add
+        return add
 
-        fns = [adder(i) for i in range(3)]
-        out = x
-        for fn in fns:
-            out = fn(out)
-        return out
-
-    return C(f)(_x())
+    fns = [adder(i) for i in range(3)]
+    out = x
+    for fn in fns:
+        out = fn(out)
+    return out
 
 
 # -- closures over loop variables ----------------------------------------------------------
 
-@case
-def loop_closures_late_binding(C):
-    def f(x):
-        fns = []
-        for i in range(3):
-            fns.append(lambda: x * i)  # noqa: B023 (late binding on purpose)
-        return [fn() for fn in fns]
-
-    return C(f)(_x())
+@case.program
+def loop_closures_late_binding(x):
+    fns = []
+    for i in range(3):
+        fns.append(lambda: x * i)  # noqa: B023 (late binding on purpose)
+    return [fn() for fn in fns]
 
 
-@case
-def loop_closures_bound_by_factory(C):
-    def f(x):
-        def make(i):
-            return lambda: x * i
+@case.program
+def loop_closures_bound_by_factory(x):
+    def make(i):
+        return lambda: x * i
 
-        fns = [make(i) for i in range(3)]
-        return [fn() for fn in fns]
-
-    return C(f)(_x())
+    fns = [make(i) for i in range(3)]
+    return [fn() for fn in fns]
 
 
-@case
-def loop_closures_comprehension_variable(C):
-    def f(x):
-        fns = [(lambda: x + i) for i in range(3)]  # noqa: B023
-        return [fn() for fn in fns]
-
-    return C(f)(_x())
+@case.program
+def loop_closures_comprehension_variable(x):
+    fns = [(lambda: x + i) for i in range(3)]  # noqa: B023
+    return [fn() for fn in fns]
 
 
-@case
-def loop_variable_cell_updated_each_iteration(C):
-    def f(x):
-        out = []
-        for t in (x, x + 1, x * 2):
-            def g():
-                return t.sum()  # noqa: B023
+@case.program
+def loop_variable_cell_updated_each_iteration(x):
+    out = []
+    for t in (x, x + 1, x * 2):
+        def g():
+            return t.sum()  # noqa: B023
 
-            out.append(g())
-        return out
-
-    return C(f)(_x())
+        out.append(g())
+    return out
 
 
 @case
@@ -598,64 +548,55 @@ def loop_closures_returned(C):
     return [fn(torch.ones(4)) for fn in fns]
 
 
-@case
-def while_loop_nonlocal_counter(C):
-    def f(x):
-        i = 0
+@case.program
+def while_loop_nonlocal_counter(x):
+    i = 0
 
-        def more():
-            nonlocal i
-            i += 1
-            return i < 4
+    def more():
+        nonlocal i
+        i += 1
+        return i < 4
 
-        while more():
-            x = x + i
-        return x
-
-    return C(f)(_x())
+    while more():
+        x = x + i
+    return x
 
 
 # -- cells shared by two closures -------------------------------------------------------------
 
-@case
-def two_closures_share_a_cell(C):
-    def f(x):
-        v = x
+@case.program
+def two_closures_share_a_cell(x):
+    v = x
 
-        def get():
-            return v
+    def get():
+        return v
 
-        def put(n):
-            nonlocal v
-            v = n
+    def put(n):
+        nonlocal v
+        v = n
 
-        put(x * 5)
-        a = get()
-        put(a + 1)
-        return a, get()
-
-    return C(f)(_x())
+    put(x * 5)
+    a = get()
+    put(a + 1)
+    return a, get()
 
 
-@case
-def two_writers_one_cell(C):
-    def f(x):
-        n = 0
+@case.program
+def two_writers_one_cell(x):
+    n = 0
 
-        def add_one():
-            nonlocal n
-            n += 1
+    def add_one():
+        nonlocal n
+        n += 1
 
-        def add_ten():
-            nonlocal n
-            n += 10
+    def add_ten():
+        nonlocal n
+        n += 10
 
-        add_one()
-        add_ten()
-        add_one()
-        return x * n
-
-    return C(f)(_x())
+    add_one()
+    add_ten()
+    add_one()
+    return x * n
 
 
 @case
@@ -677,89 +618,74 @@ def shared_cell_passed_to_callee(C):
     return C(f)(_x())
 
 
-@case
-def shared_cell_counter_object(C):
-    def f(x):
-        state = {"n": 0}
+@case.program
+def shared_cell_counter_object(x):
+    state = {"n": 0}
 
-        def inc():
-            state["n"] += 1
+    def inc():
+        state["n"] += 1
 
-        def dec():
-            state["n"] -= 2
+    def dec():
+        state["n"] -= 2
 
-        inc()
-        inc()
-        dec()
-        inc()
-        return x + state["n"], state
-
-    return C(f)(_x())
+    inc()
+    inc()
+    dec()
+    inc()
+    return x + state["n"], state
 
 
 # -- closures and graph breaks ---------------------------------------------------------------
 
-@case
-def nonlocal_write_across_graph_break(C):
-    def f(x):
-        n = 1
+@case.program
+def nonlocal_write_across_graph_break(x):
+    n = 1
 
-        def bump():
-            nonlocal n
-            n += 1
+    def bump():
+        nonlocal n
+        n += 1
 
-        bump()
-        print("break")
-        bump()
-        return x * n
-
-    return C(f)(_x())
+    bump()
+    print("break")
+    bump()
+    return x * n
 
 
-@case
-def graph_break_inside_closure_with_nonlocal(C):
-    def f(x):
-        total = x
+@case.program
+def graph_break_inside_closure_with_nonlocal(x):
+    total = x
 
-        def step():
-            nonlocal total
-            total = total + 1
-            print("inside")
-            total = total * 2
+    def step():
+        nonlocal total
+        total = total + 1
+        print("inside")
+        total = total * 2
 
-        step()
-        return total
-
-    return C(f)(_x())
+    step()
+    return total
 
 
-@case
-def cell_read_after_graph_break(C):
-    def f(x):
-        y = x.sin()
+@case.program
+def cell_read_after_graph_break(x):
+    y = x.sin()
 
-        def g():
-            return y * 2
+    def g():
+        return y * 2
 
-        print("break")
-        return g() + y
-
-    return C(f)(_x())
+    print("break")
+    return g() + y
 
 
-@case
-def closure_captured_tensor_mutated_in_place(C):
-    def f(x):
-        buf = torch.zeros(4)
+@case.program
+def closure_captured_tensor_mutated_in_place(x):
+    buf = torch.zeros(4)
 
-        def add(t):
-            buf.add_(t)
+    def add(t):
+        buf.add_(t)
 
-        add(x)
-        add(x)
-        return buf
-
-    return C(f)(_x())
+    add(x)
+    add(x)
+    return buf
 
 
 @case
@@ -788,19 +714,16 @@ def closure_passed_to_torch_function(C):
     return C(f)([_x(), _x()])
 
 
-@case
-def closure_cell_contents_function_call(C):
-    def f(x):
-        def outer():
-            def inner():
-                return x * 2
+@case.program
+def closure_cell_contents_function_call(x):
+    def outer():
+        def inner():
+            return x * 2
 
-            return inner
+        return inner
 
-        fn = outer()
-        return fn() + fn.__closure__[0].cell_contents
-
-    return C(f)(_x())
+    fn = outer()
+    return fn() + fn.__closure__[0].cell_contents
 
 
 @case
@@ -840,21 +763,18 @@ def compiled_function_counter_called_three_times(C):
     return [cf(_x()) for _ in range(3)], read()
 
 
-@case
-def nonlocal_written_by_generator(C):
-    def f(x):
-        seen = 0
+@case.program
+def nonlocal_written_by_generator(x):
+    seen = 0
 
-        def gen():
-            nonlocal seen
-            for i in range(3):
-                seen += 1
-                yield x * i
+    def gen():
+        nonlocal seen
+        for i in range(3):
+            seen += 1
+            yield x * i
 
-        out = sum(gen())
-        return out, seen
-
-    return C(f)(_x())
+    out = sum(gen())
+    return out, seen
 
 
 @case
@@ -892,16 +812,13 @@ def comprehension_closures_over_a_variable_also_set_outside(C):
     return C(f)(_x())
 
 
-@case
-def comprehension_closure_cell_then_outer_loop_variable(C):
-    def f(x):
-        fns = [lambda: x * j for j in (1, 2)]  # noqa: B023
-        out = []
-        for j in range(3):
-            out.append(x + j)
-        return [fn() for fn in fns], out
-
-    return C(f)(_x())
+@case.program
+def comprehension_closure_cell_then_outer_loop_variable(x):
+    fns = [lambda: x * j for j in (1, 2)]  # noqa: B023
+    out = []
+    for j in range(3):
+        out.append(x + j)
+    return [fn() for fn in fns], out
 
 
 @case
@@ -964,21 +881,18 @@ def closure_counter_from_inlined_factory_returned(C):
     return out, c(), c()
 
 
-@case
-def closure_reads_cell_written_by_later_loop(C):
-    def f(x):
-        acc = x
+@case.program
+def closure_reads_cell_written_by_later_loop(x):
+    acc = x
 
-        def current():
-            return acc
+    def current():
+        return acc
 
-        seen = []
-        for i in range(3):
-            acc = acc + i
-            seen.append(current())
-        return seen
-
-    return C(f)(_x())
+    seen = []
+    for i in range(3):
+        acc = acc + i
+        seen.append(current())
+    return seen
 
 
 @case
@@ -1040,24 +954,21 @@ def recursive_closure_from_inlined_factory_returned(C):
     return out, c(5)
 
 
-@case(better="TorchDynamo falls back to eager for the frame (0 graphs); kiln reads the "
+@case.program(better="TorchDynamo falls back to eager for the frame (0 graphs); kiln reads the "
             "cell through __closure__ in one graph")
-def closure_cell_contents_after_nonlocal_write(C):
-    def f(x):
-        v = x
+def closure_cell_contents_after_nonlocal_write(x):
+    v = x
 
-        def get():
-            return v
+    def get():
+        return v
 
-        def put(n):
-            nonlocal v
-            v = n
+    def put(n):
+        nonlocal v
+        v = n
 
-        put(x + 5)
-        cells = get.__closure__
-        return cells[0].cell_contents * 2, (lambda: 1).__closure__ is None
-
-    return C(f)(_x())
+    put(x + 5)
+    cells = get.__closure__
+    return cells[0].cell_contents * 2, (lambda: 1).__closure__ is None
 
 
 @case
@@ -1098,11 +1009,4 @@ def augmented_assignment_on_a_dynamic_int_keeps_the_earlier_value(C):
     return [cf(torch.ones(2), n) for n in (1, 2, 3)]
 
 
-@pytest.mark.parametrize("name", case.params())
-def test_matches_torch_compile(name):
-    check_matches_torch(case.cases[name], __file__)
-
-
-@pytest.mark.parametrize("name", case.names())
-def test_gives_eagers_answer(name):
-    check_correct(case.cases[name])
+test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

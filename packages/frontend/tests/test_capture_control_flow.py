@@ -11,18 +11,19 @@ import functools
 
 import pytest
 import torch
-from _reference_cases import Cases, check_correct, check_matches_torch
+from _reference_cases import Cases
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_frontend"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
-case = Cases()
-
 
 def _x(*size):
     return torch.randn(*(size or (4,)))
+
+
+case = Cases(_x)
 
 
 def _escape(fn, *args):
@@ -45,44 +46,35 @@ class SubAppError(AppError):
 
 # -- exceptions --------------------------------------------------------------------------
 
-@case
-def exc_user_code_attribute_in_handler(C):
-    def f(x):
+@case.program
+def exc_user_code_attribute_in_handler(x):
+    try:
+        raise SubAppError("bad", code=3)
+    except AppError as e:
+        return x * e.code, str(e), type(e).__name__
+
+
+@case.program
+def exc_nested_handlers_reraise_other(x):
+    try:
         try:
-            raise SubAppError("bad", code=3)
-        except AppError as e:
-            return x * e.code, str(e), type(e).__name__
+            raise KeyError("k")
+        except KeyError:
+            raise ValueError("v") from None
+    except ValueError as e:
+        return x + 1, e.__suppress_context__, str(e)
 
-    return C(f)(_x())
 
-
-@case
-def exc_nested_handlers_reraise_other(C):
-    def f(x):
+@case.program
+def exc_raise_from_cause_type(x):
+    try:
         try:
-            try:
-                raise KeyError("k")
-            except KeyError:
-                raise ValueError("v") from None
-        except ValueError as e:
-            return x + 1, e.__suppress_context__, str(e)
-
-    return C(f)(_x())
-
-
-@case
-def exc_raise_from_cause_type(C):
-    def f(x):
-        try:
-            try:
-                x = x + 1
-                raise TypeError("inner")
-            except TypeError as e:
-                raise AppError("outer") from e
-        except AppError as e:
-            return x, type(e.__cause__).__name__, str(e.__cause__)
-
-    return C(f)(_x())
+            x = x + 1
+            raise TypeError("inner")
+        except TypeError as e:
+            raise AppError("outer") from e
+    except AppError as e:
+        return x, type(e.__cause__).__name__, str(e.__cause__)
 
 
 @case
@@ -149,32 +141,26 @@ def exc_escapes_from_inlined_helper(C):
     return _escape(C(f), _x())
 
 
-@case
-def exc_stop_iteration_from_next(C):
-    def f(x):
-        it = iter([x])
-        first = next(it)
+@case.program
+def exc_stop_iteration_from_next(x):
+    it = iter([x])
+    first = next(it)
+    try:
+        next(it)
+    except StopIteration:
+        return first + 1
+    return first
+
+
+@case.program
+def exc_handler_returns_in_loop(x):
+    for i in range(3):
         try:
-            next(it)
-        except StopIteration:
-            return first + 1
-        return first
-
-    return C(f)(_x())
-
-
-@case
-def exc_handler_returns_in_loop(C):
-    def f(x):
-        for i in range(3):
-            try:
-                if i == 1:
-                    raise IndexError(i)
-            except IndexError as e:
-                return x * (e.args[0] + 10)
-        return x
-
-    return C(f)(_x())
+            if i == 1:
+                raise IndexError(i)
+        except IndexError as e:
+            return x * (e.args[0] + 10)
+    return x
 
 
 @case
@@ -192,37 +178,28 @@ def exc_custom_str(C):
     return C(f)(_x())
 
 
-@case
-def exc_isinstance_of_caught(C):
-    def f(x):
-        try:
-            {}["missing"]
-        except LookupError as e:
-            return x + isinstance(e, KeyError) + isinstance(e, IndexError) * 2
-
-    return C(f)(_x())
+@case.program
+def exc_isinstance_of_caught(x):
+    try:
+        {}["missing"]
+    except LookupError as e:
+        return x + isinstance(e, KeyError) + isinstance(e, IndexError) * 2
 
 
-@case
-def exc_suppress_multiple(C):
-    def f(x):
-        with contextlib.suppress(KeyError, IndexError):
-            x = x + 1
-            [][0]
-        with contextlib.suppress(KeyError):
-            x = x * 2
-        return x
-
-    return C(f)(_x())
+@case.program
+def exc_suppress_multiple(x):
+    with contextlib.suppress(KeyError, IndexError):
+        x = x + 1
+        [][0]
+    with contextlib.suppress(KeyError):
+        x = x * 2
+    return x
 
 
-@case
-def exc_assert_with_message(C):
-    def f(x):
-        assert x.shape[0] == 4, "needs 4"
-        return x + 1
-
-    return C(f)(_x())
+@case.program
+def exc_assert_with_message(x):
+    assert x.shape[0] == 4, "needs 4"
+    return x + 1
 
 
 @case
@@ -293,30 +270,24 @@ class Recorder:
         return False
 
 
-@case
-def cm_user_class_made_in_frame(C):
-    def f(x):
-        r = Recorder()
-        with r as rr:
-            x = x * 2
-            rr.events.append("body")
-        return x, r.events
-
-    return C(f)(_x())
+@case.program
+def cm_user_class_made_in_frame(x):
+    r = Recorder()
+    with r as rr:
+        x = x * 2
+        rr.events.append("body")
+    return x, r.events
 
 
-@case
-def cm_user_class_exception_propagates_through(C):
-    def f(x):
-        r = Recorder()
-        try:
-            with r:
-                raise KeyError("k")
-        except KeyError:
-            x = x + 1
-        return x, r.events
-
-    return C(f)(_x())
+@case.program
+def cm_user_class_exception_propagates_through(x):
+    r = Recorder()
+    try:
+        with r:
+            raise KeyError("k")
+    except KeyError:
+        x = x + 1
+    return x, r.events
 
 
 @contextlib.contextmanager
@@ -436,31 +407,25 @@ def cm_nullcontext_conditional(C):
     return g(x, True), g(x, False)
 
 
-@case(xfail="ExitStack.__exit__ reads sys.exc_info(), which has no tracker (its value can "
+@case.program(xfail="ExitStack.__exit__ reads sys.exc_info(), which has no tracker (its value can "
             "come from the caller's except block)")
-def cm_closing_and_exitstack_callbacks(C):
-    def f(x):
-        log = []
-        with contextlib.ExitStack() as stack:
-            stack.callback(log.append, "a")
-            stack.callback(log.append, "b")
-            x = x + 1
-        return x, log
-
-    return C(f)(_x())
+def cm_closing_and_exitstack_callbacks(x):
+    log = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(log.append, "a")
+        stack.callback(log.append, "b")
+        x = x + 1
+    return x, log
 
 
-@case
-def cm_with_return_inside_loop(C):
-    def f(x):
-        r = Recorder()
-        for i in range(3):
-            with r:
-                if i == 1:
-                    return x * i, r.events
-        return x, r.events
-
-    return C(f)(_x())
+@case.program
+def cm_with_return_inside_loop(x):
+    r = Recorder()
+    for i in range(3):
+        with r:
+            if i == 1:
+                return x * i, r.events
+    return x, r.events
 
 
 # -- generators --------------------------------------------------------------------------
@@ -619,69 +584,54 @@ def gen_any_over_tensor_shapes(C):
 
 # -- closures ----------------------------------------------------------------------------
 
-@case
-def closure_counter_factory_in_frame(C):
-    def f(x):
-        def make():
-            n = 0
+@case.program
+def closure_counter_factory_in_frame(x):
+    def make():
+        n = 0
 
-            def inc():
-                nonlocal n
-                n += 1
-                return n
-            return inc
+        def inc():
+            nonlocal n
+            n += 1
+            return n
+        return inc
 
-        inc = make()
-        inc()
-        inc()
-        return x * inc()
-
-    return C(f)(_x())
+    inc = make()
+    inc()
+    inc()
+    return x * inc()
 
 
-@case
-def closure_over_loop_tensor_list(C):
-    def f(x):
-        fns = [lambda t, k=k: t * k for k in range(3)]
-        return [fn(x) for fn in fns]
-
-    return C(f)(_x())
+@case.program
+def closure_over_loop_tensor_list(x):
+    fns = [lambda t, k=k: t * k for k in range(3)]
+    return [fn(x) for fn in fns]
 
 
-@case
-def closure_partial_of_inner_function(C):
-    def f(x):
-        def g(a, b):
-            return a * b + x
+@case.program
+def closure_partial_of_inner_function(x):
+    def g(a, b):
+        return a * b + x
 
-        h = functools.partial(g, 2)
-        return h(x), h(3)
-
-    return C(f)(_x())
+    h = functools.partial(g, 2)
+    return h(x), h(3)
 
 
-@case
-def closure_nonlocal_list_append(C):
-    def f(x):
-        out = []
+@case.program
+def closure_nonlocal_list_append(x):
+    out = []
 
-        def add(v):
-            out.append(v)
+    def add(v):
+        out.append(v)
 
-        for i in range(3):
-            add(x * i)
-        return out
-
-    return C(f)(_x())
+    for i in range(3):
+        add(x * i)
+    return out
 
 
-@case
-def closure_reduce_with_inner_lambda(C):
-    def f(x):
-        k = 2
-        return functools.reduce(lambda a, b: a * k + b, [x, x + 1, x + 2])
-
-    return C(f)(_x())
+@case.program
+def closure_reduce_with_inner_lambda(x):
+    k = 2
+    return functools.reduce(lambda a, b: a * k + b, [x, x + 1, x + 2])
 
 
 @case
@@ -854,14 +804,11 @@ def mix_no_grad_in_loop(C):
     return C(f)(_x().requires_grad_())
 
 
-@case
-def mix_inference_mode_helper(C):
-    def f(x):
-        with torch.inference_mode():
-            y = x * 2
-        return y.is_inference(), y
-
-    return C(f)(_x())
+@case.program
+def mix_inference_mode_helper(x):
+    with torch.inference_mode():
+        y = x * 2
+    return y.is_inference(), y
 
 
 @case
@@ -878,21 +825,18 @@ def mix_exception_restores_grad_mode(C):
     return C(f)(_x().requires_grad_())
 
 
-@case
-def mix_closure_in_generator_nonlocal(C):
-    def f(x):
-        count = 0
+@case.program
+def mix_closure_in_generator_nonlocal(x):
+    count = 0
 
-        def gen():
-            nonlocal count
-            for i in range(3):
-                count += 1
-                yield x * i
+    def gen():
+        nonlocal count
+        for i in range(3):
+            count += 1
+            yield x * i
 
-        vals = list(gen())
-        return vals, count
-
-    return C(f)(_x())
+    vals = list(gen())
+    return vals, count
 
 
 @case
@@ -983,40 +927,31 @@ def mix_yield_inside_with(C):
     return C(f)(_x())
 
 
-@case
-def mix_nested_functions_with_defaults_and_kwargs(C):
-    def f(x):
-        def g(a, b=2, *rest, c=3, **kw):
-            return a * b + c + sum(rest) + sum(kw.values())
+@case.program
+def mix_nested_functions_with_defaults_and_kwargs(x):
+    def g(a, b=2, *rest, c=3, **kw):
+        return a * b + c + sum(rest) + sum(kw.values())
 
-        return g(x), g(x, 3, 4, 5, c=1, d=10)
-
-    return C(f)(_x())
+    return g(x), g(x, 3, 4, 5, c=1, d=10)
 
 
-@case
-def mix_exception_args_and_repr(C):
-    def f(x):
+@case.program
+def mix_exception_args_and_repr(x):
+    try:
+        raise ValueError("bad", 3)
+    except ValueError as e:
+        return x * e.args[1], e.args[0], repr(e)
+
+
+@case.program
+def mix_raise_in_except_handler_caught_outer(x):
+    try:
         try:
-            raise ValueError("bad", 3)
-        except ValueError as e:
-            return x * e.args[1], e.args[0], repr(e)
-
-    return C(f)(_x())
-
-
-@case
-def mix_raise_in_except_handler_caught_outer(C):
-    def f(x):
-        try:
-            try:
-                raise KeyError("a")
-            except KeyError as e:
-                raise IndexError("b") from e
-        except IndexError as e2:
-            return x + 1, type(e2.__context__).__name__
-
-    return C(f)(_x())
+            raise KeyError("a")
+        except KeyError as e:
+            raise IndexError("b") from e
+    except IndexError as e2:
+        return x + 1, type(e2.__context__).__name__
 
 
 @case
@@ -1071,11 +1006,4 @@ def mix_lambda_sorting_and_max_key(C):
     return C(f)([_x(2), _x(5), _x(3)])
 
 
-@pytest.mark.parametrize("name", case.params())
-def test_matches_torch_compile(name):
-    check_matches_torch(case.cases[name], __file__)
-
-
-@pytest.mark.parametrize("name", case.names())
-def test_gives_eagers_answer(name):
-    check_correct(case.cases[name])
+test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _counting_backend import CountingBackend
+from _counting_backend import CountingBackend, check_calls
 from kiln_frontend import compile as kiln_compile
 from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
-
-
-def _check(fn, *calls, graphs=1, fullgraph=True):
-    """``fn`` compiled agrees with eager on every argument tuple in ``calls``."""
-    backend = CountingBackend()
-    compiled = kiln_compile(fn, backend=backend, fullgraph=fullgraph)
-    for args in calls:
-        torch.testing.assert_close(compiled(*args), fn(*args))
-    assert len(backend.graphs) == graphs, [gm.code for gm in backend.graphs]
-    return backend.graphs
 
 
 def _unbacked(gm) -> set[str]:
@@ -43,7 +33,7 @@ def test_item_is_an_unbacked_float_in_one_graph():
     def f(x):
         return x * x.sum().item()
 
-    (gm,) = _check(f, (torch.randn(5),), (torch.randn(5),))
+    (gm,) = check_calls(f, (torch.randn(5),), (torch.randn(5),))
     assert any(n.op == "call_method" and n.target == "item" for n in gm.graph.nodes)
     assert any(s.startswith("zuf") for s in _unbacked(gm)), gm.graph
 
@@ -53,14 +43,14 @@ def test_float_and_int_of_a_tensor():
         # float of a float tensor, int of an int and of a float tensor, of a constant tensor
         return x + float(x.max()) + int(n.sum()) + int(x.sum() * 3) + float(torch.tensor(2))
 
-    _check(f, (torch.randn(4), torch.tensor([1, 2])), (torch.randn(4), torch.tensor([3, 4])))
+    check_calls(f, (torch.randn(4), torch.tensor([1, 2])), (torch.randn(4), torch.tensor([3, 4])))
 
 
 def test_item_returned_to_python():
     def f(x):
         return x.sum().item(), x * 2
 
-    _check(f, (torch.ones(3),), (torch.zeros(3),))
+    check_calls(f, (torch.ones(3),), (torch.zeros(3),))
 
 
 def test_boolean_mask_has_an_unbacked_size():
@@ -68,7 +58,7 @@ def test_boolean_mask_has_an_unbacked_size():
         y = x[x > 0]
         return y * 2, y.shape[0] + torch.zeros(y.shape[0])
 
-    (gm,) = _check(f, (torch.tensor([1.0, -1.0, 2.0]),), (torch.tensor([-1.0, -2.0, 3.0]),),
+    (gm,) = check_calls(f, (torch.tensor([1.0, -1.0, 2.0]),), (torch.tensor([-1.0, -2.0, 3.0]),),
                    (torch.tensor([-1.0, -2.0, -3.0]),))
     assert any(s.startswith("u") for s in _unbacked(gm)), gm.graph
 
@@ -82,4 +72,4 @@ def test_branch_on_an_item_is_a_graph_break_and_correct():
     with pytest.raises(Unsupported, match="data-dependent"):
         kiln_compile(f, backend=CountingBackend(), fullgraph=True)(torch.ones(2))
     reset()
-    _check(f, (torch.ones(2),), (-torch.ones(2),), graphs=3, fullgraph=False)
+    check_calls(f, (torch.ones(2),), (-torch.ones(2),), graphs=3, fullgraph=False)

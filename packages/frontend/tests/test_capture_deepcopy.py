@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from _counting_backend import CountingBackend
+from _counting_backend import CountingBackend, check_calls
 from kiln_frontend import compile as kiln_compile
 from kiln_frontend import reset
 from kiln_frontend.exc import Unsupported
@@ -52,14 +52,6 @@ CFG = Config()
 MAPPED = MappedConfig()
 
 
-def _check(fn, *calls, graphs=1, fullgraph=True):
-    backend = CountingBackend()
-    compiled = kiln_compile(fn, backend=backend, fullgraph=fullgraph)
-    for args in calls:
-        torch.testing.assert_close(compiled(*args), fn(*args))
-    assert len(backend.graphs) == graphs, [gm.code for gm in backend.graphs]
-
-
 def test_deepcopy_of_a_config_is_one_graph_and_leaves_the_original():
     def f(x):
         c = copy.deepcopy(CFG)
@@ -68,7 +60,7 @@ def test_deepcopy_of_a_config_is_one_graph_and_leaves_the_original():
         c.extra["nested"]["k"] = 7
         return x * c.layers * sum(c.scales) + c.extra["nested"]["k"] + CFG.layers
 
-    _check(f, (torch.ones(2),), (torch.ones(2),))
+    check_calls(f, (torch.ones(2),), (torch.ones(2),))
     assert CFG.layers == 2 and CFG.scales == [1.0, 2.0] and CFG.extra["nested"]["k"] == 3
 
 
@@ -103,7 +95,7 @@ def test_deepcopy_keeps_shared_structure_and_shallow_copy_shares():
         shallow = copy.copy(pair)
         return x * len(deep.b) + len(shallow.a), deep.a is deep.b, shallow.a is pair.a
 
-    _check(f, (torch.ones(2),))
+    check_calls(f, (torch.ones(2),))
     assert shared == [1.0]
 
 
@@ -114,7 +106,7 @@ def test_mapped_getattribute_and_validated_setattr_on_a_copy():
         del c.decoder_layers
         return x * c.layers + c.num_layers, hasattr(c, "decoder_layers")
 
-    _check(f, (torch.ones(2),))
+    check_calls(f, (torch.ones(2),))
     assert MAPPED.layers == 2 and MAPPED.decoder_layers == 3
 
 
@@ -162,4 +154,4 @@ def test_truth_of_an_object_made_in_the_frame():
         y = y * 2 if not Cache(0) else y
         return y + 1 if Plain() else y
 
-    _check(f, (torch.ones(2),))
+    check_calls(f, (torch.ones(2),))

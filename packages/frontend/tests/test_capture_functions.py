@@ -16,16 +16,17 @@ import operator
 
 import pytest
 import torch
-from _reference_cases import Cases, check_correct, check_matches_torch
+from _reference_cases import Cases
 from kiln_frontend.bytecode import versions
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
-case = Cases()
-
 
 def _x(*size):
     return torch.randn(*(size or (4,)))
+
+
+case = Cases(_x)
 
 
 # -- calls --------------------------------------------------------------------------------
@@ -148,15 +149,12 @@ def call_decorator_with_arguments(C):
     return C(f)(_x())
 
 
-@case
-def call_unpack_nested_tuple(C):
-    def f(x):
-        (a, b), c = (x, x + 1), x * 2
-        first, *rest = [a, b, c]
-        *init, last = (a, b, c)
-        return first + sum(rest) + len(init) * last
-
-    return C(f)(_x())
+@case.program
+def call_unpack_nested_tuple(x):
+    (a, b), c = (x, x + 1), x * 2
+    first, *rest = [a, b, c]
+    *init, last = (a, b, c)
+    return first + sum(rest) + len(init) * last
 
 
 @case
@@ -226,21 +224,15 @@ def functools_partial_nested(C):
     return C(f)(_x())
 
 
-@case
-def functools_reduce_operator_mul(C):
-    def f(x):
-        n = functools.reduce(operator.mul, [1, 2, 3, 4])
-        return functools.reduce(operator.add, [x, x * 2, x * 3], x) * n
-
-    return C(f)(_x())
+@case.program
+def functools_reduce_operator_mul(x):
+    n = functools.reduce(operator.mul, [1, 2, 3, 4])
+    return functools.reduce(operator.add, [x, x * 2, x * 3], x) * n
 
 
-@case
-def functools_lru_cache_global(C):
-    def f(x):
-        return x * _squares(4)
-
-    return C(f)(_x())
+@case.program
+def functools_lru_cache_global(x):
+    return x * _squares(4)
 
 
 @functools.lru_cache(maxsize=None)  # noqa: UP033 - lru_cache is the point
@@ -283,75 +275,54 @@ def operator_inplace_functions(C):
     return C(f)(_x(), _x())
 
 
-@case
-def operator_getitem_setitem(C):
-    def f(x):
-        lst = [x, x + 1, x + 2]
-        operator.setitem(lst, 1, x * 5)
-        operator.delitem(lst, 0)
-        return operator.getitem(lst, 0) + operator.getitem(x, 1)
-
-    return C(f)(_x())
+@case.program
+def operator_getitem_setitem(x):
+    lst = [x, x + 1, x + 2]
+    operator.setitem(lst, 1, x * 5)
+    operator.delitem(lst, 0)
+    return operator.getitem(lst, 0) + operator.getitem(x, 1)
 
 
-@case
-def operator_comparisons_on_ints(C):
-    def f(x):
-        n = sum(op(2, 3) for op in (operator.lt, operator.le, operator.eq, operator.ne,
-                                    operator.gt, operator.ge))
-        return x + n + operator.index(3) + operator.truth([1])
-
-    return C(f)(_x())
+@case.program
+def operator_comparisons_on_ints(x):
+    n = sum(op(2, 3) for op in (operator.lt, operator.le, operator.eq, operator.ne,
+                                operator.gt, operator.ge))
+    return x + n + operator.index(3) + operator.truth([1])
 
 
-@case
-def operator_itemgetter_multiple(C):
-    def f(x):
-        items = [x, x * 2, x * 3, x * 4]
-        a, c = operator.itemgetter(0, 2)(items)
-        return a + c
-
-    return C(f)(_x())
+@case.program
+def operator_itemgetter_multiple(x):
+    items = [x, x * 2, x * 3, x * 4]
+    a, c = operator.itemgetter(0, 2)(items)
+    return a + c
 
 
-@case
-def operator_attrgetter_dotted(C):
-    def f(x):
-        m = torch.nn.Linear(4, 4)
-        get = operator.attrgetter("weight.shape")
-        return x * get(m)[0]
-
-    return C(f)(_x())
+@case.program
+def operator_attrgetter_dotted(x):
+    m = torch.nn.Linear(4, 4)
+    get = operator.attrgetter("weight.shape")
+    return x * get(m)[0]
 
 
 # -- math --------------------------------------------------------------------------------
 
-@case
-def math_constants_and_functions(C):
-    def f(x):
-        return x * math.pi + math.sqrt(16) + math.log(math.e) + math.floor(2.7) \
-            + math.exp(0) + math.cos(0) + math.hypot(3, 4)
-
-    return C(f)(_x())
+@case.program
+def math_constants_and_functions(x):
+    return x * math.pi + math.sqrt(16) + math.log(math.e) + math.floor(2.7) \
+        + math.exp(0) + math.cos(0) + math.hypot(3, 4)
 
 
-@case
-def math_isclose_inf_nan(C):
-    def f(x):
-        a = math.isclose(0.1 + 0.2, 0.3)
-        b = math.isinf(float("inf"))
-        c = math.isnan(float("nan"))
-        return x + a + b + c
-
-    return C(f)(_x())
+@case.program
+def math_isclose_inf_nan(x):
+    a = math.isclose(0.1 + 0.2, 0.3)
+    b = math.isinf(float("inf"))
+    c = math.isnan(float("nan"))
+    return x + a + b + c
 
 
-@case
-def math_prod_comb_factorial(C):
-    def f(x):
-        return x * math.prod([1, 2, 3]) + math.comb(5, 2) + math.factorial(4) + math.perm(4, 2)
-
-    return C(f)(_x())
+@case.program
+def math_prod_comb_factorial(x):
+    return x * math.prod([1, 2, 3]) + math.comb(5, 2) + math.factorial(4) + math.perm(4, 2)
 
 
 @case
@@ -366,15 +337,12 @@ def math_on_tensor_size(C):
 
 # -- strings -----------------------------------------------------------------------------
 
-@case
-def str_methods_constant(C):
-    def f(x):
-        s = "Hello_World"
-        n = len(s.lower()) + s.count("o") + s.find("W") + len(s.split("_"))
-        ok = s.startswith("He") and s.endswith("ld") and s.upper().isupper()
-        return x * n + ok
-
-    return C(f)(_x())
+@case.program
+def str_methods_constant(x):
+    s = "Hello_World"
+    n = len(s.lower()) + s.count("o") + s.find("W") + len(s.split("_"))
+    ok = s.startswith("He") and s.endswith("ld") and s.upper().isupper()
+    return x * n + ok
 
 
 @case
@@ -406,13 +374,10 @@ def str_key_building_in_loop(C):
     return C(f)(_x())
 
 
-@case
-def str_join_of_generated_names(C):
-    def f(x):
-        names = "-".join(str(i) for i in range(4))
-        return x * len(names), names
-
-    return C(f)(_x())
+@case.program
+def str_join_of_generated_names(x):
+    names = "-".join(str(i) for i in range(4))
+    return x * len(names), names
 
 
 # -- enum --------------------------------------------------------------------------------
@@ -438,20 +403,14 @@ def enum_branch(C):
     return g(_x(), Mode.ADD), g(_x(), Mode.MUL)
 
 
-@case
-def enum_value_and_name(C):
-    def f(x):
-        return x * Mode.MUL.value, Mode.ADD.name, Mode(2) is Mode.MUL
-
-    return C(f)(_x())
+@case.program
+def enum_value_and_name(x):
+    return x * Mode.MUL.value, Mode.ADD.name, Mode(2) is Mode.MUL
 
 
-@case
-def intenum_arithmetic(C):
-    def f(x):
-        return x * (Flag.A + Flag.B), int(Flag.B)
-
-    return C(f)(_x())
+@case.program
+def intenum_arithmetic(x):
+    return x * (Flag.A + Flag.B), int(Flag.B)
 
 
 @case
@@ -485,13 +444,10 @@ def enum_method_and_property(C):
     return g(_x(), Act.RELU), g(_x(), Act.TANH)
 
 
-@case
-def enum_iteration_and_membership(C):
-    def f(x):
-        names = [m.name for m in Mode]
-        return x * len(names) + (Mode.ADD in Mode), names
-
-    return C(f)(_x())
+@case.program
+def enum_iteration_and_membership(x):
+    names = [m.name for m in Mode]
+    return x * len(names) + (Mode.ADD in Mode), names
 
 
 # -- isinstance and types ----------------------------------------------------------------
@@ -512,13 +468,10 @@ def isinstance_on_arguments(C):
     return C(f)(_x(), _x())
 
 
-@case
-def type_checks_and_names(C):
-    def f(x):
-        t = type(x)
-        return x + (t is torch.Tensor), type(3).__name__, type(x).__name__  # noqa: UP003
-
-    return C(f)(_x())
+@case.program
+def type_checks_and_names(x):
+    t = type(x)
+    return x + (t is torch.Tensor), type(3).__name__, type(x).__name__  # noqa: UP003
 
 
 @case
@@ -552,25 +505,22 @@ def isinstance_nn_module_types(C):
 
 # -- user classes ------------------------------------------------------------------------
 
-@case(xfail=None if versions.NULL_ABOVE_CALLABLE else
+@case.program(xfail=None if versions.NULL_ABOVE_CALLABLE else
       'a class statement in the frame (LOAD_BUILD_CLASS) is a graph break; torch.compile makes '
       'one graph of the rest where kiln makes two (3.11/3.12: the NULL pushed before '
       '__build_class__ is on the stack there, so no resume function; 3.13 pushes it after)')
-def class_made_in_frame(C):
-    def f(x):
-        class Acc:
-            def __init__(self):
-                self.total = 0
+def class_made_in_frame(x):
+    class Acc:
+        def __init__(self):
+            self.total = 0
 
-            def add(self, v):
-                self.total = self.total + v
-                return self
+        def add(self, v):
+            self.total = self.total + v
+            return self
 
-        a = Acc()
-        a.add(x).add(x * 2)
-        return a.total
-
-    return C(f)(_x())
+    a = Acc()
+    a.add(x).add(x * 2)
+    return a.total
 
 
 class Vec:
@@ -638,15 +588,12 @@ class Celsius:
         return cls(t)
 
 
-@case
-def class_property_setter(C):
-    def f(x):
-        c = Celsius.make(x)
-        a = c.fahrenheit
-        c.fahrenheit = a + 9
-        return c._t + Celsius.zero(), a
-
-    return C(f)(_x())
+@case.program
+def class_property_setter(x):
+    c = Celsius.make(x)
+    a = c.fahrenheit
+    c.fahrenheit = a + 9
+    return c._t + Celsius.zero(), a
 
 
 class Base:
@@ -669,12 +616,9 @@ class Child(Base):
         return super().run(x) + 1
 
 
-@case
-def class_super_chain(C):
-    def f(x):
-        return Child(x).run(x), Base(x).run(x)
-
-    return C(f)(_x())
+@case.program
+def class_super_chain(x):
+    return Child(x).run(x), Base(x).run(x)
 
 
 class Lazy:
@@ -687,13 +631,10 @@ class Lazy:
         raise AttributeError(name)
 
 
-@case
-def class_getattr_fallback(C):
-    def f(x):
-        lz = Lazy(x)
-        return lz.times3 + lz.t, hasattr(lz, "other")
-
-    return C(f)(_x())
+@case.program
+def class_getattr_fallback(x):
+    lz = Lazy(x)
+    return lz.times3 + lz.t, hasattr(lz, "other")
 
 
 class Positive:
@@ -716,13 +657,10 @@ class HasDescriptor:
         self.v = t
 
 
-@case
-def class_data_descriptor(C):
-    def f(x):
-        h = HasDescriptor(x)
-        return h.v + 1
-
-    return C(f)(_x())
+@case.program
+def class_data_descriptor(x):
+    h = HasDescriptor(x)
+    return h.v + 1
 
 
 @case
@@ -907,17 +845,14 @@ def class_slots_returned_and_unset(C):
     return p.w, p.b, has_b, b, q.w, q.tag, q.extra, q.__dict__, type(q).__name__
 
 
-@case
-def class_slots_reject_unknown_attribute(C):
-    def f(x):
-        p = _Slotted(x)
-        try:
-            p.other = 1
-        except AttributeError:
-            return x - 1
-        return x + 1
-
-    return C(f)(_x())
+@case.program
+def class_slots_reject_unknown_attribute(x):
+    p = _Slotted(x)
+    try:
+        p.other = 1
+    except AttributeError:
+        return x - 1
+    return x + 1
 
 
 @case
@@ -969,82 +904,61 @@ def class_namedtuple_subclass_method(C):
 
 # -- itertools ---------------------------------------------------------------------------
 
-@case
-def itertools_chain_from_iterable(C):
-    def f(x):
-        parts = [[x, x + 1], [x + 2]]
-        return sum(itertools.chain.from_iterable(parts))
-
-    return C(f)(_x())
+@case.program
+def itertools_chain_from_iterable(x):
+    parts = [[x, x + 1], [x + 2]]
+    return sum(itertools.chain.from_iterable(parts))
 
 
-@case
-def itertools_product_repeat(C):
-    def f(x):
-        out = x
-        for a, b in itertools.product(range(2), repeat=2):
-            out = out + a * b
-        return out
-
-    return C(f)(_x())
+@case.program
+def itertools_product_repeat(x):
+    out = x
+    for a, b in itertools.product(range(2), repeat=2):
+        out = out + a * b
+    return out
 
 
-@case
-def itertools_compress_and_filterfalse(C):
-    def f(x):
-        items = [x, x * 2, x * 3, x * 4]
-        kept = list(itertools.compress(items, [1, 0, 1, 0]))
-        odd = list(itertools.filterfalse(lambda i: i % 2 == 0, range(6)))
-        return sum(kept) * len(odd)
-
-    return C(f)(_x())
+@case.program
+def itertools_compress_and_filterfalse(x):
+    items = [x, x * 2, x * 3, x * 4]
+    kept = list(itertools.compress(items, [1, 0, 1, 0]))
+    odd = list(itertools.filterfalse(lambda i: i % 2 == 0, range(6)))
+    return sum(kept) * len(odd)
 
 
-@case
-def itertools_tee(C):
-    def f(x):
-        a, b = itertools.tee(iter([x, x + 1, x + 2]))
-        return sum(a) - sum(b) + x
-
-    return C(f)(_x())
+@case.program
+def itertools_tee(x):
+    a, b = itertools.tee(iter([x, x + 1, x + 2]))
+    return sum(a) - sum(b) + x
 
 
-@case
-def itertools_islice_of_count_step(C):
-    def f(x):
-        return [x * i for i in itertools.islice(itertools.count(1, 2), 3)]
-
-    return C(f)(_x())
+@case.program
+def itertools_islice_of_count_step(x):
+    return [x * i for i in itertools.islice(itertools.count(1, 2), 3)]
 
 
 # -- control flow and misc builtins ------------------------------------------------------
 
-@case
-def while_else_and_for_else(C):
-    def f(x):
-        i = 0
-        while i < 3:
-            x = x + 1
-            i += 1
-        else:
-            x = x * 2
-        for j in range(3):
-            if j == 5:
-                break
-        else:
-            x = x - 1
-        return x
-
-    return C(f)(_x())
+@case.program
+def while_else_and_for_else(x):
+    i = 0
+    while i < 3:
+        x = x + 1
+        i += 1
+    else:
+        x = x * 2
+    for j in range(3):
+        if j == 5:
+            break
+    else:
+        x = x - 1
+    return x
 
 
-@case
-def walrus_in_comprehension(C):
-    def f(x):
-        vals = [y for i in range(4) if (y := i * 2) > 2]
-        return x * sum(vals), vals
-
-    return C(f)(_x())
+@case.program
+def walrus_in_comprehension(x):
+    vals = [y for i in range(4) if (y := i * 2) > 2]
+    return x * sum(vals), vals
 
 
 @case
@@ -1136,14 +1050,11 @@ def match_tensors_in_sequence(C):
     return g((_x(), _x())), g([_x(3), _x(2, 2)]), g(_x())
 
 
-@case
-def ternary_and_chained_compare(C):
-    def f(x):
-        n = x.shape[0]
-        y = x * 2 if 1 < n <= 4 else x
-        return y if n != 3 else -y
-
-    return C(f)(_x())
+@case.program
+def ternary_and_chained_compare(x):
+    n = x.shape[0]
+    y = x * 2 if 1 < n <= 4 else x
+    return y if n != 3 else -y
 
 
 @case
@@ -1161,48 +1072,33 @@ def global_counter_write(C):
 _COUNTER = 0
 
 
-@case
-def builtins_round_abs_pow_divmod(C):
-    def f(x):
-        q, r = divmod(17, 5)
-        return x * round(2.567, 2) + abs(-3) + pow(2, 5) + q + r + pow(3, 2, 5)
-
-    return C(f)(_x())
+@case.program
+def builtins_round_abs_pow_divmod(x):
+    q, r = divmod(17, 5)
+    return x * round(2.567, 2) + abs(-3) + pow(2, 5) + q + r + pow(3, 2, 5)
 
 
-@case
-def builtins_chr_ord_hex_bin(C):
-    def f(x):
-        return x + ord("a") + len(hex(255)) + len(bin(5)) + int("101", 2), chr(65)
-
-    return C(f)(_x())
+@case.program
+def builtins_chr_ord_hex_bin(x):
+    return x + ord("a") + len(hex(255)) + len(bin(5)) + int("101", 2), chr(65)
 
 
-@case
-def builtins_min_max_of_tensors_list(C):
-    def f(x):
-        shapes = [t.shape[0] for t in (x, x[:2], x[:3])]
-        return x[: min(shapes)] * max(shapes)
-
-    return C(f)(_x())
+@case.program
+def builtins_min_max_of_tensors_list(x):
+    shapes = [t.shape[0] for t in (x, x[:2], x[:3])]
+    return x[: min(shapes)] * max(shapes)
 
 
-@case
-def builtins_zip_dict_and_reversed(C):
-    def f(x):
-        keys = ["a", "b", "c"]
-        d = dict(zip(keys, (x, x + 1, x + 2)))  # noqa: B905 - plain zip is the point
-        return [d[k] for k in reversed(keys)]
-
-    return C(f)(_x())
+@case.program
+def builtins_zip_dict_and_reversed(x):
+    keys = ["a", "b", "c"]
+    d = dict(zip(keys, (x, x + 1, x + 2)))  # noqa: B905 - plain zip is the point
+    return [d[k] for k in reversed(keys)]
 
 
-@case
-def builtins_sum_of_ints_then_tensor(C):
-    def f(x):
-        return x * sum(range(5)) + sum([0.5, 1.5])
-
-    return C(f)(_x())
+@case.program
+def builtins_sum_of_ints_then_tensor(x):
+    return x * sum(range(5)) + sum([0.5, 1.5])
 
 
 @case
@@ -1215,47 +1111,35 @@ def builtins_all_any_of_shapes(C):
     return C(f)(_x(2, 3), _x(2, 3))
 
 
-@case
-def builtins_id_of_same_object(C):
-    def f(x):
-        a = [x]
-        b = a
-        return x + (id(a) == id(b)) + (a is b)
-
-    return C(f)(_x())
+@case.program
+def builtins_id_of_same_object(x):
+    a = [x]
+    b = a
+    return x + (id(a) == id(b)) + (a is b)
 
 
-@case
-def builtins_iter_sentinel_loop(C):
-    def f(x):
-        vals = iter([1, 2, 3, 0, 5])
-        out = x
-        for v in iter(lambda: next(vals), 0):
-            out = out + v
-        return out
-
-    return C(f)(_x())
+@case.program
+def builtins_iter_sentinel_loop(x):
+    vals = iter([1, 2, 3, 0, 5])
+    out = x
+    for v in iter(lambda: next(vals), 0):
+        out = out + v
+    return out
 
 
-@case
-def builtins_sorted_dict_items_by_value(C):
-    def f(x):
-        d = {"a": 3, "b": 1, "c": 2}
-        order = [k for k, _ in sorted(d.items(), key=lambda kv: kv[1])]
-        return x * d[order[0]], order
-
-    return C(f)(_x())
+@case.program
+def builtins_sorted_dict_items_by_value(x):
+    d = {"a": 3, "b": 1, "c": 2}
+    order = [k for k, _ in sorted(d.items(), key=lambda kv: kv[1])]
+    return x * d[order[0]], order
 
 
 # -- tensor methods with Python scalars --------------------------------------------------
 
-@case
-def tensor_python_scalar_ops(C):
-    def f(x):
-        return (2 - x, 3 / (x.abs() + 1), 2 ** x, x // 2, x % 3, x.clamp(min=-0.5, max=0.5),
-                x.pow(2).add(1, alpha=2), x.new_full((2,), 3.0), x.new_zeros(3))
-
-    return C(f)(_x())
+@case.program
+def tensor_python_scalar_ops(x):
+    return (2 - x, 3 / (x.abs() + 1), 2 ** x, x // 2, x % 3, x.clamp(min=-0.5, max=0.5),
+            x.pow(2).add(1, alpha=2), x.new_full((2,), 3.0), x.new_zeros(3))
 
 
 @case
@@ -1267,13 +1151,10 @@ def tensor_size_arith(C):
     return C(f)(_x(2, 3))
 
 
-@case
-def tensor_item_free_dtype_properties(C):
-    def f(x):
-        y = x.to(torch.float64) if x.dtype == torch.float32 else x
-        return y * x.is_floating_point() + x.element_size() + x.is_contiguous()
-
-    return C(f)(_x())
+@case.program
+def tensor_item_free_dtype_properties(x):
+    y = x.to(torch.float64) if x.dtype == torch.float32 else x
+    return y * x.is_floating_point() + x.element_size() + x.is_contiguous()
 
 
 @case
@@ -1319,23 +1200,17 @@ def tensor_python_list_index(C):
     return C(f)(_x(4, 3))
 
 
-@case
-def tensor_from_python_list_and_scalar(C):
-    def f(x):
-        k = torch.tensor([1.0, 2.0, 3.0, 4.0])
-        s = torch.tensor(3.0)
-        return x * k + s, torch.as_tensor([1, 2]) + 1
-
-    return C(f)(_x())
+@case.program
+def tensor_from_python_list_and_scalar(x):
+    k = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    s = torch.tensor(3.0)
+    return x * k + s, torch.as_tensor([1, 2]) + 1
 
 
-@case
-def tensor_dtype_promotion_with_python_scalars(C):
-    def f(x):
-        i = x.to(torch.int64)
-        return i + 1, i * 2.5, i / 2, (i > 0) + 1, torch.full((2,), 7).dtype == torch.int64
-
-    return C(f)(_x())
+@case.program
+def tensor_dtype_promotion_with_python_scalars(x):
+    i = x.to(torch.int64)
+    return i + 1, i * 2.5, i / 2, (i > 0) + 1, torch.full((2,), 7).dtype == torch.int64
 
 
 @case
@@ -1349,22 +1224,12 @@ def tensor_requires_grad_branch(C):
     return g(_x()), g(_x().requires_grad_()).detach()
 
 
-@case(xfail='torch.compile breaks the graph at .backward() and captures the read of x.grad in a second graph; kiln runs it in Python')
-def tensor_backward_inside_frame(C):
-    def f(x):
-        x = x.detach().requires_grad_()
-        y = (x * x).sum()
-        y.backward()
-        return x.grad
-
-    return C(f)(_x())
+@case.program(xfail='torch.compile breaks the graph at .backward() and captures the read of x.grad in a second graph; kiln runs it in Python')
+def tensor_backward_inside_frame(x):
+    x = x.detach().requires_grad_()
+    y = (x * x).sum()
+    y.backward()
+    return x.grad
 
 
-@pytest.mark.parametrize("name", case.params())
-def test_matches_torch_compile(name):
-    check_matches_torch(case.cases[name], __file__)
-
-
-@pytest.mark.parametrize("name", case.names())
-def test_gives_eagers_answer(name):
-    check_correct(case.cases[name])
+test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 import torch
-from _reference_cases import Cases, check_correct, check_matches_torch
+from _reference_cases import Cases
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_frontend"),
@@ -17,11 +17,12 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
-case = Cases()
-
 
 def _x():
     return torch.randn(4)
+
+
+case = Cases(_x)
 
 
 # -- yield from --------------------------------------------------------------------------
@@ -421,12 +422,9 @@ def endless_itertools_count_zip(C):
     return C(f)([_x(), _x()])
 
 
-@case
-def endless_cycle_islice(C):
-    def f(x):
-        return [x * c for c in itertools.islice(itertools.cycle([1, 2]), 5)]
-
-    return C(f)(_x())
+@case.program
+def endless_cycle_islice(x):
+    return [x * c for c in itertools.islice(itertools.cycle([1, 2]), 5)]
 
 
 @case
@@ -456,14 +454,11 @@ def genexp_sum(C):
     return C(f)([_x(), _x(), _x()])
 
 
-@case
-def genexp_any_all(C):
-    def f(x):
-        a = any(i > 2 for i in range(5))
-        b = all(i < 3 for i in range(5))
-        return x + int(a) - int(b)
-
-    return C(f)(_x())
+@case.program
+def genexp_any_all(x):
+    a = any(i > 2 for i in range(5))
+    b = all(i < 3 for i in range(5))
+    return x + int(a) - int(b)
 
 
 @case
@@ -474,23 +469,17 @@ def genexp_max_min(C):
     return C(f)(_x(), [3, 1, 4])
 
 
-@case
-def genexp_tuple_list_set(C):
-    def f(x):
-        t = tuple(x * i for i in range(3))
-        lst = list(i * i for i in range(4))
-        s = sorted(set(i % 3 for i in range(7)))
-        return t, lst, s
-
-    return C(f)(_x())
+@case.program
+def genexp_tuple_list_set(x):
+    t = tuple(x * i for i in range(3))
+    lst = list(i * i for i in range(4))
+    s = sorted(set(i % 3 for i in range(7)))
+    return t, lst, s
 
 
-@case
-def genexp_dict(C):
-    def f(x):
-        return dict((str(i), x + i) for i in range(3))
-
-    return C(f)(_x())
+@case.program
+def genexp_dict(x):
+    return dict((str(i), x + i) for i in range(3))
 
 
 @case
@@ -861,20 +850,17 @@ def generator_yield_in_try_finally_consumed_fully(C):
     return C(f)(_x(), log), log
 
 
-@case
-def generator_with_closure_state(C):
-    def f(x):
-        calls = [0]
+@case.program
+def generator_with_closure_state(x):
+    calls = [0]
 
-        def gen():
-            for i in range(3):
-                calls[0] += 1
-                yield x + i
+    def gen():
+        for i in range(3):
+            calls[0] += 1
+            yield x + i
 
-        out = list(gen())
-        return out, calls[0]
-
-    return C(f)(_x())
+    out = list(gen())
+    return out, calls[0]
 
 
 @case
@@ -1100,11 +1086,4 @@ def genexp_frozenset_and_set_of_generator(C):
     return C(f)(_x())
 
 
-@pytest.mark.parametrize("name", case.params())
-def test_matches_torch_compile(name):
-    check_matches_torch(case.cases[name], __file__)
-
-
-@pytest.mark.parametrize("name", case.names())
-def test_gives_eagers_answer(name):
-    check_correct(case.cases[name])
+test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

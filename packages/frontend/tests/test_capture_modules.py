@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _reference_cases import Cases, check_correct, check_matches_torch
+from _reference_cases import Cases
 from torch import nn
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
-case = Cases()
-
 
 def _x(*size):
     return torch.randn(*(size or (2, 4)))
+
+
+case = Cases(_x)
 
 
 @case
@@ -253,14 +254,11 @@ def module_attribute_counter_mutation(C):
     return g(_x()), m.calls
 
 
-@case
-def module_created_in_forward(C):
-    def f(x):
-        act = nn.ReLU()
-        drop = nn.Dropout(0.0)
-        return drop(act(x))
-
-    return C(f)(_x())
+@case.program
+def module_created_in_forward(x):
+    act = nn.ReLU()
+    drop = nn.Dropout(0.0)
+    return drop(act(x))
 
 
 @case
@@ -501,11 +499,4 @@ def module_with_grad_training_step(C):
     return out.detach(), m.weight.grad.clone()
 
 
-@pytest.mark.parametrize("name", case.params())
-def test_matches_torch_compile(name):
-    check_matches_torch(case.cases[name], __file__)
-
-
-@pytest.mark.parametrize("name", case.names())
-def test_gives_eagers_answer(name):
-    check_correct(case.cases[name])
+test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

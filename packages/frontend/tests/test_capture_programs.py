@@ -21,16 +21,17 @@ import types
 
 import pytest
 import torch
-from _reference_cases import Cases, check_correct, check_matches_torch
+from _reference_cases import Cases
 from torch import nn
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
-case = Cases()
-
 
 def _x(*size):
     return torch.arange(float(torch.Size(size or (4,)).numel())).reshape(size or (4,)) / 5 - 0.3
+
+
+case = Cases(_x)
 
 
 # -- a first call that makes no graph ----------------------------------------------------
@@ -118,20 +119,17 @@ def method_of_module_no_op_first(C):
 
 # -- closures -------------------------------------------------------------------------------
 
-@case
-def nonlocal_counter_in_frame(C):
-    def f(x):
-        count = 0
+@case.program
+def nonlocal_counter_in_frame(x):
+    count = 0
 
-        def bump(t):
-            nonlocal count
-            count += 1
-            return t * count
+    def bump(t):
+        nonlocal count
+        count += 1
+        return t * count
 
-        y = bump(x) + bump(x)
-        return y, count
-
-    return C(f)(_x())
+    y = bump(x) + bump(x)
+    return y, count
 
 
 @case
@@ -172,13 +170,10 @@ def nonlocal_written_by_inlined_helper_of_outer(C):
     return out, total[0]
 
 
-@case
-def closure_over_loop_variable(C):
-    def f(x):
-        fns = [lambda t, i=i: t + i for i in range(3)]
-        return [fn(x) for fn in fns]
-
-    return C(f)(_x())
+@case.program
+def closure_over_loop_variable(x):
+    fns = [lambda t, i=i: t + i for i in range(3)]
+    return [fn(x) for fn in fns]
 
 
 # -- generators --------------------------------------------------------------------------
@@ -289,32 +284,26 @@ def except_reraise_caught_outside(C):
     return C(f)(_x())
 
 
-@case
-def try_else_branch(C):
-    def f(x):
+@case.program
+def try_else_branch(x):
+    try:
+        y = x + 1
+    except RuntimeError:
+        y = x
+    else:
+        y = y * 3
+    return y
+
+
+@case.program
+def raise_from_and_catch_base(x):
+    try:
         try:
-            y = x + 1
-        except RuntimeError:
-            y = x
-        else:
-            y = y * 3
-        return y
-
-    return C(f)(_x())
-
-
-@case
-def raise_from_and_catch_base(C):
-    def f(x):
-        try:
-            try:
-                raise KeyError("k")
-            except KeyError as e:
-                raise _CaseError("wrapped") from e
-        except Exception as e:
-            return x * 2 if isinstance(e.__cause__, KeyError) else x
-
-    return C(f)(_x())
+            raise KeyError("k")
+        except KeyError as e:
+            raise _CaseError("wrapped") from e
+    except Exception as e:
+        return x * 2 if isinstance(e.__cause__, KeyError) else x
 
 
 # -- context managers ---------------------------------------------------------------------
@@ -332,15 +321,12 @@ class _Tracked:
         return False
 
 
-@case
-def user_context_manager_in_frame(C):
-    def f(x):
-        log = []
-        with _Tracked(log):
-            y = x + 1
-        return y, log
-
-    return C(f)(_x())
+@case.program
+def user_context_manager_in_frame(x):
+    log = []
+    with _Tracked(log):
+        y = x + 1
+    return y, log
 
 
 @case
@@ -426,14 +412,11 @@ def dataclass_argument_and_replace(C):
     return C(f)(_Params(1.5, _x()), _x())
 
 
-@case
-def dataclass_built_in_frame(C):
-    def f(x):
-        p = _Params(scale=2.0, bias=x + 1)
-        p.names.append("a")
-        return p.bias * p.scale, len(p.names)
-
-    return C(f)(_x())
+@case.program
+def dataclass_built_in_frame(x):
+    p = _Params(scale=2.0, bias=x + 1)
+    p.names.append("a")
+    return p.bias * p.scale, len(p.names)
 
 
 _Point = collections.namedtuple("_Point", ["x", "y"])
@@ -448,14 +431,11 @@ def namedtuple_fields_and_replace(C):
     return C(f)(_Point(_x(), _x() + 1))
 
 
-@case
-def namedtuple_made_and_unpacked(C):
-    def f(x):
-        p = _Point(x, x.sum())
-        a, b = p
-        return a * b
-
-    return C(f)(_x())
+@case.program
+def namedtuple_made_and_unpacked(x):
+    p = _Point(x, x.sum())
+    a, b = p
+    return a * b
 
 
 # -- comprehensions and containers --------------------------------------------------------
@@ -484,13 +464,10 @@ def sorted_with_key_over_tensors(C):
     return C(f)([_x(5), _x(2), _x(3)])
 
 
-@case
-def itertools_product_and_chain(C):
-    def f(x):
-        out = [x * a + b for a, b in itertools.product((1, 2), (0, 1))]
-        return list(itertools.chain(out, [x]))
-
-    return C(f)(_x())
+@case.program
+def itertools_product_and_chain(x):
+    out = [x * a + b for a, b in itertools.product((1, 2), (0, 1))]
+    return list(itertools.chain(out, [x]))
 
 
 # -- kwargs, classes, methods --------------------------------------------------------------
@@ -552,13 +529,10 @@ class _Shape:
         return a - b
 
 
-@case
-def property_classmethod_staticmethod(C):
-    def f(x):
-        s = _Shape.make(x)
-        return _Shape.combine(s.doubled, x)
-
-    return C(f)(_x())
+@case.program
+def property_classmethod_staticmethod(x):
+    s = _Shape.make(x)
+    return _Shape.combine(s.doubled, x)
 
 
 class _Animal:
@@ -627,13 +601,10 @@ def _scale_by(self, t):
     return t * self.k
 
 
-@case
-def method_type_binds_a_function(C):
-    def f(x):
-        bound = types.MethodType(_scale_by, _Scaler(3))
-        return bound(x) + 1
-
-    return C(f)(_x())
+@case.program
+def method_type_binds_a_function(x):
+    bound = types.MethodType(_scale_by, _Scaler(3))
+    return bound(x) + 1
 
 
 # -- shapes --------------------------------------------------------------------------------
@@ -682,11 +653,4 @@ def test_method_type_is_captured_in_one_graph():
     one_graph(f, _x())
 
 
-@pytest.mark.parametrize("name", case.params())
-def test_matches_torch_compile(name):
-    check_matches_torch(case.cases[name], __file__)
-
-
-@pytest.mark.parametrize("name", case.names())
-def test_gives_eagers_answer(name):
-    check_correct(case.cases[name])
+test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from _capture_cases import Calls, assert_same, case_params, check_case, run_eager, run_kiln
+from _capture_cases import Calls, case_params, check_case, check_results_match_eager
 from _counting_backend import CountingBackend
 from torch import nn
 
@@ -346,10 +346,7 @@ def test_counts_match_torch_compile(name, fn, args):
 @pytest.mark.parametrize(("name", "fn", "args"), case_params(CASES))
 def test_results_match_eager(name, fn, args):
     """Whatever the counts, never a wrong result (also the xfailed ones)."""
-    got = run_kiln(fn, args)
-    if got.error is not None:
-        raise got.error
-    assert_same(got.results, run_eager(fn, args))
+    check_results_match_eager(fn, args)
 
 
 def global_changes(x):

@@ -13,11 +13,7 @@ from kiln_frontend import eval_frame
 from kiln_frontend.guards import GuardKind
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    kiln_frontend.reset()
-    yield
-    kiln_frontend.reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def checks(compiled):

@@ -15,6 +15,7 @@ import threading
 import types
 import weakref
 
+import _frames
 import pytest
 from kiln_frontend import _evalframe as C
 
@@ -36,20 +37,7 @@ def slot_function(info, name=None):
 
 
 def type_guard(info):
-    expected = tuple(type(a) for a in info.args)
-
-    def check(*args):
-        return tuple(type(a) for a in args) == expected
-
-    def failure_reason(*args):
-        for i, (want, a) in enumerate(zip(expected, args, strict=False)):
-            if type(a) is not want:
-                return f"arg {i}: expected {want.__name__}, got {type(a).__name__}"
-        return None
-
-    check.failure_reason = failure_reason
-    check.expected = expected
-    return check
+    return _frames.type_guard(info.args)
 
 
 class Recorder:

@@ -9,12 +9,7 @@ import pytest
 import torch
 from kiln_frontend import config
 
-
-@pytest.fixture(autouse=True)
-def _reset():
-    kiln_frontend.reset()
-    yield
-    kiln_frontend.reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def toy_example(a, b):

@@ -14,12 +14,7 @@ from kiln_frontend.bytecode import versions as bytecode_versions
 from kiln_frontend.exc import BUG_REPORT_HINT, InternalError
 from kiln_frontend.symbolic import registry
 
-
-@pytest.fixture(autouse=True)
-def _reset():
-    kiln_frontend.reset()
-    yield
-    kiln_frontend.reset()
+pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
 def fn(x, y):

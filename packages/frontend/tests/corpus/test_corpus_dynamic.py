@@ -127,25 +127,28 @@ class MLP(torch.nn.Module):
         return self.fc2(h).view(x.shape[0], -1)
 
 
+#: three calls on one 2-d input whose sizes all change
+_ROWS_4_6_5 = [[(4, 6)], [(6, 8)], [(5, 3)]]
+
 CASES = [
     DynCase(seed, [[(3, 5)], [(7, 2)], [(4, 9)]]),
     DynCase(view_by_size, [[(3, 4)], [(5, 6)], [(6, 8)]]),
     DynCase(size_method, [[(3, 4)], [(5, 6)], [(2, 10)]]),
     DynCase(branch_on_size, [[(5, 3)], [(6, 4)], [(9, 2)]]),
-    DynCase(zeros_like_shape, [[(4, 6)], [(6, 8)], [(5, 3)]]),
+    DynCase(zeros_like_shape, _ROWS_4_6_5),
     DynCase(slice_by_half, [[(4, 6)], [(6, 8)], [(5, 4)]]),
-    DynCase(unpack_shape, [[(4, 6)], [(6, 8)], [(5, 3)]]),
-    DynCase(mean_by_numel, [[(4, 6)], [(6, 8)], [(5, 3)]]),
-    DynCase(cat_flip, [[(4, 6)], [(6, 8)], [(5, 3)]]),
+    DynCase(unpack_shape, _ROWS_4_6_5),
+    DynCase(mean_by_numel, _ROWS_4_6_5),
+    DynCase(cat_flip, _ROWS_4_6_5),
     DynCase(reshape_star, [[(3, 4)], [(5, 6)], [(2, 8)]]),
-    DynCase(arange_len, [[(4, 6)], [(6, 8)], [(5, 3)]]),
-    DynCase(expand_first_col, [[(4, 6)], [(6, 8)], [(5, 3)]]),
-    DynCase(softmax_layernorm, [[(4, 6)], [(6, 8)], [(5, 3)]]),
+    DynCase(arange_len, _ROWS_4_6_5),
+    DynCase(expand_first_col, _ROWS_4_6_5),
+    DynCase(softmax_layernorm, _ROWS_4_6_5),
     DynCase(batched_matmul, [[(4, 6), (6, 5)], [(7, 6), (6, 5)], [(3, 6), (6, 5)]],
             dims=[[0], []]),
     DynCase(flatten_transpose, [[(4, 6, 5)], [(6, 8, 3)], [(5, 3, 2)]]),
-    DynCase(pad_last, [[(4, 6)], [(6, 8)], [(5, 3)]]),
-    DynCase(returns_sizes, [[(4, 6)], [(6, 8)], [(5, 3)]]),
+    DynCase(pad_last, _ROWS_4_6_5),
+    DynCase(returns_sizes, _ROWS_4_6_5),
     DynCase(two_inputs_broadcast, [[(4, 6), (6,)], [(5, 7), (7,)], [(3, 2), (2,)]],
             dims=[[0, 1], [0]]),
     DynCase(MLP(), [[(4, 6)], [(9, 6)], [(2, 6)]], dims=[[0]]),

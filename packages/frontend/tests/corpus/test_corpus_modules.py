@@ -294,16 +294,22 @@ def test_params_are_get_attr_of_same_objects():
             assert type(gm.get_submodule(node.target)).__module__.startswith("torch.nn")
 
 
+def _compiled_call():
+    """A fresh frontend, ``call`` compiled with a counting backend, and x [4, 8]:
+    (compiled call, backend, x)."""
+    import kiln_frontend
+    from _harness import CountingBackend
+
+    kiln_frontend.reset()
+    backend = CountingBackend()
+    return kiln_frontend.optimize(backend)(call), backend, _t(4, 8)
+
+
 def test_training_flag_change_recompiles():
     import kiln_frontend
 
-    kiln_frontend.reset()
     m = TrainingBranch()
-    x = _t(4, 8)
-    from _harness import CountingBackend
-
-    backend = CountingBackend()
-    f = kiln_frontend.optimize(backend)(call)
+    f, backend, x = _compiled_call()
     torch.testing.assert_close(f(m, x), m(x))
     m.eval()
     torch.testing.assert_close(f(m, x), m(x))
@@ -316,13 +322,9 @@ def test_training_flag_change_recompiles():
 
 def test_constant_attr_change_recompiles():
     import kiln_frontend
-    from _harness import CountingBackend
 
-    kiln_frontend.reset()
     m = IntAttrs()
-    x = _t(4, 8)
-    backend = CountingBackend()
-    f = kiln_frontend.optimize(backend)(call)
+    f, backend, x = _compiled_call()
     torch.testing.assert_close(f(m, x), m(x))
     m.n_repeat = 2
     torch.testing.assert_close(f(m, x), m(x))
