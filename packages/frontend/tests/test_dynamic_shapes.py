@@ -12,7 +12,6 @@ from _counting_backend import CountingBackend
 from kiln_frontend import eval_frame
 from kiln_frontend.guards import GuardKind
 
-
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
 
