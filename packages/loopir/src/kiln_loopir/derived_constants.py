@@ -1,5 +1,6 @@
 """Constants a graph computes at compile time from one of its constants: a weight stored
-channels-last, a weight packed for the CPU's GEMM library.
+channels-last, a weight packed for the CPU's GEMM library, a weight padded to the GPU GEMM's
+alignment.
 
 Each is made by a named *derivation* from a source constant, and the ``ConstantBuffer``
 keeps the recipe (``recipe``: derivation name, source buffer name, arguments). So whoever
@@ -72,6 +73,15 @@ def mkl_packed_linear(w: torch.Tensor, rows: int, in_out: bool = False) -> torch
     if in_out:
         flat = flat.t().contiguous()
     return torch.ops.mkl._mkl_reorder_linear_weight(flat, rows)
+
+
+@derivation("pad_rows")
+def pad_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
+    """``w [n, ...]`` zero-padded to ``[rows, ...]``: a GEMM weight ``W[out, in]`` whose output
+    width is padded to what the device's GEMM aligns (``DeviceLibrary.gemm_out_align``)."""
+    out = w.new_zeros((rows, *w.shape[1:]))
+    out[: w.shape[0]] = w
+    return out
 
 
 def derived_constant(lowering, source: ConstantBuffer, name: str, *args) -> ConstantBuffer:

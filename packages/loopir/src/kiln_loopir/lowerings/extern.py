@@ -4,6 +4,7 @@ They are ``ExternKernel``s with ``fallback=False`` (not counted as fallbacks).""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -92,6 +93,11 @@ class DeviceLibrary:
       time for the library's GEMM (``packed_linear_weight``). CPU: MKL's packed sgemm
       (``mkl._mkl_linear``), 0.80-0.97 of ``addmm``'s time on BERT/ViT shapes at 2 threads
       and results equal to the bit; the packed copy costs about the weight's memory again.
+    - ``gemm_out_align``: dtype -> the multiple a GEMM output's row length should be.
+      cuBLAS on an H200 runs bf16/fp16 GEMMs whose output leading dimension is not a multiple
+      of 8 on slow kernels (GPT-2's LM head, 50257 columns: eager 12.8 ms a call against
+      torch.compile's 2.7 ms, which pads). A constant weight is padded once at compile time
+      (``padded_output_matmul``) and the product read back through a view.
     """
 
     channels_last: tuple
@@ -101,6 +107,7 @@ class DeviceLibrary:
     addmm_bias_in_consumer: bool
     addmm_bias_always_apart: bool = False
     packed_linear: Callable[[], bool] = lambda: False
+    gemm_out_align: dict = dataclasses.field(default_factory=dict)
 
 
 def _mkl_packs() -> bool:
@@ -113,7 +120,8 @@ DEVICE_LIBRARIES = {
                          packed_linear=_mkl_packs),
     "cuda": DeviceLibrary((torch.float32, torch.float16, torch.bfloat16), lambda: torch.backends.cudnn.enabled,
                           conv_fused_bias=False, conv_1x1_as_mm=False, addmm_bias_in_consumer=True,
-                          addmm_bias_always_apart=True),
+                          addmm_bias_always_apart=True,
+                          gemm_out_align={torch.bfloat16: 8, torch.float16: 8}),
 }
 
 
@@ -258,10 +266,43 @@ def packed_linear(a, b, bias, meta):
                        fallback=False)
 
 
+#: A/B switch for measurements: False leaves unaligned GEMM outputs unpadded
+PAD_GEMM_OUTPUTS = True
+
+
+def padded_output_matmul(a, b, meta):
+    """``a @ W.t()`` for a constant ``W[n, k]`` whose ``n`` the device's GEMM wants aligned
+    (``DeviceLibrary.gemm_out_align``) and is not: ``W`` zero-padded to ``n_pad`` rows once at
+    compile time (the derived constant ``pad_rows``, guarded and rebuilt like any), the product
+    ``[m, n_pad]`` computed on it, and ``[m, n]`` read back as a view of it; else None."""
+    lib = DEVICE_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
+    align = lib.gemm_out_align.get(meta.dtype) if lib is not None and PAD_GEMM_OUTPUTS else None
+    if isinstance(b, ConstantBuffer):
+        b = ReinterpretView(b, b.layout)
+    if not align or not isinstance(b, ReinterpretView) or not isinstance(b.data, ConstantBuffer):
+        return None
+    weight = b.data
+    try:
+        (k, n), stride = (int(s) for s in b.get_size()), [int(s) for s in b.get_stride()]
+        rows = int(a.get_size()[0])
+    except (TypeError, ValueError):  # symbolic sizes
+        return None
+    value = weight.value
+    if (n % align == 0 or stride != [1, k] or b.layout.offset != 0 or value is None
+            or value.numel() != n * k or not value.is_contiguous() or len(a.get_size()) != 2):
+        return None
+    n_pad = -(-n // align) * align
+    padded = derived_constant(current(), weight, "pad_rows", n_pad)
+    cols = ReinterpretView(padded, Layout(meta.device, meta.dtype, [k, n_pad], [1, k], 0))
+    product = make_extern(aten.mm.default, [a, cols], {}, meta.new_empty_strided((rows, n_pad), (n_pad, 1)))
+    return ReinterpretView(product, Layout(meta.device, meta.dtype, [rows, n], [n_pad, 1], 0))
+
+
 def _matmul(a, b, meta):
-    """``a @ b``: packed when it can be (``packed_linear``), else ``mm``."""
-    packed = packed_linear(a, b, None, meta)
-    return packed if packed is not None else make_extern(aten.mm.default, [a, b], {}, meta)
+    """``a @ b``: packed when it can be (``packed_linear``), on an aligned padded weight when
+    the device wants it (``padded_output_matmul``), else ``mm``."""
+    done = packed_linear(a, b, None, meta) or padded_output_matmul(a, b, meta)
+    return done if done is not None else make_extern(aten.mm.default, [a, b], {}, meta)
 
 
 @lowering(aten.mm.default)
