@@ -1,13 +1,16 @@
 """FlexAttention on CUDA: eager ``flex_attention``, ``torch.compile(flex_attention)`` and
 ``kiln.compile`` (fused Triton forward and backward kernels), with SDPA's causal
 flash kernel as the reference, for causal, sliding-window, document masks and ALiBi (a causal
-mask plus a captured per-head slope table). Forward and forward+backward times (CUDA events,
+mask plus a captured per-head slope table); and decoding (a short query over a long kv
+cache, B32 H16 q 1 kv 8192 by default: kiln's split-KV decoding kernel, torch's flex
+decoding kernel), forward only. Forward and forward+backward times (CUDA events,
 median of --reps after warm-up), each compiled result checked against eager (or, where eager
 does not fit, against torch.compile) with ``torch.testing.assert_close`` at bf16 tolerances.
 
     python benchmarks/flex_attention_gpu.py            # B4 H16 D64 bf16, L 1024/4096/8192
     python benchmarks/flex_attention_gpu.py --smoke    # tiny, on the CPU (Triton interpreter)
     python benchmarks/flex_attention_gpu.py --lengths 8192 --merge   # one length, merged in
+    python benchmarks/flex_attention_gpu.py --patterns decode decode_alibi --merge  # decoding only
 
 Writes benchmarks/results/flex_attention_gpu.json (``--smoke``: flex_attention_gpu_smoke.json)
 and prints a table. A case that fails (out of memory: eager's dense scores at L 8192 are
@@ -74,6 +77,8 @@ def make_case(name: str, B: int, H: int, L: int, device: str, block: int, window
 
 
 PATTERNS = ("causal", "sliding_window", "document", "alibi")
+#: decoding: a --decode-q row query over a --decode-kv cache (the query is the cache's end)
+DECODE_PATTERNS = ("decode", "decode_alibi")
 
 
 # ------------------------------------------------------------------------------- timing
@@ -220,11 +225,63 @@ def run_case(pattern: str, L: int, a, device: str, dtype: torch.dtype) -> dict:
     return rec
 
 
+def run_decode_case(pattern: str, a, device: str, dtype: torch.dtype) -> dict:
+    """Decoding: a ``--decode-q`` row query (the cache's last positions, a causal mask over
+    the cache) over ``--decode-kv`` keys, batch ``--decode-B``; forward only, no grad."""
+    B, H, D, Lq, S = a.decode_B, a.H, a.D, a.decode_q, a.decode_kv
+    rec: dict = {"pattern": pattern, "B": B, "H": H, "L": S, "q_len": Lq, "D": D,
+                 "dtype": str(dtype)}
+    slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device=device)
+
+    def cache_causal(b, h, m, n):
+        return n <= S - Lq + m
+
+    def alibi(s, b, h, m, n):
+        return s + slopes[h] * (n - m)
+
+    score_mod = alibi if pattern == "decode_alibi" else None
+    bm = create_block_mask(cache_causal, 1, 1, Lq, S, device=device, BLOCK_SIZE=a.block)
+
+    def attend(q, k, v, block_mask):
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+    g = torch.Generator(device=device).manual_seed(S)
+    q = torch.randn(B, H, Lq, D, device=device, dtype=dtype, generator=g)
+    k, v = (torch.randn(B, H, S, D, device=device, dtype=dtype, generator=g) for _ in range(2))
+    tol = 2e-2 if dtype in (torch.bfloat16, torch.float16) else 2e-4
+    torch._dynamo.reset()
+    kiln.reset()
+    outs = {}
+    for key, fn in (("eager", attend), ("torch_compile", torch.compile(attend, fullgraph=True)),
+                    ("kiln", kiln.compile(attend, fullgraph=True))):
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            out = attempt(rec, f"fwd_{key}_error", lambda fn=fn: fn(q, k, v, bm))
+            sync(device)
+            if key != "eager":
+                rec[f"cold_{key}_s"] = round(time.perf_counter() - t0, 2)
+            outs[key] = out
+            if out is not None:
+                rec[f"fwd_{key}_ms"] = attempt(rec, f"fwd_{key}_error", lambda fn=fn: timed_ms(
+                    lambda: fn(q, k, v, bm), device, a.reps, a.warmup))
+    from kiln_loopir.lowerings.higher_order import FLEX_KERNELS
+
+    rec["kiln_kernel"] = type(FLEX_KERNELS[list(FLEX_KERNELS)[-1]]).__name__ if FLEX_KERNELS \
+        else None
+    reference = outs["eager"] if outs["eager"] is not None else outs["torch_compile"]
+    rec["reference"] = "eager" if outs["eager"] is not None else "torch_compile"
+    compare(rec, "fwd_kiln", outs["kiln"], reference, tol)
+    compare(rec, "fwd_torch_compile", outs["torch_compile"], outs["eager"], tol)
+    if outs["kiln"] is not None and rec.get("fwd_torch_compile_ms") and rec.get("fwd_kiln_ms"):
+        rec["fwd_kiln_over_torch_compile"] = rec["fwd_kiln_ms"] / rec["fwd_torch_compile_ms"]
+    return rec
+
+
 # ------------------------------------------------------------------------------- main
 
 
 def table(rows: list[dict]) -> str:
-    cols = [("pattern", "pattern"), ("L", "L"), ("block_density", "density"),
+    cols = [("pattern", "pattern"), ("L", "L"), ("q_len", "q"), ("block_density", "density"),
             ("fwd_eager_ms", "fwd eager"), ("fwd_torch_compile_ms", "fwd tc"),
             ("fwd_kiln_ms", "fwd kiln"), ("fwd_sdpa_causal_ms", "fwd sdpa"),
             ("fwd_bwd_eager_ms", "f+b eager"), ("fwd_bwd_torch_compile_ms", "f+b tc"),
@@ -248,9 +305,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (Triton interpreter)")
     p.add_argument("--lengths", type=int, nargs="*", default=None)
-    p.add_argument("--patterns", nargs="*", default=list(PATTERNS), choices=PATTERNS)
+    p.add_argument("--patterns", nargs="*", default=list(PATTERNS + DECODE_PATTERNS),
+                   choices=PATTERNS + DECODE_PATTERNS)
     for name, default in (("B", 4), ("H", 16), ("D", 64), ("reps", 20), ("warmup", 5),
-                          ("block", 128), ("window", 256)):
+                          ("block", 128), ("window", 256), ("decode-B", 32), ("decode-q", 1),
+                          ("decode-kv", 8192)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--no-backward", action="store_true")
     p.add_argument("--merge", action="store_true",
@@ -260,6 +319,7 @@ def main() -> None:
     a = p.parse_args()
     if a.smoke:
         a.B, a.H, a.D, a.block, a.window, a.reps, a.warmup = 1, 2, 16, 16, 16, 1, 0
+        a.decode_B, a.decode_kv = 2, 80
         lengths = a.lengths or [48]
         device, dtype = "cpu", torch.float32
         out = a.out or os.path.join(HERE, "results", "flex_attention_gpu_smoke.json")
@@ -281,20 +341,28 @@ def main() -> None:
     rows = []
     for L in lengths:
         for pattern in a.patterns:
+            if pattern in DECODE_PATTERNS:
+                continue
             print(f"{pattern} L={L} ...", flush=True)
             rows.append(run_case(pattern, L, a, device, dtype))
             if device == "cuda":
                 torch.cuda.empty_cache()
+    for pattern in a.patterns:
+        if pattern in DECODE_PATTERNS:
+            print(f"{pattern} B={a.decode_B} q={a.decode_q} kv={a.decode_kv} ...", flush=True)
+            rows.append(run_decode_case(pattern, a, device, dtype))
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
             "torch": torch.__version__, "smoke": a.smoke,
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-            "note": "kiln: fused Triton forward and backward kernels"}
+            "note": "kiln: fused Triton forward and backward kernels; decode rows: kiln's "
+                    "split-KV decoding kernel (kiln_kernel names the forward kiln ran)"}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     if a.merge and os.path.exists(out):
         with open(out) as f:
             done = {(r["pattern"], r["L"]) for r in rows}
             rows = [r for r in json.load(f)["cases"] if (r["pattern"], r["L"]) not in done] + rows
-            rows.sort(key=lambda r: (r["L"], PATTERNS.index(r["pattern"])))
+            rows.sort(key=lambda r: (r["pattern"] in DECODE_PATTERNS, r["L"],
+                                     (PATTERNS + DECODE_PATTERNS).index(r["pattern"])))
     with open(out, "w") as f:
         json.dump({"meta": meta, "cases": rows}, f, indent=1)
     print(table(rows))

@@ -379,3 +379,142 @@ def test_a_tensor_the_mod_holds_as_a_constant_is_a_kernel_argument():
     assert list(kernel.constants) and "tl.load(mmC0 + (" in kernel.source
     ref_out, _ = _eager(q, k, v, None, bm, 0.5)
     torch.testing.assert_close(out, ref_out)
+
+
+# ------------------------------------------------------------------------------- decoding
+
+CACHE = 150  # keys: nine blocks of 16 and a partial one
+DECODE_DOCS = torch.tensor([0] * 40 + [1] * 70 + [2] * 40)  # document id per key
+
+
+def _decode_causal(b, h, m, n):  # the query rows are the cache's last positions
+    return n <= CACHE - 3 + m
+
+
+def _decode_window(b, h, m, n):
+    return (n <= CACHE - 3 + m) & (CACHE - 3 + m - n <= 40)
+
+
+def _decode_docs(b, h, m, n, docs):
+    return (docs[n] == 1) | (n < m)
+
+
+def _decode_rel(s, b, h, m, n, rel):
+    return s + rel[(n - m) % 96]
+
+
+def _everything(b, h, m, n):
+    return n >= 0
+
+
+# name: (score_mod, mask_mod, score tables, mask tables)
+DECODE_PATTERNS = {
+    "no_mask": (_identity, _everything, (), ()),
+    "causal_alibi": (_alibi, _decode_causal, (SLOPES[:2],), ()),
+    "window_softcap": (_softcap, _decode_window, (), ()),
+    "documents_relative_bias": (_decode_rel, _decode_docs, (REL,), (DECODE_DOCS,)),
+}
+
+
+def _run_decode(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale, splits):
+    from kiln_codegen_triton.flex_decoding import FlexDecodingKernel
+
+    bm = block_mask.as_tuple()
+
+    def f(q, k, v, s_tables, m_tables, *bm_tensors):
+        return flex_hop(q, k, v, score_mod, (*bm_tensors, mask_mod), scale, {},
+                        tuple(s_tables), tuple(m_tables))
+
+    gm = make_fx(f)(q, k, v, list(s_tables), list(m_tables), *bm[:-1])
+    kernel = FlexDecodingKernel(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype,
+                                q.size(-1), v.size(-1))
+    kernel.splits = splits
+    return kernel, kernel(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale, s_tables,
+                          m_tables)
+
+
+@pytest.mark.parametrize("splits", [1, 3, None])
+@pytest.mark.parametrize("lq", [1, 3])
+@pytest.mark.parametrize("name", list(DECODE_PATTERNS))
+def test_decoding_patterns_equal_eager(name, lq, splits):
+    """The split-KV decoding kernel (one share finishing its rows; three shares and the
+    combine; the default count) against eager flex_attention, one and three query rows
+    over a 150-key cache, with mods reading captured tables."""
+    score_mod, mask_mod, s_tables, m_tables = DECODE_PATTERNS[name]
+    B, H = 2, 2
+    bm = create_block_mask(_bound(mask_mod, m_tables), B, H, lq, CACHE, device="cpu",
+                           BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, lq, CACHE, seed=11)
+    kernel, (out, lse, _) = _run_decode(q, k, v, score_mod, mask_mod, s_tables, m_tables, bm,
+                                        0.4, splits)
+    ref_out, ref_lse = _eager(q, k, v, _bound(score_mod, s_tables), bm, 0.4)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse * math.log(2), ref_lse)
+    assert "kiln_kernel_decode" in kernel.source
+
+
+def test_decoding_more_shares_than_tiles_and_masked_rows():
+    """Shares with no tiles (7 shares of a 3-block row) contribute nothing; a row every key
+    of which is masked is zeros with a -inf logsumexp, as the forward kernel's."""
+    B, H, LQ, S = 1, 2, 2, 40
+
+    def mask(b, h, m, n):
+        return (m == 0) & (n < 30)
+
+    bm = create_block_mask(mask, B, H, LQ, S, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, H, H, LQ, S, seed=12)
+    _, (out, lse, _) = _run_decode(q, k, v, _identity, mask, (), (), bm, 0.5, 7)
+    ref_out, ref_lse = _eager(q, k, v, None, bm, 0.5)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse * math.log(2), ref_lse)
+    assert torch.all(out[:, :, 1] == 0) and torch.all(torch.isneginf(lse[:, :, 1]))
+
+
+def test_decoding_grouped_query_attention_half_precision():
+    """4 query heads on 2 kv heads, float16, one query row (bfloat16 is the GPU case, but
+    this Triton's interpreter computes bfloat16 wrongly even for ``x * 2``)."""
+    B, HQ, HKV, S = 2, 4, 2, 70
+    bm = create_block_mask(_everything, B, HQ, 1, S, device="cpu", BLOCK_SIZE=BLOCK)
+    q, k, v = _inputs(B, HQ, HKV, 1, S, dtype=torch.float16, seed=13)
+    _, (out, _, _) = _run_decode(q, k, v, _alibi, _everything, (SLOPES,), (), bm, 0.3, None)
+    ref_out, _ = _eager(q, k, v, _bound(_alibi, (SLOPES,)), bm, 0.3, gqa=True)
+    torch.testing.assert_close(out, ref_out, atol=2e-2, rtol=2e-2)
+
+
+def test_split_count_is_two_programs_per_sm():
+    from kiln_codegen_triton.flex_decoding import split_count
+
+    assert split_count(programs=32 * 16, tiles=128, sms=132) == 1  # B32 H16: enough programs
+    assert split_count(programs=8, tiles=128, sms=132) == 33
+    assert split_count(programs=2, tiles=3, sms=132) == 3  # never more shares than tiles
+
+
+def test_the_decoding_kernels_compile_for_sm90():
+    """The GPU build of the decoding kernel (bf16, D 64, 16 x 64 tiles, split and direct)
+    and of its combine compile for sm_90 with tensor-core dots."""
+    from kiln_codegen_triton.flex_decoding import FlexDecodingKernel, decode_tiles
+
+    B, H, S = 1, 2, 256
+    bm = create_block_mask(_causal, B, H, 1, S, device="cpu", BLOCK_SIZE=128)
+    q = torch.randn(B, H, 1, 64, dtype=torch.bfloat16)
+    k = torch.randn(B, H, S, 64, dtype=torch.bfloat16)
+
+    def f(q, k, v, slopes, *bm_tensors):
+        return flex_hop(q, k, v, _alibi, (*bm_tensors, _causal), 0.125, {}, (slopes,), ())
+
+    gm = make_fx(f)(q, k, k, SLOPES[:H], *bm.as_tuple()[:-1])
+    kernel = FlexDecodingKernel(gm.sdpa_score0, gm.sdpa_mask0, (SLOPES[:H],), (), q.dtype, 64, 64,
+                                interpret=False)
+    block_n, warps, stages = decode_tiles(torch.bfloat16, 64)
+    ptrs = {**dict.fromkeys(("Q", "K", "V", "OUT"), "*bf16"),
+            **dict.fromkeys(("LSE", "MAXS", "M_PART", "L_PART", "ACC_PART", "ST0"), "*fp32"),
+            **dict.fromkeys(("KV_NUM", "KV_IDX", "FULL_NUM", "FULL_IDX"), "*i32")}
+    tiles = {"D": 64, "DV": 64, "BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_D": 64, "BLOCK_DV": 64,
+             "HAS_FULL": True, "IEEE": False}
+    options = {"num_warps": warps, "num_stages": stages}
+    for direct in (True, False):
+        (ptx,) = _compile_sm90(kernel.path, ["kiln_kernel_decode"], ptrs,
+                               {**tiles, "DIRECT": direct}, options)
+        assert "mma" in ptx
+    _compile_sm90(kernel.path, ["kiln_kernel_combine"], ptrs,
+                  {"DV": 64, "BLOCK_M": 16, "BLOCK_DV": 64}, options)

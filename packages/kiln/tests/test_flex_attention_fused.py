@@ -187,3 +187,26 @@ def test_grouped_query_attention_without_block_mask_trains_fused():
     torch.testing.assert_close(out, ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_short_query_runs_the_decoding_kernel():
+    """One query row over a 40-key cache (kiln.higher_order.DECODE_MAX_QUERY): the fused
+    forward chosen is the split-KV decoding kernel, equal to eager; a 40-row query over the
+    same cache keeps the forward kernel."""
+    from kiln_codegen_triton.flex_decoding import FlexDecodingKernel
+
+    def prefix(b, h, m, n):
+        return n <= L - 1 + m
+
+    def f(q, k, v, block_mask):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, m, n: s + SLOPES[h] * (n - m),
+                              block_mask=block_mask)
+
+    for rows, decoding in ((1, True), (L, False)):
+        bm = create_block_mask(prefix, B, H, rows, L, device="cpu", BLOCK_SIZE=16)
+        q, k, v = _inputs(seed=5)
+        q = q[:, :, :rows].contiguous()
+        out, made = _fused_kernels_made(f, q, k, v, bm)
+        torch.testing.assert_close(out, _eager(f, q, k, v, bm))
+        kernel = FLEX_KERNELS[list(FLEX_KERNELS)[-1]]
+        assert made == 1 and isinstance(kernel, FlexDecodingKernel) == decoding

@@ -12,7 +12,7 @@ from kiln_loopir.kernel_plan import plan_kernel
 from kiln_loopir.wrapper import extern_call_source
 
 from . import cooperative as coop
-from . import flex_attention  # noqa: F401  (registers the triton FlexAttention template)
+from . import flex_decoding  # noqa: F401  (registers the triton FlexAttention template)
 from .kernel import Tiling, TritonKernel, _next_pow2, interpreting
 from .launcher import KernelSpec, load_kernels, raw_stream_function
 

@@ -20,8 +20,9 @@ Grouped-query attention reads kv head ``h // (Hq // Hkv)``. Results are the oper
 (divided by ln 2), -inf on a row with every score masked (whose output is zeros).
 
 Where this kernel does not apply (``unsupported_reason``) the caller keeps the dense path.
-The module registers itself as the ``triton`` codegen's FlexAttention template (loopir's
-``FLEX_ATTENTION_TEMPLATES``), which kiln looks up by the compile's codegen.
+``flex_decoding`` registers this module's kernels, with its decoding kernel, as the ``triton``
+codegen's FlexAttention template (loopir's ``FLEX_ATTENTION_TEMPLATES``), which kiln looks up
+by the compile's codegen.
 """
 
 from __future__ import annotations
@@ -33,14 +34,9 @@ from collections.abc import Sequence
 import sympy
 import torch
 from kiln_loopir.ir import ComputedBuffer, InputBuffer, Pointwise, ReinterpretView
-from kiln_loopir.lowerings.higher_order import (
-    FlexAttentionTemplate,
-    register_flex_attention_template,
-)
-from kiln_loopir.ops_spec import OPS, result_dtype
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
-from .kernel import _MATH, TVal, _next_pow2, interpreting, literal, tl_dtype
+from .kernel import TVal, ValueOps, _next_pow2, interpreting
 from .launcher import TritonCompileError, _source_path
 from .printer import texpr
 
@@ -98,8 +94,9 @@ def unsupported_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
 # ------------------------------------------------------------------------------- mod emission
 
 
-class ModEmitter:
-    """Ops handler emitting one lowered mod's loop body as Triton lines over the tile.
+class ModEmitter(ValueOps):
+    """Ops handler emitting one lowered mod's loop body as Triton lines over the tile (its
+    value ops are the kernel handler's, ``kernel.ValueOps``).
 
     ``inputs`` names what the mod's first placeholders are in the kernel (the score tile,
     ``off_b``, ``off_h``, the query/key index vectors); later placeholders are captured
@@ -113,14 +110,23 @@ class ModEmitter:
         self.valid = valid
         self.lines: list[str] = []
         self.names: dict[str, str] = {}
+        self.ind_cls: dict[str, str] = {}
+        self.op_names: dict[str, None] = {}
         self._tmp = 0
         self._ind = 0
 
-    def _value(self, expr: str, dtype: torch.dtype) -> TVal:
+    def value(self, expr: str, dtype: torch.dtype, cls: str = "xr") -> TVal:
         name = f"{self.prefix}{self._tmp}"
         self._tmp += 1
         self.lines.append(f"{name} = {expr}")
-        return TVal(name, dtype, "xr")
+        return TVal(name, dtype, cls)
+
+    @staticmethod
+    def join_cls(*vals) -> str:
+        return "xr"  # every value of a mod is (broadcast to) the tile
+
+    def _index_cls(self, index: sympy.Expr) -> str:
+        return "xr" if index.free_symbols else "s"
 
     def _index(self, index) -> str:
         return texpr(sympy.sympify(index), self.names)
@@ -134,53 +140,14 @@ class ModEmitter:
         index = sympy.sympify(index)
         if index.free_symbols:
             # (``tile0``: zeros as wide as the tile, so a gather by ``h`` alone is masked too)
-            return self._value(f"tl.load({ptr} + ({self._index(index)}) + tile0, {self.valid}, "
-                               "other=0)", dtype)
-        return self._value(f"tl.load({ptr} + ({self._index(index)}))", dtype)
+            return self.value(f"tl.load({ptr} + ({self._index(index)}) + tile0, {self.valid}, "
+                              "other=0)", dtype)
+        return self.value(f"tl.load({ptr} + ({self._index(index)}))", dtype)
 
     def store(self, name: str, index, value: TVal, mode=None) -> None:
         if mode is not None:
             raise FlexModError(f"store mode {mode!r} in a mod")
         self.registers[name] = value
-
-    def index_expr(self, expr, dtype) -> TVal:
-        return self._value(f"tl.full([], {self._index(expr)}, {tl_dtype(dtype)})"
-                           if not sympy.sympify(expr).free_symbols
-                           else f"({self._index(expr)}).to({tl_dtype(dtype)})", dtype)
-
-    def indirect_indexing(self, x: TVal, size, check=True) -> sympy.Symbol:
-        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
-        self._ind += 1
-        v = self._value(f"tl.where({x.name} < 0, {x.name} + {self._index(size)}, {x.name})", x.dtype)
-        self.names[sym.name] = v.name
-        return sym
-
-    def constant(self, value, dtype) -> TVal:
-        return self._value(f"tl.full([], {literal(value, dtype)}, {tl_dtype(dtype)})", dtype)
-
-    def to_dtype(self, x: TVal, dtype, src_dtype=None) -> TVal:
-        if x.dtype == dtype:
-            return x
-        if dtype == torch.bool:
-            return self._value(f"{x.name} != 0", dtype)
-        return self._value(f"{x.name}.to({tl_dtype(dtype)})", dtype)
-
-    def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:
-        return self._value(f"tl.where({cond.name}, {a.name}, {b.name})", a.dtype)
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name not in OPS:
-            raise AttributeError(name)
-        fmt = _MATH.get(name)
-        if fmt is None:
-            raise FlexModError(f"op {name!r} in a mod")
-
-        def op(*args):
-            vals = [a for a in args if isinstance(a, TVal)]
-            out = result_dtype(name, [v.dtype for v in vals])
-            return self._value(fmt(*[v.name for v in vals], dtype=vals[0].dtype), out)
-
-        return op
 
 
 def _lower_mod(gm: torch.fx.GraphModule, example: list[torch.Tensor]):
@@ -240,29 +207,25 @@ def emit_mod(gm: torch.fx.GraphModule, example: list[torch.Tensor], prefix: str,
     return em.lines, em.registers[out.name], constants
 
 
-# ------------------------------------------------------------------------------- the template
+# ------------------------------------------------------------------------------- shared source
+# What every kernel of this module shares is written once: ``_SCORES`` (a tile's scores
+# through score_mod, then mask_mod: the forward, the decoding kernel and both backward
+# kernels call it, the dk/dv kernel with the tile transposed), ``_SCORE_GRAD`` (the score
+# gradient through score_mod's joint graph: both backward kernels), ``_ROW_PROLOGUE`` and
+# ``_FINISH`` (a query tile's setup and its normalised results: the forward, the decoding
+# kernel and its combine) and ``block_walk`` (the loops over a BlockMask row's listed blocks:
+# every kernel's, split over programs in the decoding kernel).
 
-_TEMPLATE = '''
+_HEADER = '''
 import triton
 import triton.language as tl
 {kmath}
 
 
 @triton.jit
-def _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, start_n, m_i, l_i, acc,
-          L, S, skn, skd, svn, svd, SCALE, {tables}
-          D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-          APPLY_MASK: tl.constexpr, IEEE: tl.constexpr):
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = tl.load(K + k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
-                (offs_n[None, :] < S) & (offs_d[:, None] < D), other=0.0)
-    if IEEE:
-        qk = tl.dot(q, k, input_precision="ieee")
-    else:
-        qk = tl.dot(q, k)
-    score = qk * SCALE
-    q_idx = offs_m[:, None]
-    kv_idx = offs_n[None, :]
+def _scores(score, q_idx, kv_idx, off_b, off_h, L, S, {tables} APPLY_MASK: tl.constexpr):
+    # score_mod, then (APPLY_MASK: a partial block) mask_mod, over one tile; q_idx and kv_idx
+    # broadcast to it. -> (scores in float32, the tile's kept positions)
     valid = (q_idx < L) & (kv_idx < S)
     tile0 = q_idx * 0 + kv_idx * 0
 {score_mod}
@@ -270,6 +233,36 @@ def _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, start_
     if APPLY_MASK:
 {mask_mod}
         valid = valid & ({mask_out} != 0)
+    return s, valid
+'''
+
+_SCORE_GRAD = '''
+
+@triton.jit
+def _score_grad(score, grad, q_idx, kv_idx, off_b, off_h, valid, {tables}):
+    # the gradient of the score through score_mod (its joint graph), 0 where masked
+    tile0 = q_idx * 0 + kv_idx * 0
+{joint_mod}
+    return tl.where(valid, {joint_out}.to(tl.float32), 0.0)
+'''
+
+_FORWARD_TILE = '''
+
+@triton.jit
+def _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, start_n, m_i, l_i, acc,
+          L, S, skn, skd, svn, svd, SCALE, {tables}
+          D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+          APPLY_MASK: tl.constexpr, IEEE: tl.constexpr):
+    # one BLOCK_N-key step of the online softmax
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = tl.load(K + k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+                (offs_n[None, :] < S) & (offs_d[:, None] < D), other=0.0)
+    if IEEE:
+        qk = tl.dot(q, k, input_precision="ieee")
+    else:
+        qk = tl.dot(q, k)
+    s, valid = _scores(qk * SCALE, offs_m[:, None], offs_n[None, :], off_b, off_h, L, S,
+                       {table_args} APPLY_MASK)
     s = tl.where(valid, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -286,35 +279,23 @@ def _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, start_
 
 
 @triton.jit
-def _blocks(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, m_i, l_i, acc,
-            NUM, IDX, n_off, i_off, sin, SPARSE_KV, SUBS,
-            L, S, skn, skd, svn, svd, SCALE, {tables}
-            D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-            APPLY_MASK: tl.constexpr, IEEE: tl.constexpr):
-    # one flat loop over (listed block, tile in it), so Triton pipelines the loads across
-    # blocks; SUBS tiles per block (a block past S is cut to S: torch's empty mask is one
-    # block of 2**30)
-    nb = tl.load(NUM + n_off)
-    for it in range(0, nb * SUBS):
-        j = it // SUBS
-        start_n = tl.load(IDX + i_off + j * sin) * SPARSE_KV + (it - j * SUBS) * BLOCK_N
-        m_i, l_i, acc = _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
-                              start_n, m_i, l_i, acc, L, S, skn, skd, svn, svd, SCALE,
-                              {table_args} D, DV, BLOCK_N, APPLY_MASK, IEEE)
-    return m_i, l_i, acc
+def _finish(OUT, LSE, MAXS, acc, l_i, m_i, off_b, off_h, off_bh, offs_m, offs_dv, L,
+            sob, soh, som, sod, DV: tl.constexpr):
+    # the normalised output, the logsumexp and the row max (both / ln 2) of finished rows
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    row = offs_m < L
+    tl.store(OUT + off_b * sob + off_h * soh + offs_m[:, None] * som + offs_dv[None, :] * sod,
+             out.to(OUT.dtype.element_ty), (offs_m[:, None] < L) & (offs_dv[None, :] < DV))
+    lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
+    tl.store(LSE + off_bh * L + offs_m, lse / {ln2!r}, row)
+    tl.store(MAXS + off_bh * L + offs_m, m_i / {ln2!r}, row)
+'''
 
-
-@triton.jit
-def kiln_kernel(Q, K, V, OUT, LSE, MAXS, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {tables}
-                L, S, HQ, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
-                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                sob, soh, som, sod,
-                snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,
-                D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_FULL: tl.constexpr,
-                IEEE: tl.constexpr):
-    start_m = tl.program_id(0)
-    off_bh = tl.program_id(1)
+#: a query-tile kernel's common start (the forward's, the decoding kernel's, dq's): this
+#: program's query rows, loaded, and its BlockMask row (``start_m``, ``off_bh`` set by the
+#: kernel)
+_ROW_PROLOGUE = '''
     off_b = off_bh // HQ
     off_h = off_bh % HQ
     off_hkv = off_h // GROUPS
@@ -325,29 +306,86 @@ def kiln_kernel(Q, K, V, OUT, LSE, MAXS, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {ta
                 (offs_m[:, None] < L) & (offs_d[None, :] < D), other=0.0)
     k_base = off_b * skb + off_hkv * skh
     v_base = off_b * svb + off_hkv * svh
+    q_blk = (start_m * BLOCK_M) // SPARSE_Q'''
+
+#: empty online-softmax state of a forward kernel's query rows
+_SOFTMAX_STATE = '''
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    q_blk = (start_m * BLOCK_M) // SPARSE_Q
-    m_i, l_i, acc = _blocks(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
-                            m_i, l_i, acc, KV_NUM, KV_IDX, off_b * snb + off_h * snh + q_blk * snm,
-                            off_b * sib + off_h * sih + q_blk * sim, sin, SPARSE_KV, SUBS,
-                            L, S, skn, skd, svn, svd, SCALE, {table_args} D, DV, BLOCK_N, True, IEEE)
-    if HAS_FULL:
-        m_i, l_i, acc = _blocks(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
-                                m_i, l_i, acc, FULL_NUM, FULL_IDX,
-                                off_b * sfnb + off_h * sfnh + q_blk * sfnm,
-                                off_b * sfib + off_h * sfih + q_blk * sfim, sfin, SPARSE_KV, SUBS,
-                                L, S, skn, skd, svn, svd, SCALE, {table_args} D, DV, BLOCK_N, False,
-                                IEEE)
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    row = offs_m < L
-    tl.store(OUT + off_b * sob + off_h * soh + offs_m[:, None] * som + offs_dv[None, :] * sod,
-             out.to(OUT.dtype.element_ty), (offs_m[:, None] < L) & (offs_dv[None, :] < DV))
-    lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(l_safe))
-    tl.store(LSE + off_bh * L + offs_m, lse / {ln2!r}, row)
-    tl.store(MAXS + off_bh * L + offs_m, m_i / {ln2!r}, row)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)'''
+
+#: the forward kernels' arguments after the block-mask pointers and tables
+_FORWARD_ARGS = '''L, S, HQ, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
+                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+                sob, soh, som, sod,
+                {mask_strides}'''
+
+#: every kernel's parameters after its strides
+_KERNEL_PARAMS = dict(
+    mask_strides="snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,",
+    tile_params="D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+                "BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_FULL: tl.constexpr, "
+                "IEEE: tl.constexpr")
+
+_FORWARD_TILE_CALL = (
+    "m_i, l_i, acc = _tile(q, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv, "
+    "start_n, m_i, l_i, acc, L, S, skn, skd, svn, svd, SCALE, {table_args} D, DV, BLOCK_N, "
+    "{{mask}}, IEEE)")
+
+
+def block_walk(call: str, *, num: str, idx: str, row: str, sparse: str, block: str, start: str,
+               indent: int = 4, split: bool = False) -> str:
+    """The loops of a kernel over one BlockMask row ``row`` of the lists ``num``/``idx``
+    (partial blocks: ``call`` with mask_mod applied), then, under ``HAS_FULL``, of
+    ``FULL_NUM``/``FULL_IDX`` (full blocks: mask_mod skipped). Each is one flat loop over
+    (listed block, tile of ``block`` in it), so Triton pipelines loads across blocks; ``SUBS``
+    tiles per block (a block past the sequence is cut to it: torch's empty mask is one block
+    of 2**30). ``start`` is the tile's first position; ``call`` has a ``{mask}`` slot.
+
+    ``split``: the program runs only its share of the row's tiles, partial and full counted
+    as one sequence (``SPLITS`` programs, this one ``split``): the decoding kernel's."""
+    def lists(f: str, n: str, i: str) -> list[str]:
+        return [f"{n} = tl.load({num if not f else 'FULL_NUM'} + off_b * s{f}nb + off_h * s{f}nh "
+                f"+ {row} * s{f}nm) * SUBS",
+                f"{i} = off_b * s{f}ib + off_h * s{f}ih + {row} * s{f}im"]
+
+    def loop(f: str, i: str, lo: str, hi: str, mask: str) -> list[str]:
+        return [f"for it in range({lo}, {hi}):",
+                "    j = it // SUBS",
+                f"    {start} = tl.load({idx if not f else 'FULL_IDX'} + {i} + j * s{f}in) * {sparse}"
+                f" + (it - j * SUBS) * {block}",
+                "    " + call.format(mask=mask)]
+
+    if not split:
+        lines = [*lists("", "nb", "i_off"), *loop("", "i_off", "0", "nb", "True"), "if HAS_FULL:"]
+        lines += ["    " + ln for ln in [*lists("f", "nb", "i_off"),
+                                          *loop("f", "i_off", "0", "nb", "False")]]
+    else:
+        lines = [*lists("", "nb", "i_off"), "nbf = nb * 0", "if_off = i_off", "if HAS_FULL:",
+                 *["    " + ln for ln in lists("f", "nbf", "if_off")],
+                 "per = tl.cdiv(nb + nbf, SPLITS)",
+                 "lo = split * per",
+                 "hi = tl.minimum(lo + per, nb + nbf)",
+                 *loop("", "i_off", "lo", "tl.minimum(hi, nb)", "True"),
+                 "if HAS_FULL:",
+                 *["    " + ln for ln in loop("f", "if_off", "tl.maximum(lo, nb) - nb", "hi - nb",
+                                             "False")]]
+    return "\n".join(" " * indent + ln for ln in lines)
+
+
+_FORWARD_KERNEL = '''
+
+@triton.jit
+def kiln_kernel(Q, K, V, OUT, LSE, MAXS, KV_NUM, KV_IDX, FULL_NUM, FULL_IDX, {tables}
+                {forward_args}
+                {tile_params}):
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+{prologue}
+{softmax_state}
+{walk}
+    _finish(OUT, LSE, MAXS, acc, l_i, m_i, off_b, off_h, off_bh, offs_m, offs_dv, L,
+            sob, soh, som, sod, DV)
 '''
 
 
@@ -402,9 +440,67 @@ def _bm_strides(t: torch.Tensor | None, n: int) -> list[int]:
     return [0 if t.size(i) == 1 and i < 2 else t.stride(i) for i in range(n)]
 
 
+def _kmath(interpret: bool) -> str:
+    return ("from kiln_codegen_triton import interp_math as kmath" if interpret
+            else "from triton.language.extra import libdevice as kmath")
+
+
+def emit_mods(score_gm, mask_gm, score_tables: Sequence, mask_tables: Sequence,
+              joint_gm=None) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """score_mod, mask_mod (and the joint graph) emitted inline: (the format fields of the
+    templates, the mods' constants by pointer name). Pointers: ``ST<i>`` score tables,
+    ``MT<i>`` mask tables, then the constants (the joint graph reads score_mod's tables)."""
+    s_ptrs = [f"ST{i}" for i in range(len(score_tables))]
+    m_ptrs = [f"MT{i}" for i in range(len(mask_tables))]
+    grid = [TVal("off_b", torch.int32), TVal("off_h", torch.int32),
+            TVal("q_idx", torch.int32), TVal("kv_idx", torch.int32)]
+    i32 = torch.zeros((), dtype=torch.int32)
+    score = TVal("score", torch.float32)
+    s_examples = list(map(_example, score_tables))
+    score_lines, score_out, constants = emit_mod(
+        score_gm, [torch.zeros(()), i32, i32, i32, i32, *s_examples], "sm", [score, *grid],
+        s_ptrs, "valid")
+    mask_lines, mask_out, m_consts = emit_mod(
+        mask_gm, [i32, i32, i32, i32, *map(_example, mask_tables)], "mm", grid, m_ptrs, "valid")
+    constants.update(m_consts)
+    fields = dict(score_mod=_indent(score_lines, 4), score_out=score_out.name,
+                  mask_mod=_indent(mask_lines, 8), mask_out=mask_out.name)
+    if joint_gm is not None:
+        joint_lines, joint_out, j_consts = emit_mod(
+            joint_gm, [torch.zeros(()), i32, i32, i32, i32, torch.zeros(()), *s_examples],
+            "jm", [score, *grid, TVal("grad", torch.float32)], s_ptrs, "valid")
+        constants.update(j_consts)  # (named by their mod's prefix)
+        fields.update(joint_mod=_indent(joint_lines, 4), joint_out=joint_out.name)
+    tables = "".join(f"{p}, " for p in [*s_ptrs, *m_ptrs, *constants])
+    fields.update(tables=tables, table_args=tables, ln2=_LN2, **_KERNEL_PARAMS)
+    return fields, constants
+
+
+def _tiles(kernel, gpu_choice, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
+    """(BLOCK_M, BLOCK_N, launch options) of ``kernel`` for these BlockMask block sizes: by
+    ``gpu_choice(dtype, head dim)`` on a GPU, at most the blocks; small under the interpreter
+    (its cost grows with the tile)."""
+    if kernel.interpret:
+        return _next_pow2(min(sparse_q, 16)), _next_pow2(min(sparse_kv, 16)), {}
+    block_m, block_n, warps, stages = gpu_choice(kernel.dtype, max(kernel.head_dim,
+                                                                   kernel.value_dim))
+    return (min(block_m, sparse_q), min(block_n, sparse_kv),
+            {"num_warps": warps, "num_stages": stages})
+
+
+def _table_tensors(kernel, score_tables: Sequence, mask_tables: Sequence, device) -> list:
+    return [*(t.contiguous() for t in (*score_tables, *mask_tables)),
+            *_constants_on(kernel, device)]
+
+
 class FlexAttentionKernel:
     """A generated, loaded forward kernel for one flex_attention node; called with the
     node's tensors it returns ``(out, logsumexp / ln 2, max / ln 2)``."""
+
+    #: the module's kernels after the shared source, and the one ``__call__`` launches
+    #: (``flex_decoding`` builds its own from the same pieces)
+    KERNELS = _FORWARD_KERNEL
+    ENTRY = "kiln_kernel"
 
     def __init__(self, score_gm: torch.fx.GraphModule, mask_gm: torch.fx.GraphModule,
                  score_tables: Sequence, mask_tables: Sequence, dtype: torch.dtype,
@@ -413,63 +509,59 @@ class FlexAttentionKernel:
         self.n_score, self.n_mask = len(score_tables), len(mask_tables)
         self.head_dim, self.value_dim = head_dim, value_dim
         self.dtype = dtype
-        s_ptrs = [f"ST{i}" for i in range(self.n_score)]
-        m_ptrs = [f"MT{i}" for i in range(self.n_mask)]
-        grid = [TVal("off_b", torch.int32), TVal("off_h", torch.int32),
-                TVal("q_idx", torch.int32), TVal("kv_idx", torch.int32)]
-        i32 = torch.zeros((), dtype=torch.int32)
-        score_lines, score_out, s_consts = emit_mod(
-            score_gm, [torch.zeros(()), i32, i32, i32, i32, *map(_example, score_tables)],
-            "sm", [TVal("score", torch.float32), *grid], s_ptrs, "valid")
-        mask_lines, mask_out, m_consts = emit_mod(
-            mask_gm, [i32, i32, i32, i32, *map(_example, mask_tables)], "mm", grid, m_ptrs, "valid")
-        self.constants = {**s_consts, **m_consts}
-        tables = "".join(f"{p}, " for p in [*s_ptrs, *m_ptrs, *self.constants])
-        kmath = ("from kiln_codegen_triton import interp_math as kmath" if self.interpret
-                 else "from triton.language.extra import libdevice as kmath")
-        self.source = _TEMPLATE.format(
-            kmath=kmath, tables=tables, table_args=tables, ln2=_LN2,
-            score_mod=_indent(score_lines, 4), score_out=score_out.name,
-            mask_mod=_indent(mask_lines, 8), mask_out=mask_out.name)
-        module, self.path = _load("flex_attention", self.source)
-        self.kernel = module.kiln_kernel
+        fields, self.constants = emit_mods(score_gm, mask_gm, score_tables, mask_tables)
+        fields.update(kmath=_kmath(self.interpret), prologue=_ROW_PROLOGUE,
+                      softmax_state=_SOFTMAX_STATE, forward_args=_FORWARD_ARGS.format(**_KERNEL_PARAMS))
+        call = _FORWARD_TILE_CALL.format(**fields)
+        walk = dict(num="KV_NUM", idx="KV_IDX", row="q_blk", sparse="SPARSE_KV", block="BLOCK_N",
+                    start="start_n")
+        fields.update(walk=block_walk(call, **walk), split_walk=block_walk(call, split=True, **walk))
+        self.source = (_HEADER + _FORWARD_TILE + self.KERNELS).format(**fields)
+        self.module, self.path = _load("flex_attention", self.source)
+        self.kernel = getattr(self.module, self.ENTRY)
 
     def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
         """(BLOCK_M, BLOCK_N, launch options) for these BlockMask block sizes."""
-        if self.interpret:  # small tiles: the interpreter's cost grows with tile size
-            return _next_pow2(min(sparse_q, 16)), _next_pow2(min(sparse_kv, 16)), {}
-        block_m, block_n, warps, stages = gpu_tiles(self.dtype, max(self.head_dim, self.value_dim))
-        return (min(block_m, sparse_q), min(block_n, sparse_kv),
-                {"num_warps": warps, "num_stages": stages})
+        return _tiles(self, gpu_tiles, sparse_q, sparse_kv)
+
+    def launch_args(self, query, key, value, out, kv_num, kv_idx, full_num, full_idx,
+                    sparse_q: int, sparse_kv: int, block_n: int, scale: float, score_tables,
+                    mask_tables) -> tuple[list, dict]:
+        """The forward kernels' common arguments: (from ``KV_NUM`` to the last stride, the
+        constexprs other than the tiles)."""
+        has_full = full_num is not None
+        kb = 0 if key.size(0) == 1 else key.stride(0)
+        vb = 0 if value.size(0) == 1 else value.stride(0)
+        L, D = query.size(2), query.size(3)
+        S, DV = key.size(2), value.size(3)
+        args = [kv_num, kv_idx, full_num if has_full else kv_num,
+                full_idx if has_full else kv_idx,
+                *_table_tensors(self, score_tables, mask_tables, query.device),
+                L, S, query.size(1), query.size(1) // key.size(1), float(scale), sparse_q,
+                sparse_kv, triton_cdiv(min(sparse_kv, S), block_n),
+                *query.stride(), kb, *key.stride()[1:], vb, *value.stride()[1:], *out.stride(),
+                *_bm_strides(kv_num, 3), *_bm_strides(kv_idx, 4),
+                *_bm_strides(full_num, 3), *_bm_strides(full_idx, 4)]
+        consts = dict(D=D, DV=DV, BLOCK_D=max(16, _next_pow2(D)), BLOCK_DV=max(16, _next_pow2(DV)),
+                      HAS_FULL=has_full, IEEE=query.dtype == torch.float32)
+        return args, consts
 
     def __call__(self, query, key, value, kv_num, kv_idx, full_num, full_idx, sparse_q: int,
                  sparse_kv: int, scale: float, score_tables: Sequence, mask_tables: Sequence):
-        B, HQ, L, D = query.shape
-        S, DV = key.size(2), value.size(3)
-        out = out_like(query, DV)
+        B, HQ, L, _ = query.shape
+        out = out_like(query, value.size(3))
         lse = torch.empty((B, HQ, L), dtype=torch.float32, device=query.device)
         maxs = torch.empty((B, HQ, L), dtype=torch.float32, device=query.device)
         block_m, block_n, launch = self.tiles(sparse_q, sparse_kv)
         if sparse_q % block_m or sparse_kv % block_n:
             raise ValueError(f"block sizes {(sparse_q, sparse_kv)} do not divide into "
                              f"tiles {(block_m, block_n)}")
-        kb = 0 if key.size(0) == 1 else key.stride(0)
-        vb = 0 if value.size(0) == 1 else value.stride(0)
-        has_full = full_num is not None
-        tables = [t.contiguous() for t in (*score_tables, *mask_tables)]
-        tables += _constants_on(self, query.device)
-        grid = (triton_cdiv(L, block_m), B * HQ)
-        self.kernel[grid](
-            query, key, value, out, lse, maxs, kv_num, kv_idx,
-            full_num if has_full else kv_num, full_idx if has_full else kv_idx, *tables,
-            L, S, HQ, HQ // key.size(1), float(scale), sparse_q, sparse_kv,
-            triton_cdiv(min(sparse_kv, S), block_n),
-            *query.stride(), kb, *key.stride()[1:], vb, *value.stride()[1:], *out.stride(),
-            *_bm_strides(kv_num, 3), *_bm_strides(kv_idx, 4),
-            *_bm_strides(full_num, 3), *_bm_strides(full_idx, 4),
-            D=D, DV=DV, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_D=max(16, _next_pow2(D)), BLOCK_DV=max(16, _next_pow2(DV)),
-            HAS_FULL=has_full, IEEE=query.dtype == torch.float32, **launch)
+        args, consts = self.launch_args(query, key, value, out, kv_num, kv_idx, full_num,
+                                        full_idx, sparse_q, sparse_kv, block_n, scale,
+                                        score_tables, mask_tables)
+        self.kernel[(triton_cdiv(L, block_m), B * HQ)](
+            query, key, value, out, lse, maxs, *args, BLOCK_M=block_m, BLOCK_N=block_n,
+            **consts, **launch)
         return out, lse, maxs
 
 
@@ -486,23 +578,17 @@ def _build(score_gm, mask_gm, score_tables, mask_tables, query, key, value) -> F
                                query.size(-1), value.size(-1))
 
 
-
-
 # ------------------------------------------------------------------------------- the backward
 # Two kernels, as flash attention's: ``kiln_kernel_dq`` per BLOCK_M query rows walks the same
 # kv block lists as the forward; ``kiln_kernel`` (dk, dv) per BLOCK_N keys of one kv head walks
 # the BlockMask's transposed lists (``q_num_blocks``/``q_indices``, then ``full_q_*``) for each
-# query head of its group. Both recompute the scores (score_mod, mask_mod inline), the
-# probabilities from the forward's logsumexp, and the score gradient through score_mod by the
-# operator's joint graph (inline too: its inputs are the score, the indices and the gradient
-# of score_mod's output). ``delta = rowsum(dO * O)`` (minus the logsumexp's own gradient) is
-# computed by torch before them.
+# query head of its group. Both recompute the scores (``_scores``: score_mod, mask_mod inline),
+# the probabilities from the forward's logsumexp, and the score gradient through score_mod by
+# the operator's joint graph (``_score_grad``: its inputs are the score, the indices and the
+# gradient of score_mod's output). ``delta = rowsum(dO * O)`` (minus the logsumexp's own
+# gradient) is computed by torch before them.
 
-_BWD_TEMPLATE = '''
-import triton
-import triton.language as tl
-{kmath}
-
+_BWD_TILES = '''
 
 @triton.jit
 def _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
@@ -523,17 +609,10 @@ def _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs
     score = qk * SCALE
     q_idx = offs_m[:, None]
     kv_idx = offs_n[None, :]
-    valid = (q_idx < L) & (kv_idx < S)
-    tile0 = q_idx * 0 + kv_idx * 0
-{score_mod}
-    s = {score_out}.to(tl.float32)
-    if APPLY_MASK:
-{mask_mod}
-        valid = valid & ({mask_out} != 0)
+    s, valid = _scores(score, q_idx, kv_idx, off_b, off_h, L, S, {table_args} APPLY_MASK)
     p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
-    grad = p * (dp - delta[:, None])
-{joint_mod}
-    g = tl.where(valid, {joint_out}.to(tl.float32), 0.0)
+    g = _score_grad(score, p * (dp - delta[:, None]), q_idx, kv_idx, off_b, off_h, valid,
+                    {table_args})
     if IEEE:
         dq += tl.dot(g.to(kT.dtype), tl.trans(kT), input_precision="ieee")
     else:
@@ -562,17 +641,10 @@ def _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h, off
     score = qkT * SCALE
     q_idx = offs_m[None, :]
     kv_idx = offs_n[:, None]
-    valid = (q_idx < L) & (kv_idx < S)
-    tile0 = q_idx * 0 + kv_idx * 0
-{score_mod}
-    s = {score_out}.to(tl.float32)
-    if APPLY_MASK:
-{mask_mod}
-        valid = valid & ({mask_out} != 0)
+    s, valid = _scores(score, q_idx, kv_idx, off_b, off_h, L, S, {table_args} APPLY_MASK)
     pT = tl.where(valid, tl.exp(s - lse[None, :]), 0.0)
-    grad = pT * (dpT - delta[None, :])
-{joint_mod}
-    g = tl.where(valid, {joint_out}.to(tl.float32), 0.0)
+    g = _score_grad(score, pT * (dpT - delta[None, :]), q_idx, kv_idx, off_b, off_h, valid,
+                    {table_args})
     if IEEE:
         dv += tl.dot(pT.to(do.dtype), do, input_precision="ieee")
         dk += tl.dot(g.to(qT.dtype), tl.trans(qT), input_precision="ieee")
@@ -587,46 +659,18 @@ def kiln_kernel_dq(Q, K, V, DO, LSE, DELTA, DQ, KV_NUM, KV_IDX, FULL_NUM, FULL_I
                    L, S, HQ, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
                    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                    sdb, sdh, sdm, sdd, sgb, sgh, sgm, sgd,
-                   snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,
-                   D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   HAS_FULL: tl.constexpr, IEEE: tl.constexpr):
+                   {mask_strides}
+                {tile_params}):
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
-    off_b = off_bh // HQ
-    off_h = off_bh % HQ
-    off_hkv = off_h // GROUPS
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+{prologue}
     rows = offs_m[:, None] < L
-    q = tl.load(Q + off_b * sqb + off_h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-                rows & (offs_d[None, :] < D), other=0.0)
     do = tl.load(DO + off_b * sdb + off_h * sdh + offs_m[:, None] * sdm + offs_dv[None, :] * sdd,
                  rows & (offs_dv[None, :] < DV), other=0.0)
     lse = tl.load(LSE + off_bh * L + offs_m, offs_m < L, other=0.0)
     delta = tl.load(DELTA + off_bh * L + offs_m, offs_m < L, other=0.0)
-    k_base = off_b * skb + off_hkv * skh
-    v_base = off_b * svb + off_hkv * svh
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    q_blk = (start_m * BLOCK_M) // SPARSE_Q
-    nb = tl.load(KV_NUM + off_b * snb + off_h * snh + q_blk * snm)
-    i_off = off_b * sib + off_h * sih + q_blk * sim
-    for it in range(0, nb * SUBS):
-        j = it // SUBS
-        start_n = tl.load(KV_IDX + i_off + j * sin) * SPARSE_KV + (it - j * SUBS) * BLOCK_N
-        dq = _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d,
-                      offs_dv, start_n, dq, L, S, skn, skd, svn, svd, SCALE, {table_args}
-                      D, DV, BLOCK_N, True, IEEE)
-    if HAS_FULL:
-        nb = tl.load(FULL_NUM + off_b * sfnb + off_h * sfnh + q_blk * sfnm)
-        i_off = off_b * sfib + off_h * sfih + q_blk * sfim
-        for it in range(0, nb * SUBS):
-            j = it // SUBS
-            start_n = tl.load(FULL_IDX + i_off + j * sfin) * SPARSE_KV + (it - j * SUBS) * BLOCK_N
-            dq = _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d,
-                          offs_dv, start_n, dq, L, S, skn, skd, svn, svd, SCALE, {table_args}
-                          D, DV, BLOCK_N, False, IEEE)
+{dq_walk}
     tl.store(DQ + off_b * sgb + off_h * sgh + offs_m[:, None] * sgm + offs_d[None, :] * sgd,
              (dq * SCALE).to(DQ.dtype.element_ty), rows & (offs_d[None, :] < D))
 
@@ -636,10 +680,8 @@ def kiln_kernel(Q, K, V, DO, LSE, DELTA, DK, DV_, Q_NUM, Q_IDX, FULL_NUM, FULL_I
                 L, S, HQ, HKV, GROUPS, SCALE, SPARSE_Q, SPARSE_KV, SUBS,
                 sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                 sdb, sdh, sdm, sdd, skgb, skgh, skgn, skgd, svgb, svgh, svgn, svgd,
-                snb, snh, snm, sib, sih, sim, sin, sfnb, sfnh, sfnm, sfib, sfih, sfim, sfin,
-                D: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                HAS_FULL: tl.constexpr, IEEE: tl.constexpr):
+                {mask_strides}
+                {tile_params}):
     start_n = tl.program_id(0)
     off_bk = tl.program_id(1)
     off_b = off_bk // HKV
@@ -660,30 +702,21 @@ def kiln_kernel(Q, K, V, DO, LSE, DELTA, DK, DV_, Q_NUM, Q_IDX, FULL_NUM, FULL_I
         q_base = off_b * sqb + off_h * sqh
         do_base = off_b * sdb + off_h * sdh
         r_base = (off_b * HQ + off_h) * L
-        nb = tl.load(Q_NUM + off_b * snb + off_h * snh + kv_blk * snm)
-        i_off = off_b * sib + off_h * sih + kv_blk * sim
-        for it in range(0, nb * SUBS):
-            j = it // SUBS
-            start_m = tl.load(Q_IDX + i_off + j * sin) * SPARSE_Q + (it - j * SUBS) * BLOCK_M
-            dk, dv = _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h,
-                              offs_n, offs_d, offs_dv, start_m, dk, dv, L, S, sqm, sqd, sdm, sdd,
-                              SCALE, {table_args} D, DV, BLOCK_M, True, IEEE)
-        if HAS_FULL:
-            nb = tl.load(FULL_NUM + off_b * sfnb + off_h * sfnh + kv_blk * sfnm)
-            i_off = off_b * sfib + off_h * sfih + kv_blk * sfim
-            for it in range(0, nb * SUBS):
-                j = it // SUBS
-                start_m = tl.load(FULL_IDX + i_off + j * sfin) * SPARSE_Q + (it - j * SUBS) * BLOCK_M
-                dk, dv = _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h,
-                                  offs_n, offs_d, offs_dv, start_m, dk, dv, L, S, sqm, sqd, sdm,
-                                  sdd, SCALE, {table_args} D, DV, BLOCK_M, False, IEEE)
+{kv_walk}
     tl.store(DK + off_b * skgb + off_hkv * skgh + offs_n[:, None] * skgn + offs_d[None, :] * skgd,
              (dk * SCALE).to(DK.dtype.element_ty), cols & (offs_d[None, :] < D))
     tl.store(DV_ + off_b * svgb + off_hkv * svgh + offs_n[:, None] * svgn + offs_dv[None, :] * svgd,
              dv.to(DV_.dtype.element_ty), cols & (offs_dv[None, :] < DV))
 '''
 
-
+_DQ_TILE_CALL = (
+    "dq = _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, "
+    "offs_dv, start_n, dq, L, S, skn, skd, svn, svd, SCALE, {table_args} D, DV, BLOCK_N, "
+    "{{mask}}, IEEE)")
+_KV_TILE_CALL = (
+    "dk, dv = _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h, offs_n, "
+    "offs_d, offs_dv, start_m, dk, dv, L, S, sqm, sqd, sdm, sdd, SCALE, {table_args} D, DV, "
+    "BLOCK_M, {{mask}}, IEEE)")
 def gpu_bwd_tiles(dtype: torch.dtype, head_dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, warps, stages) of both backward kernels on a GPU: each holds two
     accumulators (dk and dv) or recomputes two dots per tile, so tiles are smaller than the
@@ -703,39 +736,20 @@ class FlexAttentionBackwardKernel:
                  dtype: torch.dtype, head_dim: int, value_dim: int, interpret: bool | None = None):
         self.interpret = interpreting() if interpret is None else interpret
         self.dtype, self.head_dim, self.value_dim = dtype, head_dim, value_dim
-        s_ptrs = [f"ST{i}" for i in range(len(score_tables))]
-        m_ptrs = [f"MT{i}" for i in range(len(mask_tables))]
-        grid = [TVal("off_b", torch.int32), TVal("off_h", torch.int32),
-                TVal("q_idx", torch.int32), TVal("kv_idx", torch.int32)]
-        i32 = torch.zeros((), dtype=torch.int32)
-        s_examples = list(map(_example, score_tables))
-        score_lines, score_out, s_consts = emit_mod(
-            score_gm, [torch.zeros(()), i32, i32, i32, i32, *s_examples],
-            "sm", [TVal("score", torch.float32), *grid], s_ptrs, "valid")
-        mask_lines, mask_out, m_consts = emit_mod(
-            mask_gm, [i32, i32, i32, i32, *map(_example, mask_tables)], "mm", grid, m_ptrs, "valid")
-        # the joint graph reads the same tables as score_mod (its constants get their own)
-        joint_lines, joint_out, j_consts = emit_mod(
-            joint_gm, [torch.zeros(()), i32, i32, i32, i32, torch.zeros(()), *s_examples],
-            "jm", [TVal("score", torch.float32), *grid, TVal("grad", torch.float32)], s_ptrs, "valid")
-        self.constants = {**s_consts, **m_consts, **j_consts}  # (named by their mod's prefix)
-        tables = "".join(f"{p}, " for p in [*s_ptrs, *m_ptrs, *self.constants])
-        kmath = ("from kiln_codegen_triton import interp_math as kmath" if self.interpret
-                 else "from triton.language.extra import libdevice as kmath")
-        self.source = _BWD_TEMPLATE.format(
-            kmath=kmath, tables=tables, table_args=tables,
-            score_mod=_indent(score_lines, 4), score_out=score_out.name,
-            mask_mod=_indent(mask_lines, 8), mask_out=mask_out.name,
-            joint_mod=_indent(joint_lines, 4), joint_out=joint_out.name)
+        fields, self.constants = emit_mods(score_gm, mask_gm, score_tables, mask_tables, joint_gm)
+        fields.update(kmath=_kmath(self.interpret), prologue=_ROW_PROLOGUE)
+        fields.update(
+            dq_walk=block_walk(_DQ_TILE_CALL.format(**fields), num="KV_NUM", idx="KV_IDX",
+                               row="q_blk", sparse="SPARSE_KV", block="BLOCK_N", start="start_n"),
+            kv_walk=block_walk(_KV_TILE_CALL.format(**fields), num="Q_NUM", idx="Q_IDX",
+                               row="kv_blk", sparse="SPARSE_Q", block="BLOCK_M", start="start_m",
+                               indent=8))
+        self.source = (_HEADER + _SCORE_GRAD + _BWD_TILES).format(**fields)
         module, self.path = _load("flex_attention_backward", self.source)
         self.kernel, self.dq_kernel = module.kiln_kernel, module.kiln_kernel_dq
 
     def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
-        if self.interpret:
-            return _next_pow2(min(sparse_q, 16)), _next_pow2(min(sparse_kv, 16)), {}
-        block_m, block_n, warps, stages = gpu_bwd_tiles(self.dtype, max(self.head_dim, self.value_dim))
-        return (min(block_m, sparse_q), min(block_n, sparse_kv),
-                {"num_warps": warps, "num_stages": stages})
+        return _tiles(self, gpu_bwd_tiles, sparse_q, sparse_kv)
 
     def __call__(self, query, key, value, out, lse, grad_out, grad_lse, kv_num, kv_idx, full_kv_num,
                  full_kv_idx, q_num, q_idx, full_q_num, full_q_idx, sparse_q: int, sparse_kv: int,
@@ -758,8 +772,7 @@ class FlexAttentionBackwardKernel:
         dv = torch.empty((B, HKV, S, DV), dtype=value.dtype, device=value.device)
         kb = 0 if key.size(0) == 1 else key.stride(0)
         vb = 0 if value.size(0) == 1 else value.stride(0)
-        tables = [t.contiguous() for t in (*score_tables, *mask_tables)]
-        tables += _constants_on(self, query.device)
+        tables = _table_tensors(self, score_tables, mask_tables, query.device)
         consts = dict(D=D, DV=DV, BLOCK_M=block_m, BLOCK_N=block_n,
                       BLOCK_D=max(16, _next_pow2(D)), BLOCK_DV=max(16, _next_pow2(DV)),
                       IEEE=query.dtype == torch.float32, **launch)
@@ -791,5 +804,3 @@ def _build_backward(score_gm, joint_gm, mask_gm, score_tables, mask_tables, quer
     return FlexAttentionBackwardKernel(score_gm, joint_gm, mask_gm, score_tables, mask_tables,
                                        query.dtype, query.size(-1), value.size(-1))
 
-
-register_flex_attention_template("triton", FlexAttentionTemplate(_unsupported, _build, _build_backward))

@@ -230,7 +230,62 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-class TritonKernel:
+class ValueOps:
+    """The ops handler's value ops (index values, constants, casts, where, the pointwise math
+    of ``_MATH``), shared by every handler that emits Triton lines: a kernel plan's
+    (``TritonKernel``) and a FlexAttention mod's (``flex_attention.ModEmitter``). A handler
+    provides ``value(expr, dtype, cls)``, ``join_cls``, ``_index``, ``_index_cls``, and the
+    dicts ``names``, ``ind_cls``, ``op_names`` and the counter ``_ind``."""
+
+    def index_expr(self, expr, dtype) -> TVal:
+        expr = sympy.sympify(expr)
+        cls = self._index_cls(expr)
+        text = self._index(expr)
+        if cls == "s":
+            return self.value(f"tl.full([], {text}, {tl_dtype(dtype)})", dtype, "s")
+        return self.value(f"({text}).to({tl_dtype(dtype)})", dtype, cls)
+
+    def indirect_indexing(self, x: TVal, size, check=True) -> sympy.Symbol:
+        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
+        self._ind += 1
+        size_text = self._index(sympy.sympify(size))
+        v = self.value(f"tl.where({x.name} < 0, {x.name} + {size_text}, {x.name})", x.dtype, x.cls)
+        self.names[sym.name] = v.name
+        self.ind_cls[sym.name] = x.cls
+        return sym
+
+    def constant(self, value, dtype) -> TVal:
+        return self.value(f"tl.full([], {literal(value, dtype)}, {tl_dtype(dtype)})", dtype, "s")
+
+    def to_dtype(self, x: TVal, dtype, src_dtype=None) -> TVal:
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self.value(f"{x.name} != 0", dtype, x.cls)
+        return self.value(f"{x.name}.to({tl_dtype(dtype)})", dtype, x.cls)
+
+    def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:
+        return self.value(f"tl.where({cond.name}, {a.name}, {b.name})", a.dtype, self.join_cls(cond, a, b))
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name not in OPS:
+            raise AttributeError(name)
+        fmt = _MATH.get(name)
+        if fmt is None:
+            raise MissingOpError(f"Triton codegen has no op {name!r}")
+
+        def op(*args):
+            self.op_names[name] = None
+            vals = [a for a in args if isinstance(a, TVal)]
+            dtype = vals[0].dtype
+            out = result_dtype(name, [v.dtype for v in vals])
+            text = fmt(*[v.name for v in vals], dtype=dtype)
+            return self.value(text, out, self.join_cls(*vals))
+
+        return op
+
+
+class TritonKernel(ValueOps):
     """Generates the Triton source of one kernel plan (see the module docstring)."""
 
     def __init__(self, plan: KernelPlan, interpret: bool | None = None):
@@ -1062,54 +1117,6 @@ class TritonKernel:
             self.after.append(f"{res} = {state}_m2.to({tlt})")
         self.target, self.row_lines = self.after, None
         return TVal(res, acc_t, "x")
-
-    # ------------------------------------------------------------------------------ ops: values
-    def index_expr(self, expr, dtype) -> TVal:
-        expr = sympy.sympify(expr)
-        cls = self._index_cls(expr)
-        text = self._index(expr)
-        if cls == "s":
-            return self.value(f"tl.full([], {text}, {tl_dtype(dtype)})", dtype, "s")
-        return self.value(f"({text}).to({tl_dtype(dtype)})", dtype, cls)
-
-    def indirect_indexing(self, x: TVal, size, check=True) -> sympy.Symbol:
-        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
-        self._ind += 1
-        size_text = self._index(sympy.sympify(size))
-        v = self.value(f"tl.where({x.name} < 0, {x.name} + {size_text}, {x.name})", x.dtype, x.cls)
-        self.names[sym.name] = v.name
-        self.ind_cls[sym.name] = x.cls
-        return sym
-
-    def constant(self, value, dtype) -> TVal:
-        return self.value(f"tl.full([], {literal(value, dtype)}, {tl_dtype(dtype)})", dtype, "s")
-
-    def to_dtype(self, x: TVal, dtype, src_dtype=None) -> TVal:
-        if x.dtype == dtype:
-            return x
-        if dtype == torch.bool:
-            return self.value(f"{x.name} != 0", dtype, x.cls)
-        return self.value(f"{x.name}.to({tl_dtype(dtype)})", dtype, x.cls)
-
-    def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:
-        return self.value(f"tl.where({cond.name}, {a.name}, {b.name})", a.dtype, self.join_cls(cond, a, b))
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name not in OPS:
-            raise AttributeError(name)
-        fmt = _MATH.get(name)
-        if fmt is None:
-            raise MissingOpError(f"Triton codegen has no op {name!r}")
-
-        def op(*args):
-            self.op_names[name] = None
-            vals = [a for a in args if isinstance(a, TVal)]
-            dtype = vals[0].dtype
-            out = result_dtype(name, [v.dtype for v in vals])
-            text = fmt(*[v.name for v in vals], dtype=dtype)
-            return self.value(text, out, self.join_cls(*vals))
-
-        return op
 
 
 def _dtype_of(plan: KernelPlan, name: str) -> torch.dtype:

@@ -54,7 +54,12 @@ set_subgraph_compiler(compile_subgraph)
 # The one place that chooses how a flex_attention call compiles: a fused kernel where the
 # compile's codegen has a FlexAttention template that takes the inputs (asked by aotgrad's rule
 # while it traces, which then keeps the operator for loopir to lower to that kernel), else the
-# dense ATen rule (C++ on CPU; training graphs; inputs a template refuses).
+# dense ATen rule (C++ on CPU; training graphs; inputs a template refuses). Among the fused
+# forwards, a query of at most DECODE_MAX_QUERY rows takes the template's decoding kernel.
+
+#: longest query that takes the decoding (split-KV) forward: one 16-row tile, so each share
+#: of the keys is read once, where the forward's 128-row tile would be mostly padding
+DECODE_MAX_QUERY = 16
 
 
 def _template(device) -> FlexAttentionTemplate | None:
@@ -66,19 +71,34 @@ def _template(device) -> FlexAttentionTemplate | None:
 
 def flex_attention_fused(query, key, value, block_mask, needs_grad: bool) -> bool:
     """Whether this compile runs the call as fused kernels (else the dense rule); under
-    grad, only where the template has a backward too."""
+    grad, only where the template has a backward too. Which fused forward runs is
+    ``fused_forward_kind``'s choice."""
     template = _template(query.device)
     if template is None or (needs_grad and template.build_backward is None):
         return False
     return template.unsupported(query, key, value, (int(block_mask[-3]), int(block_mask[-2]))) is None
 
 
+def fused_forward_kind(template: FlexAttentionTemplate, query) -> str:
+    """``"decode"`` (the template's split-KV decoding kernel) for a query of at most
+    ``DECODE_MAX_QUERY`` rows where the template has one, else ``"forward"``."""
+    if template.build_decode is not None and query.size(-2) <= DECODE_MAX_QUERY:
+        return "decode"
+    return "forward"
+
+
 def compile_flex_attention(*graphs_and_examples, backward: bool = False):
-    """The fused kernel (forward, or ``backward``) of a call ``flex_attention_fused`` chose."""
+    """The fused kernel (forward, decoding forward or ``backward``) of a call
+    ``flex_attention_fused`` chose."""
     query = graphs_and_examples[-3]
     template = _template(query.device)
-    build = template.build_backward if backward and template is not None else \
-        template.build if template is not None else None
+    if template is None:
+        build = None
+    elif backward:
+        build = template.build_backward
+    else:
+        build = {"decode": template.build_decode,
+                 "forward": template.build}[fused_forward_kind(template, query)]
     if build is None:
         raise RuntimeError(f"no FlexAttention {'backward ' if backward else ''}template for "
                            f"{query.device}'s codegen")

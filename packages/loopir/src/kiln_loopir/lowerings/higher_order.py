@@ -263,11 +263,13 @@ class FlexAttentionTemplate:
     score_tables, mask_tables, query, key, value)`` returns the forward kernel (called as the
     ``kiln_hop::flex_attention`` extern calls it); ``build_backward(score_gm, joint_gm,
     mask_gm, score_tables, mask_tables, query, key, value)`` the backward's
-    (``kiln_hop::flex_attention_backward``), or None where there is none."""
+    (``kiln_hop::flex_attention_backward``), or None where there is none;
+    ``build_decode`` (as ``build``) a forward for short queries, or None."""
 
     unsupported: Callable[..., str | None]
     build: Callable[..., Callable]
     build_backward: Callable[..., Callable] | None = None
+    build_decode: Callable[..., Callable] | None = None
 
 
 #: codegen name -> its template (a codegen registers its own when it is imported)
