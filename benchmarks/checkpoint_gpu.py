@@ -9,8 +9,8 @@ steps; also what the steps add above the weights and optimizer state), and one s
 and gradients against eager's from the same weights (bf16 tolerances). And how kiln captured
 it: graphs and graph breaks, checkpoint regions in the graph (nodes torch's way tagged
 ``recompute``), and the partitioner's choice on the joint graph (ops recomputed in the
-backward, matmuls among them, bytes saved for the backward), with checkpointing and, with
-``--compare-unchecked``, without it.
+backward, matmuls among them, bytes saved for the backward: of graph inputs, and of values
+the forward computes), with checkpointing and, with ``--compare-unchecked``, without it.
 
     python benchmarks/checkpoint_gpu.py                    # H200: the sizes above
     python benchmarks/checkpoint_gpu.py --smoke            # tiny GPT-2 on the CPU, < 3 min
@@ -219,14 +219,19 @@ def kiln_capture(a, device: str, ids, amp: bool, checkpointing: bool) -> dict:
         1 for p in partitions for n in p.bw_gm.graph.nodes
         if n.name in p.recomputed and str(n.target) in matmuls)
     rec["saved_values"] = sum(len(p.saved_names) for p in partitions)
-    saved_bytes = 0
+    # bytes kept for the backward: of the graphs' inputs (weights: alive anyway) and of
+    # values the forward computes (activations, weight casts: what checkpointing should cut)
+    saved = {"placeholder": 0, "computed": 0}
     for p in partitions:
         fw = {n.name: n for n in p.fw_gm.graph.nodes}
         for name in p.saved_names:
-            val = fw[name].meta.get("val") if name in fw else None
+            node = fw.get(name)
+            val = node.meta.get("val") if node is not None else None
             if isinstance(val, torch.Tensor):
-                saved_bytes += val.numel() * val.element_size()
-    rec["saved_mb"] = saved_bytes / 2**20
+                kind = "placeholder" if node.op == "placeholder" else "computed"
+                saved[kind] += val.numel() * val.element_size()
+    rec["saved_inputs_mb"] = saved["placeholder"] / 2**20
+    rec["saved_computed_mb"] = saved["computed"] / 2**20
     return rec
 
 
