@@ -137,13 +137,9 @@ def trace_inference(
     any ints/SymInts/other constants the graph takes. The returned GraphModule takes the same
     inputs and returns a flat tuple of tensors (``restore_outputs`` gives back gm's structure).
     """
-    example_inputs = _symbolic_example_values(gm, list(example_inputs))
-    table = core_decompositions() if decompositions is None else decompositions
-    fake_mode = _fake_mode_for(gm, example_inputs)
-    symbolic = any(_is_symbolic(x) for x in example_inputs)
-
+    example_inputs, table, fake_mode, symbolic, lifted_names, lifted_real = _trace_start(
+        gm, example_inputs, decompositions)
     # 2. everything fake; module tensors lifted to leading inputs
-    lifted_names, lifted_real = _module_tensors(gm)
     with _no_dispatch_modes():
         fake_inputs = [_to_fake(fake_mode, x) for x in example_inputs]
         fake_lifted = [_to_fake(fake_mode, t) for t in lifted_real]
@@ -212,6 +208,17 @@ def _is_symbolic(x) -> bool:
     if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
         return bool(free_symbols(x))
     return False
+
+
+def _trace_start(gm, example_inputs: Sequence, decompositions: dict | None):
+    """What an inference and a joint trace both start from: the example values (symbolic
+    where gm's graph is), the decomposition table, the fake mode, whether any size is
+    symbolic, and gm's module tensors (names, real tensors) to lift to leading inputs."""
+    example_inputs = _symbolic_example_values(gm, list(example_inputs))
+    table = core_decompositions() if decompositions is None else decompositions
+    fake_mode = _fake_mode_for(gm, example_inputs)
+    symbolic = any(_is_symbolic(x) for x in example_inputs)
+    return (example_inputs, table, fake_mode, symbolic, *_module_tensors(gm))
 
 
 def _symbolic_example_values(gm, example_inputs: list) -> list:

@@ -41,18 +41,15 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from . import checkpoint
-from .decompositions import core_decompositions, function_rules
+from .decompositions import function_rules
 from .effects import eliminate_dead_code
 from .inference import (
     _GRAPH_OUTPUT,
-    _fake_mode_for,
-    _is_symbolic,
-    _module_tensors,
     _no_dispatch_modes,
     _placeholder_names,
     _python_dispatcher,
-    _symbolic_example_values,
     _to_fake,
+    _trace_start,
     _val_of,
     user_saved_tensors_hooks_off,
 )
@@ -124,12 +121,8 @@ def trace_joint(
 
     ``example_inputs`` as for ``trace_inference`` (real tensors, or FakeTensors with SymInt
     sizes: the joint graph is then symbolic over the same symbols)."""
-    example_inputs = _symbolic_example_values(gm, list(example_inputs))
-    table = core_decompositions() if decompositions is None else decompositions
-    fake_mode = _fake_mode_for(gm, example_inputs)
-    symbolic = any(_is_symbolic(x) for x in example_inputs)
-
-    lifted_names, lifted_real = _module_tensors(gm)
+    example_inputs, table, fake_mode, symbolic, lifted_names, lifted_real = _trace_start(
+        gm, example_inputs, decompositions)
     with _no_dispatch_modes():
         fake_primals = [_to_fake(fake_mode, t) for t in lifted_real]
         fake_primals += [_to_fake(fake_mode, x) for x in example_inputs]
@@ -218,20 +211,11 @@ def trace_joint(
     joint_gm = torch.fx.GraphModule(step2, step2.graph, class_name="JointGraph")
     output_deps = _output_dependencies(joint_gm, grad_primals, num_fw)
     return JointGraph(
-        gm=joint_gm,
-        lifted_names=lifted_names,
-        lifted_tensors=lifted_real,
-        num_user_inputs=len(example_inputs),
-        requires_grad=requires_grad,
-        grad_primals=grad_primals,
-        num_forward_outputs=num_fw,
-        diff_outputs=diff_outputs,
-        mutated_primals=mutated,
-        out_spec=out_spec,
-        out_template=template,
-        output_deps=output_deps,
-        symbolic=symbolic,
-    )
+        gm=joint_gm, lifted_names=lifted_names, lifted_tensors=lifted_real,
+        num_user_inputs=len(example_inputs), requires_grad=requires_grad,
+        grad_primals=grad_primals, num_forward_outputs=num_fw, diff_outputs=diff_outputs,
+        mutated_primals=mutated, out_spec=out_spec, out_template=template,
+        output_deps=output_deps, symbolic=symbolic)
 
 
 # ----------------------------------------------------------------------------------------

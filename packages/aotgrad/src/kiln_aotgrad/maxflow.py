@@ -52,8 +52,8 @@ class FlowNetwork:
         s, t = self.vertex(source), self.vertex(sink)
         total = 0.0
         while True:
-            parent_edge = self._bfs(s, t)
-            if parent_edge is None:
+            parent_edge, _ = self._bfs(s, t)
+            if t not in parent_edge:
                 return total
             # bottleneck along the path
             flow, v = INF, t
@@ -74,19 +74,12 @@ class FlowNetwork:
     def min_cut(self, source: Hashable, sink: Hashable) -> set[Hashable]:
         """Run max-flow, then return the names on the source side of a minimum cut."""
         self.max_flow(source, sink)
-        s = self.vertex(source)
-        seen = {s}
-        queue = collections.deque([s])
-        while queue:
-            u = queue.popleft()
-            for e in self._adj[u]:
-                w = self._to[e]
-                if self._cap[e] > 0 and w not in seen:
-                    seen.add(w)
-                    queue.append(w)
+        _, seen = self._bfs(self.vertex(source))
         return {self._names[v] for v in seen}
 
-    def _bfs(self, s: int, t: int) -> dict[int, int] | None:
+    def _bfs(self, s: int, t: int | None = None) -> tuple[dict[int, int], set[int]]:
+        """Breadth-first search over edges with residual capacity from ``s``: the edge that
+        reached each vertex and the vertices reached; stops when it reaches ``t``."""
         parent_edge: dict[int, int] = {}
         seen = {s}
         queue = collections.deque([s])
@@ -98,6 +91,6 @@ class FlowNetwork:
                     seen.add(w)
                     parent_edge[w] = e
                     if w == t:
-                        return parent_edge
+                        return parent_edge, seen
                     queue.append(w)
-        return None
+        return parent_edge, seen
