@@ -10,6 +10,12 @@ import sys
 import pytest
 import torch
 
+# pytest runs with --import-mode=importlib, which does not put this folder on sys.path: do it
+# here so that the helper modules beside the tests (_nets.py) import
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
 # Tests that compile CPU tensors with the Triton codegen run Triton's interpreter, which Triton
 # reads when it is first imported (codegen-triton's conftest does the same); a GPU machine runs
 # the real compiler.
@@ -48,6 +54,24 @@ def needs_interpreter():
 @pytest.fixture
 def needs_cpp():
     require_cpp()
+
+
+@pytest.fixture(autouse=True)
+def kiln_cache_dir(tmp_path, monkeypatch):
+    """Each test's own empty ``KILN_CACHE_DIR``: a cache shared between tests or sessions
+    (``~/.cache/kiln``) would let a compile hit what an earlier one stored, and a test that
+    reads kiln.stats() counters (compiles, kernel builds) would then pass without the work it
+    means to count. A test that sets ``KILN_CACHE_DIR`` itself (monkeypatch) overrides it."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("KILN_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def graph_cache_on(kiln_cache_dir, monkeypatch, needs_cpp):
+    """The graph cache on, in this test's own cache folder (returned)."""
+    monkeypatch.setenv("KILN_GRAPH_CACHE", "1")
+    return kiln_cache_dir
 
 
 @pytest.fixture(autouse=True)

@@ -17,31 +17,19 @@ import kiln.stages
 import kiln_runtime
 import pytest
 import torch
+from _nets import ConvNormFc
 from kiln.artifact import Artifact
 from kiln_runtime import profile
 from kiln_runtime.guards import WeightsGuard
 from torch import nn
 
-
-@pytest.fixture(autouse=True)
-def graph_cache_on(tmp_path, monkeypatch, needs_cpp):
-    monkeypatch.setenv("KILN_GRAPH_CACHE", "1")
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+pytestmark = pytest.mark.usefixtures("graph_cache_on")
 
 
-class Net(nn.Module):
+def Net():
     """A conv with a BatchNorm folded into it (constants computed from weights), a linear
     whose bias the graph reads in place."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.norm = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4 * 6 * 6, 8)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.norm(self.conv(x))).flatten(1))
+    return ConvNormFc(8)
 
 
 X = torch.randn(2, 3, 6, 6)

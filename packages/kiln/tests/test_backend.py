@@ -247,13 +247,19 @@ def test_loopir_interpret_backend_matches_eager(case, needs_interpreter):
     torch.testing.assert_close(got_in, exp_in)
 
 
-def test_loopir_interpret_backend_module(needs_interpreter):
+def _compiled_mlp_matches_eager(backend):
+    """``_mlp()`` compiled by ``backend`` under no_grad gives eager's result: (compiled, x)."""
     m = _mlp()
     gm = torch.fx.symbolic_trace(m)
     x = torch.randn(3, 8)
     with torch.no_grad():
-        compiled = loopir_interpret_backend(gm, [x])
+        compiled = backend(gm, [x])
         torch.testing.assert_close(compiled(x), m(x))
+    return compiled, x
+
+
+def test_loopir_interpret_backend_module(needs_interpreter):
+    _compiled_mlp_matches_eager(loopir_interpret_backend)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -273,12 +279,7 @@ def test_kiln_backend_matches_eager(case, needs_cpp):
 
 
 def test_kiln_backend_module_and_grad_mode_guard(needs_cpp):
-    m = _mlp()
-    gm = torch.fx.symbolic_trace(m)
-    x = torch.randn(3, 8)
-    with torch.no_grad():
-        compiled = kiln_backend(gm, [x])
-        torch.testing.assert_close(compiled(x), m(x))
+    compiled, x = _compiled_mlp_matches_eager(kiln_backend)
     # compiled under no_grad, later called with grad on: runs eagerly, keeps autograd
     out = compiled(x)
     assert out.requires_grad and out.grad_fn is not None

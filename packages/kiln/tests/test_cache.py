@@ -12,33 +12,18 @@ import kiln.cache
 import kiln_runtime
 import pytest
 import torch
+from _nets import ConvNormFc
 from kiln.backend import kiln_backend
 from kiln.options import Options
 from kiln.wrappers import structure_restorer
 from kiln_runtime.guards import WeightsGuard
 from torch import nn
 
-
-@pytest.fixture(autouse=True)
-def graph_cache_on(tmp_path, monkeypatch, needs_cpp):
-    monkeypatch.setenv("KILN_GRAPH_CACHE", "1")
-    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+pytestmark = pytest.mark.usefixtures("graph_cache_on")
 
 
-class Net(nn.Module):
-    """A conv (its weight becomes a channels-last constant on CPU), a norm, a linear (64
-    outputs: its weight is packed for MKL's GEMM on CPU)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.norm = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4 * 6 * 6, 64)
-
-    def forward(self, x):
-        y = torch.relu(self.norm(self.conv(x)))
-        return self.fc(y.flatten(1)), y.mean()
+def Net():
+    return ConvNormFc(64, mean_too=True)
 
 
 def _net(seed: int) -> nn.Module:

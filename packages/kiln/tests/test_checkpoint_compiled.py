@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _nets import GeluMLP
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -23,23 +24,13 @@ from torch.utils.checkpoint import (
 pytestmark = pytest.mark.usefixtures("needs_cpp")
 
 
-class MLP(nn.Module):
-    def __init__(self, d=32, h=128):
-        super().__init__()
-        self.fc1 = nn.Linear(d, h)
-        self.fc2 = nn.Linear(h, d)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x))).tanh()
-
-
 class Model(nn.Module):
     """Two checkpointed MLPs (``mode``: None = no checkpoint, "reentrant", "plain", "mm":
     selective, saving matmuls), then a head."""
 
     def __init__(self, mode):
         super().__init__()
-        self.blocks = nn.ModuleList([MLP(), MLP()])
+        self.blocks = nn.ModuleList([GeluMLP(32, 128), GeluMLP(32, 128)])
         self.mode = mode
 
     def forward(self, x):

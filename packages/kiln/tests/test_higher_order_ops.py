@@ -105,6 +105,20 @@ class Gate(torch.autograd.Function):
         return grad * (s + x) * ctx.k * 100, None
 
 
+def _assert_trains_as_eager(compiled, fn, x, w):
+    """One step on fresh copies of the leaves ``x`` and ``w``: ``compiled``'s output and the
+    grads of both equal ``fn``'s in eager."""
+    x1, w1 = _fresh(x, w)
+    x2, w2 = _fresh(x, w)
+    out = compiled(x1, w1)
+    out.sum().backward()
+    ref = fn(x2, w2)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x1.grad, x2.grad)
+    torch.testing.assert_close(w1.grad, w2.grad)
+
+
 def gate_fn(x, w):
     y, n = Gate.apply(x @ w, 3)
     return (y * n).relu()
@@ -116,15 +130,7 @@ def test_autograd_function_under_grad_trains_with_the_users_backward():
     x = torch.randn(3, 4, requires_grad=True)
     w = torch.randn(4, 5, requires_grad=True)
     for _ in range(2):
-        x1, w1 = _fresh(x, w)
-        x2, w2 = _fresh(x, w)
-        out = compiled(x1, w1)
-        out.sum().backward()
-        ref = gate_fn(x2, w2)
-        ref.sum().backward()
-        torch.testing.assert_close(out, ref)
-        torch.testing.assert_close(x1.grad, x2.grad)
-        torch.testing.assert_close(w1.grad, w2.grad)
+        _assert_trains_as_eager(compiled, gate_fn, x, w)
     stats = kiln.stats()
     assert stats.training_graphs == 1 and stats.eager_fallbacks == 0
 
@@ -228,14 +234,6 @@ def test_new_style_autograd_function_under_grad_trains_with_the_users_backward()
     compiled = kiln.compile(f, fullgraph=True)
     x = torch.randn(3, 4, requires_grad=True)
     w = torch.randn(4, 5, requires_grad=True)
-    x1, w1 = _fresh(x, w)
-    x2, w2 = _fresh(x, w)
-    out = compiled(x1, w1)
-    out.sum().backward()
-    ref = f(x2, w2)
-    ref.sum().backward()
-    torch.testing.assert_close(out, ref)
-    torch.testing.assert_close(x1.grad, x2.grad)
-    torch.testing.assert_close(w1.grad, w2.grad)
+    _assert_trains_as_eager(compiled, f, x, w)
     stats = kiln.stats()
     assert stats.training_graphs == 1 and stats.eager_fallbacks == 0

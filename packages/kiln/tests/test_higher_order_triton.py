@@ -13,7 +13,7 @@ import kiln.stages
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+from _nets import GeluMLP
 from torch._higher_order_ops.flex_attention import flex_attention as flex_hop
 from torch._higher_order_ops.map import map as hmap
 from torch._higher_order_ops.scan import scan
@@ -130,20 +130,10 @@ def test_autograd_function_under_grad_through_triton(codegens):
     _only_triton(codegens, 2)
 
 
-class MLP(nn.Module):
-    def __init__(self, d=8, h=16):
-        super().__init__()
-        self.fc1 = nn.Linear(d, h)
-        self.fc2 = nn.Linear(h, d)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x))).tanh()
-
-
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_checkpoint_through_triton(codegens, reentrant):
     torch.manual_seed(0)
-    blocks = nn.ModuleList([MLP(), MLP()])
+    blocks = nn.ModuleList([GeluMLP(8, 16), GeluMLP(8, 16)])
 
     def f(x):
         for b in blocks:

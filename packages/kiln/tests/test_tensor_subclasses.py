@@ -12,53 +12,16 @@ import kiln_aotgrad
 import pytest
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 from kiln.stats import counters
+from kiln.testing import Int8WeightOnly, one_process_mesh
 from kiln_aotgrad.subclasses import desugar_subclasses
 from torch.testing._internal.two_tensor import TwoTensor
-
-aten = torch.ops.aten
-
-
-class Int8Weight(torch.Tensor):
-    """int8 payload and per-row scale; any op dequantizes it first (a weight-only quantized
-    Linear's weight, torchao's design)."""
-
-    @staticmethod
-    def __new__(cls, qdata, scale):
-        return torch.Tensor._make_wrapper_subclass(cls, qdata.shape, dtype=scale.dtype,
-                                                   device=qdata.device)
-
-    def __init__(self, qdata, scale):
-        self.qdata, self.scale = qdata, scale
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    def __tensor_flatten__(self):
-        return ["qdata", "scale"], None
-
-    @classmethod
-    def __tensor_unflatten__(cls, inner, ctx, outer_size, outer_stride):
-        return cls(inner["qdata"], inner["scale"])
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if func is aten.detach.default:
-            return cls(args[0].qdata, args[0].scale)
-        args, kwargs = pytree.tree_map_only(
-            cls, lambda w: w.qdata.to(w.scale.dtype) * w.scale[:, None], (args, kwargs or {}))
-        return func(*args, **kwargs)
-
-    @classmethod
-    def quantize(cls, w):
-        scale = w.abs().amax(dim=1) / 127
-        return cls((w / scale[:, None]).round().to(torch.int8), scale)
 
 
 class QLinear(torch.nn.Module):
     def __init__(self, w, b):
         super().__init__()
-        self.weight = torch.nn.Parameter(Int8Weight.quantize(w), requires_grad=False)
+        self.weight = torch.nn.Parameter(Int8WeightOnly.quantize(w), requires_grad=False)
         self.bias = torch.nn.Parameter(b, requires_grad=False)
 
     def forward(self, x):
@@ -171,14 +134,8 @@ def mesh():
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
-    from torch.distributed.device_mesh import init_device_mesh
-
-    owned = not dist.is_initialized()
-    if owned:
-        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
-    yield init_device_mesh("cpu", (1,))
-    if owned:
-        dist.destroy_process_group()
+    with one_process_mesh() as mesh:
+        yield mesh
 
 
 class TPLinear(torch.nn.Module):

@@ -13,18 +13,12 @@ import torch
 import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
+from _nets import NormMLP, compile_and_step
 from kiln.backend import aot_eager_backend, kiln_backend
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.bn = nn.BatchNorm1d(16)
-        self.fc2 = nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.bn(self.fc1(x))))
+def Net():
+    return NormMLP(8, 16, 4, norm=nn.BatchNorm1d)
 
 
 def _train_compare(backend, options=None):
@@ -40,7 +34,7 @@ def _train_compare(backend, options=None):
         ref(x).square().mean().backward()
         for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, msg=name)
-    torch.testing.assert_close(model.bn.running_var, ref.bn.running_var)
+    torch.testing.assert_close(model.norm.running_var, ref.norm.running_var)
     return compiled
 
 
@@ -125,11 +119,7 @@ def test_frontend_grad_mode_guard_recompiles_for_no_grad(needs_cpp):
     kiln_frontend.reset()
     torch.manual_seed(0)
     model = Net()
-    ref = copy.deepcopy(model)
-    compiled = kiln.compile(model)
-    x = torch.randn(6, 8)
-    compiled(x).sum().backward()
-    ref(x).sum().backward()
+    compiled, ref, x = compile_and_step(model)
     model.eval()
     ref.eval()
     with torch.no_grad():

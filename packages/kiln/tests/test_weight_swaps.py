@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _nets import NormMLP, compile_and_step
 from kiln_runtime.guards import WeightsGuard
 
 
@@ -280,15 +281,8 @@ def test_the_guard_checks_memory_view_dtype_and_versions():
 # ------------------------------------------------------------------------------- training
 
 
-class TrainNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(8, 64)
-        self.norm = nn.LayerNorm(64)
-        self.fc2 = nn.Linear(64, 4)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.norm(self.fc1(x))))
+def TrainNet():
+    return NormMLP(8, 64, 4)
 
 
 def _grads(model):
@@ -323,11 +317,7 @@ def test_training_steps_that_replace_data(mode):
 def test_gradients_after_a_swap_then_inference_after_training():
     torch.manual_seed(0)
     model = TrainNet().train()
-    ref = copy.deepcopy(model)
-    compiled = kiln.compile(model)
-    x = torch.randn(6, 8)
-    compiled(x).sum().backward()
-    ref(x).sum().backward()
+    compiled, ref, x = compile_and_step(model)
     model.zero_grad()
     ref.zero_grad()
     for m in (model, ref):
