@@ -20,6 +20,23 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 
 _torchvision_shim.install()
 
+#: KILN_CACHE_DIR as the session found it: a module or class fixture that changed it chose
+#: the folder its tests share (kernels compiled once per module)
+_AMBIENT_CACHE_DIR = os.environ.get("KILN_CACHE_DIR")
+
+
+@pytest.fixture(autouse=True)
+def kiln_cache_dir(tmp_path, monkeypatch):
+    """Each test's own empty ``KILN_CACHE_DIR``, unless a wider fixture chose one: the shared
+    ``~/.cache/kiln`` would let a compile hit what an earlier session stored, and a test that
+    reads kiln.stats() counters would then pass without the work it means to count."""
+    chosen = os.environ.get("KILN_CACHE_DIR")
+    if chosen != _AMBIENT_CACHE_DIR:
+        return Path(chosen)
+    path = tmp_path / "cache"
+    monkeypatch.setenv("KILN_CACHE_DIR", str(path))
+    return path
+
 
 @pytest.fixture
 def fresh_kiln():

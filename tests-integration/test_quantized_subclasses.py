@@ -26,46 +26,11 @@ import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from kiln.stats import counters
+from kiln.testing import Int8WeightOnly
 
 aten = torch.ops.aten
 F8 = torch.float8_e4m3fn
 F8_MAX = torch.finfo(F8).max
-
-
-class Int8WeightOnly(torch.Tensor):
-    """int8 ``qdata`` [out, in] and fp32 per-row ``scale`` [out]: any op dequantizes first."""
-
-    @staticmethod
-    def __new__(cls, qdata, scale):
-        return torch.Tensor._make_wrapper_subclass(cls, qdata.shape, dtype=scale.dtype,
-                                                   device=qdata.device)
-
-    def __init__(self, qdata, scale):
-        self.qdata, self.scale = qdata, scale
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    def __tensor_flatten__(self):
-        return ["qdata", "scale"], None
-
-    @classmethod
-    def __tensor_unflatten__(cls, inner, ctx, outer_size, outer_stride):
-        return cls(inner["qdata"], inner["scale"])
-
-    def dequantize(self):
-        return self.qdata.to(self.scale.dtype) * self.scale[:, None]
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if func is aten.detach.default:
-            return cls(args[0].qdata, args[0].scale)
-        args, kwargs = pytree.tree_map_only(cls, cls.dequantize, (args, kwargs or {}))
-        return func(*args, **kwargs)
-
-    @classmethod
-    def quantize(cls, w):
-        scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127
-        return cls((w / scale[:, None]).round().clamp(-128, 127).to(torch.int8), scale)
 
 
 def _to_float8(x):
