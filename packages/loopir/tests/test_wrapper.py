@@ -302,15 +302,21 @@ def test_py_arg_texts():
         py_arg(object())
 
 
-def test_internal_buffers_not_allocated_when_kernel_keeps_them():
-    s0 = size_symbol(0)
-    lay_in = Layout.contiguous("cpu", F32, (3, 6))
-    g = _graph(lay_in)
+def _row_max_then_sub_graph():
+    """x [3, 6], its row max (a reduction into [3]) and ``x - rowmax`` [3, 6]: (graph, the
+    max buffer, the difference, the max's layout)."""
+    g = _graph(Layout.contiguous("cpu", F32, (3, 6)))
     x = g.inputs[0].make_loader()
     lay_r = Layout.contiguous("cpu", F32, (3,))
     mx = g.register_buffer(ComputedBuffer(g.new_name(), lay_r, Reduction("cpu", F32, F32, [3], [6], "max",
-                                                                     lambda i, r: x([i[0], r[0]]))))
+                                                                         lambda i, r: x([i[0], r[0]]))))
     out = _pw(g, [3, 6], lambda i: ops.sub(x(i), mx.make_loader()([i[0]])))
+    return g, mx, out, lay_r
+
+
+def test_internal_buffers_not_allocated_when_kernel_keeps_them():
+    s0 = size_symbol(0)
+    g, mx, out, lay_r = _row_max_then_sub_graph()
     g.outputs = [ReinterpretView(out, out.layout)]
     grp = FusedGroup("g0", [sympy.Integer(3)], [_node(mx), _node(out, 1)],
                      allocations=[Allocation("buf0", lay_r, internal=True), Allocation("buf1", out.layout)],
@@ -351,13 +357,7 @@ def test_output_code_runs_standalone(tmp_path):
 def _softmax_then_row_op_graph():
     """softmax-like group (internal row max kept in registers) then a pointwise step whose
     output has the row max's layout."""
-    lay_in = Layout.contiguous("cpu", F32, (3, 6))
-    g = _graph(lay_in)
-    x = g.inputs[0].make_loader()
-    lay_r = Layout.contiguous("cpu", F32, (3,))
-    mx = g.register_buffer(ComputedBuffer(g.new_name(), lay_r, Reduction("cpu", F32, F32, [3], [6], "max",
-                                                                         lambda i, r: x([i[0], r[0]]))))
-    out = _pw(g, [3, 6], lambda i: ops.sub(x(i), mx.make_loader()([i[0]])))
+    g, mx, out, lay_r = _row_max_then_sub_graph()
     sm = _pw(g, [3], lambda i: ops.add(out.make_loader()([i[0], 0]), ops.constant(1.0, F32)))
     g.outputs = [ReinterpretView(sm, sm.layout)]
     return g, mx, out, sm, lay_r

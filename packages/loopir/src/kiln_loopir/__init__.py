@@ -37,6 +37,7 @@ __all__ = [
     "schedule",
     "interpret",
     "generate_wrapper",
+    "compile_guarded",
     "counters",
     "Codegen",
     "GeneratedModule",
@@ -73,6 +74,20 @@ def lower(aten_gm, example_inputs=None):
     from .graph_lowering import lower as _lower
 
     return _lower(aten_gm, example_inputs)
+
+
+def compile_guarded(aten_gm, compile_schedule, guard):
+    """Lower and schedule ``aten_gm`` and compile it with a codegen's ``compile_schedule``.
+    Constants computed from weights at compile time (a weight packed or stored in another
+    layout) do not see an in-place write to the weight, so ``guard`` (the runtime's
+    ``WeightsGuard.around``: loopir knows no runtime) wraps the result to compile again."""
+    from .derived_constants import constant_reads
+
+    sched = schedule(lower(aten_gm))
+    computed_from, reads = constant_reads(sched.graph, aten_gm)  # weights copied or packed
+    return guard(compile_schedule(sched),  # into constants, or read as ones
+                 lambda: compile_guarded(aten_gm, compile_schedule, guard), computed_from,
+                 views=reads)
 
 
 def schedule(graph):

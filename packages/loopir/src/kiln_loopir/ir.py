@@ -214,12 +214,10 @@ class IRNode:
         return sympy.Mul(*self.get_size()) if self.get_size() else sympy.Integer(1)
 
 
-class Buffer(IRNode):
-    """A named, allocated tensor with a ``Layout``."""
+class _LaidOut(IRNode):
+    """A node whose size, stride, dtype and device are its ``layout``'s."""
 
-    def __init__(self, name: str, layout: Layout | None):
-        self.name = name
-        self.layout = layout
+    layout: Layout
 
     def get_size(self):
         return list(self.layout.size)
@@ -232,6 +230,14 @@ class Buffer(IRNode):
 
     def get_device(self):
         return self.layout.device
+
+
+class Buffer(_LaidOut):
+    """A named, allocated tensor with a ``Layout``."""
+
+    def __init__(self, name: str, layout: Layout | None):
+        self.name = name
+        self.layout = layout
 
     def get_layout(self) -> Layout:
         return self.layout
@@ -287,24 +293,13 @@ class ConstantBuffer(Buffer):
 
 
 class Loops:
-    """Common part of ``Pointwise`` and ``Reduction``."""
+    """Common part of ``Pointwise`` and ``Reduction``: the accessors of the Loops contract
+    over ``device_``, ``dtype_`` and ``ranges``."""
 
-    device: torch.device
-    dtype: torch.dtype
+    device_: torch.device
+    dtype_: torch.dtype
     ranges: list[sympy.Expr]
 
-
-class Pointwise(Loops, IRNode):
-    """``out[index] = inner_fn(index)`` for ``index`` in ``ranges`` (row-major)."""
-
-    def __init__(self, device, dtype, ranges, inner_fn: Callable):
-        self.device_ = torch.device(device)
-        self.dtype_ = dtype
-        self.ranges = [sympify(r) for r in ranges]
-        self.inner_fn = inner_fn
-        self.realized: Buffer | None = None  # set when lowering realizes it into a buffer
-
-    # Loops attributes (the contract's names)
     @property
     def device(self):
         return self.device_
@@ -321,6 +316,17 @@ class Pointwise(Loops, IRNode):
 
     def get_device(self):
         return self.device_
+
+
+class Pointwise(Loops, IRNode):
+    """``out[index] = inner_fn(index)`` for ``index`` in ``ranges`` (row-major)."""
+
+    def __init__(self, device, dtype, ranges, inner_fn: Callable):
+        self.device_ = torch.device(device)
+        self.dtype_ = dtype
+        self.ranges = [sympify(r) for r in ranges]
+        self.inner_fn = inner_fn
+        self.realized: Buffer | None = None  # set when lowering realizes it into a buffer
 
     def make_loader(self):
         if self.realized is not None:
@@ -350,23 +356,6 @@ class Reduction(Loops, IRNode):
         self.inner_fn = inner_fn
         self.acc_dtype = acc_dtype if acc_dtype is not None else _default_acc(reduction_type, dtype, src_dtype)
         self.realized: Buffer | None = None
-
-    @property
-    def device(self):
-        return self.device_
-
-    @property
-    def dtype(self):
-        return self.dtype_
-
-    def get_size(self):
-        return list(self.ranges)
-
-    def get_dtype(self):
-        return self.dtype_
-
-    def get_device(self):
-        return self.device_
 
     def make_loader(self):
         if self.realized is None:
@@ -526,7 +515,7 @@ class MultiOutput(Buffer):
         return f"{self.name}: MultiOutput {self.layout} = {self.source.name}[{self.index}]"
 
 
-class ReinterpretView(IRNode):
+class ReinterpretView(_LaidOut):
     """A strided view of a buffer's storage: element ``index`` at ``layout.index(index)``
     (the layout's offset/strides are in elements of ``data``'s storage)."""
 
@@ -537,18 +526,6 @@ class ReinterpretView(IRNode):
     @property
     def name(self) -> str:
         return self.data.name
-
-    def get_size(self):
-        return list(self.layout.size)
-
-    def get_stride(self):
-        return list(self.layout.stride)
-
-    def get_dtype(self):
-        return self.layout.dtype
-
-    def get_device(self):
-        return self.layout.device
 
     def make_loader(self):
         return _storage_loader(self.data.name, self.layout)
@@ -714,6 +691,13 @@ def body_text(fn: Callable, *index_lists, var_ranges: dict | None = None) -> lis
     return h.lines
 
 
+def _return_text(outputs) -> str:
+    """The text form's last line: the graph's outputs (a whole-buffer view by its name)."""
+    outs = [o.data.name if isinstance(o, ReinterpretView) and o.is_whole() else _arg_text(o)
+            for o in outputs]
+    return f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"
+
+
 def _buffer_text(buf: Buffer, indent: str = "  ") -> list[str]:
     lines = [buf.header()]
     if isinstance(buf, ComputedBuffer):
@@ -805,13 +789,7 @@ class LoopGraph:
             lines += _buffer_text(b)
         for b in self.buffers:
             lines += _buffer_text(b)
-        outs = []
-        for o in self.outputs:
-            if isinstance(o, ReinterpretView):
-                outs.append(o.data.name if o.is_whole() else _arg_text(o))
-            else:
-                outs.append(_arg_text(o))
-        lines.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        lines.append(_return_text(self.outputs))
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -920,8 +898,23 @@ class Allocation:
         return f"alloc {self.name} {self.layout}{r}{i}"
 
 
+class _ScheduleStep:
+    """The text form shared by the schedule's steps: ``text()`` lines, the buffers freed
+    after the step last."""
+
+    frees: list[str]
+
+    def _with_frees(self, lines: list[str], indent: str) -> list[str]:
+        if self.frees:
+            lines.append(indent + "free: " + ", ".join(self.frees))
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.text())
+
+
 @dataclass
-class FusedGroup:
+class FusedGroup(_ScheduleStep):
     """A loop nest over ``outer`` (parallel) running ``nodes`` in order per outer point."""
 
     name: str
@@ -980,16 +973,11 @@ class FusedGroup:
             lines += [indent + ln for ln in n.text(self.outer_symbols, indent)]
         if self.internal_buffers:
             lines.append(indent + "internal: " + ", ".join(sorted(self.internal_buffers)))
-        if self.frees:
-            lines.append(indent + "free: " + ", ".join(self.frees))
-        return lines
-
-    def __str__(self) -> str:
-        return "\n".join(self.text())
+        return self._with_frees(lines, indent)
 
 
 @dataclass
-class ExternNode:
+class ExternNode(_ScheduleStep):
     """A step calling an ExternKernel (and binding its MultiOutputs)."""
 
     kernel: ExternKernel
@@ -1018,12 +1006,7 @@ class ExternNode:
         lines = _buffer_text(self.kernel, indent)
         for m in self.kernel.outputs:
             lines.append(indent + m.header())
-        if self.frees:
-            lines.append(indent + "free: " + ", ".join(self.frees))
-        return lines
-
-    def __str__(self) -> str:
-        return "\n".join(self.text())
+        return self._with_frees(lines, indent)
 
 
 @dataclass
@@ -1117,13 +1100,7 @@ class Schedule:
             lines.append(b.header() + b.comment())
         for s in self.steps:
             lines += s.text()
-        outs = []
-        for o in self.graph.outputs:
-            if isinstance(o, ReinterpretView):
-                outs.append(o.data.name if o.is_whole() else _arg_text(o))
-            else:
-                outs.append(_arg_text(o))
-        lines.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        lines.append(_return_text(self.graph.outputs))
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -307,15 +307,20 @@ class _Group:
 # --------------------------------------------------------------------------------------------
 
 
+def _reduction_order(info: _Info) -> list[int]:
+    """The reduction dims in loop order: by stride of the reads, except argmax/argmin, which
+    keep the logical order (their tie-break is the first index in it)."""
+    if info.buf.data.reduction_type in ("argmax", "argmin"):
+        return list(info.rdims)
+    rsyms = [reduction_symbol(k) for k in info.rdims]
+    return _order_by_stride(info.rdims, rsyms, info.own_reads)
+
+
 def _new_group(name, info: _Info) -> _Group:
     osyms = [index_symbol(k) for k in info.dims]
     order = _order_by_stride(info.dims, osyms, info.own_writes) if info.dims else []
     if info.kind == "reduction":
-        rsyms = [reduction_symbol(k) for k in info.rdims]
-        if info.buf.data.reduction_type in ("argmax", "argmin"):
-            rorder = list(info.rdims)
-        else:
-            rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
+        rorder = _reduction_order(info)
         p = _Placement(info, order, rorder)
         p.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
     else:
@@ -346,11 +351,7 @@ def _assignments(target: list, dims: list[int], sizes: list, exact: bool):
 def _candidate_placements(group: _Group, info: _Info, outer: list):
     """Placements of ``info`` into a group with ``outer`` ranges."""
     if info.kind == "reduction":
-        rsyms = [reduction_symbol(k) for k in info.rdims]
-        if info.buf.data.reduction_type in ("argmax", "argmin"):
-            rorder = list(info.rdims)
-        else:
-            rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
+        rorder = _reduction_order(info)
         for omap, _ in _assignments(outer, info.dims, info.sizes, exact=True):
             p = _Placement(info, omap, rorder, outer_sizes=list(outer))
             p.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
@@ -443,11 +444,7 @@ def _refined_placements(placements: list[_Placement], outer: list, info: _Info):
                        list(p.inner_map), list(p.inner), list(refined))
         moved.append(q)
     if info.kind == "reduction":
-        rsyms = [reduction_symbol(k) for k in info.rdims]
-        if info.buf.data.reduction_type in ("argmax", "argmin"):
-            rorder = list(info.rdims)
-        else:
-            rorder = _order_by_stride(info.rdims, rsyms, info.own_reads)
+        rorder = _reduction_order(info)
         cand = _Placement(info, omap, rorder, outer_sizes=list(refined))
         cand.inner = [sympify(info.buf.data.reduction_ranges[d]) for d in rorder]
     else:

@@ -49,31 +49,27 @@ Expr = sympy.Expr
 
 
 @functools.lru_cache(None)
-def index_symbol(k: int) -> sympy.Symbol:
-    return sympy.Symbol(f"i{k}", integer=True, nonnegative=True)
-
-
-@functools.lru_cache(None)
-def reduction_symbol(k: int) -> sympy.Symbol:
-    return sympy.Symbol(f"r{k}", integer=True, nonnegative=True)
-
-
-@functools.lru_cache(None)
-def size_symbol(k: int) -> sympy.Symbol:
-    return sympy.Symbol(f"s{k}", integer=True, positive=True)
-
-
-@functools.lru_cache(None)
-def indirect_symbol(k: int) -> sympy.Symbol:
-    return sympy.Symbol(f"ind{k}", integer=True, nonnegative=True)
-
-
-@functools.lru_cache(None)
 def named_symbol(name: str) -> sympy.Symbol:
     """A symbol with kiln's assumptions for its prefix (i/r/ind: nonnegative, s: positive)."""
     if name.startswith("s"):
         return sympy.Symbol(name, integer=True, positive=True)
     return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def index_symbol(k: int) -> sympy.Symbol:
+    return named_symbol(f"i{k}")
+
+
+def reduction_symbol(k: int) -> sympy.Symbol:
+    return named_symbol(f"r{k}")
+
+
+def size_symbol(k: int) -> sympy.Symbol:
+    return named_symbol(f"s{k}")
+
+
+def indirect_symbol(k: int) -> sympy.Symbol:
+    return named_symbol(f"ind{k}")
 
 
 def symbol_kind(sym: sympy.Symbol) -> str:
@@ -640,12 +636,8 @@ def convert_torch_functions(e: sympy.Expr) -> sympy.Expr:
 
 
 def _torch_to_sympy(x):
-    if isinstance(x, sympy.Basic):
-        return x
-    if isinstance(x, bool):
-        return sympy.Integer(int(x))
-    if isinstance(x, int):
-        return sympy.Integer(x)
+    if isinstance(x, (sympy.Basic, int)):  # (bool is an int)
+        return sympify(x)
     node = getattr(x, "node", None)
     if node is not None:
         if hasattr(node, "maybe_as_int"):
@@ -722,17 +714,12 @@ class IndexEvaluator:
         if isinstance(e, ModularIndexing):
             x, d, m = (self(a) for a in e.args)
             return _mod(_floordiv(x, d), m)
-        if isinstance(e, sympy.Min):
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            tensor_op, py_op = (torch.minimum, min) if isinstance(e, sympy.Min) else (torch.maximum, max)
             vals = [self(a) for a in e.args]
             out = vals[0]
             for v in vals[1:]:
-                out = torch.minimum(self._t(out), self._t(v)) if _any_tensor(out, v) else min(out, v)
-            return out
-        if isinstance(e, sympy.Max):
-            vals = [self(a) for a in e.args]
-            out = vals[0]
-            for v in vals[1:]:
-                out = torch.maximum(self._t(out), self._t(v)) if _any_tensor(out, v) else max(out, v)
+                out = tensor_op(self._t(out), self._t(v)) if _any_tensor(out, v) else py_op(out, v)
             return out
         if isinstance(e, sympy.floor):
             return _floordiv_expr(self, e.args[0])

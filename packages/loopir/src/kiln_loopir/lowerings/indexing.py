@@ -198,15 +198,57 @@ def _constant_pad_nd(x, pad, value=0):
 
 
 
-def _split_advanced_index(index, before, rest, nb, adjacent):
-    """Split an output index of advanced indexing into the ``nb`` broadcast index-tensor
-    positions and the plain dims: where torch puts the indexed block (in place when the index
-    tensors are adjacent, first otherwise). Returns (broadcast index, others, their dims)."""
-    index = list(index)
-    if adjacent:
-        k = len(before)
-        return index[k:k + nb], index[:k] + index[k + nb:], before + rest
-    return index[:nb], index[nb:], rest
+class _AdvancedIndex:
+    """What ``index`` and ``index_put`` both derive from their index tensors: ``x``'s sizes,
+    the indices padded with ``None`` to its rank, the positions of the tensors (``pos``), their
+    broadcast shape, whether they are adjacent (then the indexed block stays in place; torch
+    puts it first otherwise) and the plain dims before and after it. A mask (data-dependent
+    size) is refused with ``mask_error``; a non-empty ``refuse`` is raised after that check."""
+
+    def __init__(self, x, indices, mask_error: str, op: str, refuse: str = ""):
+        self.size = [sympify(s) for s in x.get_size()]
+        n = self.n = len(self.size)
+        indices = self.indices = list(indices) + [None] * (n - len(indices))
+        for t in indices:
+            if t is not None and t.get_dtype() in (torch.bool, torch.uint8):
+                raise LoweringError(mask_error)
+        if refuse:
+            raise LoweringError(refuse)
+        pos = self.pos = [k for k, t in enumerate(indices) if t is not None]
+        if not pos:
+            raise LoweringError(f"{op} without tensors")
+        self.bshape = broadcast_shapes(*[indices[k].get_size() for k in pos])
+        self.adjacent = pos == list(range(pos[0], pos[-1] + 1))
+        self.before = list(range(pos[0])) if self.adjacent else []
+        self.rest = [k for k in range(n) if k not in pos and k not in self.before]
+        self.iloaders = {k: (broadcast_loader(indices[k], self.bshape), indices[k].get_dtype())
+                         for k in pos}
+
+    def ranges(self) -> list:
+        """The iteration space: the broadcast block in its place among the plain dims."""
+        size = self.size
+        if self.adjacent:
+            return [size[k] for k in self.before] + list(self.bshape) + [size[k] for k in self.rest]
+        return list(self.bshape) + [size[k] for k in self.rest]
+
+    def source_index(self, index) -> list:
+        """``x``'s index for an index of the iteration space: plain dims copied, indexed dims
+        read from the index tensors."""
+        index, nb = list(index), len(self.bshape)
+        if self.adjacent:
+            k = len(self.before)
+            b_idx, others, other_dims = index[k:k + nb], index[:k] + index[k + nb:], \
+                self.before + self.rest
+        else:
+            b_idx, others, other_dims = index[:nb], index[nb:], self.rest
+        full = [S0] * self.n
+        for d, i in zip(other_dims, others, strict=False):
+            full[d] = i
+        for k in self.pos:
+            ld, dt = self.iloaders[k]
+            full[k] = _indirect(ld, dt, b_idx, self.size[k])
+        return full
+
 
 def _indirect(index_loader, index_dtype, idx, size):
     v = index_loader(idx)
@@ -218,44 +260,26 @@ def _indirect(index_loader, index_dtype, idx, size):
 @lowering(aten.index.Tensor)
 def _index(x, indices):
     m, out_size = _meta_size()
-    size = [sympify(s) for s in x.get_size()]
-    n = len(size)
-    indices = list(indices) + [None] * (n - len(indices))
-    for t in indices:
-        if t is not None and t.get_dtype() in (torch.bool, torch.uint8):
-            raise LoweringError("boolean mask indexing (data-dependent size)")
-    pos = [k for k, t in enumerate(indices) if t is not None]
-    if not pos:
-        raise LoweringError("index without tensors")
-    bshape = broadcast_shapes(*[indices[k].get_size() for k in pos])
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    nb = len(bshape)
+    plan = _AdvancedIndex(x, indices, "boolean mask indexing (data-dependent size)", "index")
     loader = x.make_loader()
-    iloaders = {k: (broadcast_loader(indices[k], bshape), indices[k].get_dtype()) for k in pos}
-    before = list(range(pos[0])) if adjacent else []
-    rest = [k for k in range(n) if k not in pos and k not in before]
 
     def inner_fn(index):
-        b_idx, others, other_dims = _split_advanced_index(index, before, rest, nb, adjacent)
-        full = [S0] * n
-        for d, i in zip(other_dims, others, strict=False):
-            full[d] = i
-        for k in pos:
-            ld, dt = iloaders[k]
-            full[k] = _indirect(ld, dt, b_idx, size[k])
-        return loader(full)
+        return loader(plan.source_index(index))
 
     return Pointwise(x.get_device(), x.get_dtype(), out_size, inner_fn)
 
 
-@lowering(aten.gather.default)
-def _gather(x, dim, index, sparse_grad=False):
+def _along_dim(x, dim, index):
+    """What gather and index_select read along ``dim``: x's sizes and rank, ``dim``
+    normalized (0 for a 0-d x), x's loader, the index's loader and dtype."""
     size = [sympify(s) for s in x.get_size()]
     n = len(size)
-    dim = dim % n if n else 0
-    loader = x.make_loader()
-    iloader = index.make_loader()
-    idt = index.get_dtype()
+    return size, n, dim % n if n else 0, x.make_loader(), index.make_loader(), index.get_dtype()
+
+
+@lowering(aten.gather.default)
+def _gather(x, dim, index, sparse_grad=False):
+    size, n, dim, loader, iloader, idt = _along_dim(x, dim, index)
 
     def inner_fn(idx):
         full = list(idx)
@@ -269,12 +293,7 @@ def _gather(x, dim, index, sparse_grad=False):
 @lowering(aten.index_select.default)
 def _index_select(x, dim, index):
     m, out_size = _meta_size()
-    size = [sympify(s) for s in x.get_size()]
-    n = len(size)
-    dim = dim % n if n else 0
-    loader = x.make_loader()
-    iloader = index.make_loader()
-    idt = index.get_dtype()
+    size, n, dim, loader, iloader, idt = _along_dim(x, dim, index)
     scalar_index = len(index.get_size()) == 0
 
     def inner_fn(idx):
@@ -432,45 +451,16 @@ def _scatter_reduce(self, dim, index, src, reduce, include_self=True):
 
 @lowering(aten.index_put.default)
 def _index_put(self, indices, values, accumulate=False):
-    size = [sympify(s) for s in self.get_size()]
-    n = len(size)
-    indices = list(indices) + [None] * (n - len(indices))
-    for t in indices:
-        if t is not None and t.get_dtype() in (torch.bool, torch.uint8):
-            raise LoweringError("boolean mask index_put")
-    if accumulate and self.get_dtype() == torch.bool:
-        raise LoweringError("accumulate into bool")
-    pos = [k for k, t in enumerate(indices) if t is not None]
-    if not pos:
-        raise LoweringError("index_put without tensors")
-    bshape = broadcast_shapes(*[indices[k].get_size() for k in pos])
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    nb = len(bshape)
-    before = list(range(pos[0])) if adjacent else []
-    rest = [k for k in range(n) if k not in pos and k not in before]
-    if adjacent:
-        ranges = [size[k] for k in before] + list(bshape) + [size[k] for k in rest]
-    else:
-        ranges = list(bshape) + [size[k] for k in rest]
-    iloaders = {k: (broadcast_loader(indices[k], bshape), indices[k].get_dtype()) for k in pos}
+    plan = _AdvancedIndex(
+        self, indices, "boolean mask index_put", "index_put",
+        refuse="accumulate into bool" if accumulate and self.get_dtype() == torch.bool else "")
+    ranges = plan.ranges()
     vl = broadcast_loader(values, ranges)
     v_dt = values.get_dtype()
     dtype = self.get_dtype()
 
-    def split(index):
-        return _split_advanced_index(index, before, rest, nb, adjacent)
-
     def value_fn(index):
         return to_dtype(vl(index), v_dt, dtype)
 
-    def out_indexer(index):
-        b_idx, others, other_dims = split(index)
-        full = [S0] * n
-        for d, i in zip(other_dims, others, strict=False):
-            full[d] = i
-        for k in pos:
-            ld, dt = iloaders[k]
-            full[k] = _indirect(ld, dt, b_idx, size[k])
-        return full
-
-    return _scatter_into(self, ranges, value_fn, out_indexer, "atomic_add" if accumulate else None)
+    return _scatter_into(self, ranges, value_fn, plan.source_index,
+                         "atomic_add" if accumulate else None)

@@ -221,27 +221,23 @@ lowering(aten.maximum.default, prims.maximum.default)(_minmax("maximum"))
 lowering(aten.minimum.default, prims.minimum.default)(_minmax("minimum"))
 
 
-@lowering(aten.fmax.default)
-def _fmax(a, b):
-    # NaN-ignoring: where(isnan(x), y, where(isnan(y), x, max(x, y)))
+def _nan_ignoring(opname: str):
+    """fmax/fmin: ``where(isnan(x), y, where(isnan(y), x, op(x, y)))``; integers have no NaN
+    (plain maximum/minimum)."""
     def fn(x, y):
-        return ops.where(ops.isnan(x), y, ops.where(ops.isnan(y), x, ops.maximum(x, y)))
+        return ops.where(ops.isnan(x), y, ops.where(ops.isnan(y), x, getattr(ops, opname)(x, y)))
 
-    comp, _ = promote([a, b])
-    if not compute_dtype(comp).is_floating_point:
-        return _minmax("maximum")(a, b)
-    return make_pointwise(fn)(a, b)
+    def lower_fn(a, b):
+        comp, _ = promote([a, b])
+        if not compute_dtype(comp).is_floating_point:
+            return _minmax(opname)(a, b)
+        return make_pointwise(fn)(a, b)
+
+    return lower_fn
 
 
-@lowering(aten.fmin.default)
-def _fmin(a, b):
-    def fn(x, y):
-        return ops.where(ops.isnan(x), y, ops.where(ops.isnan(y), x, ops.minimum(x, y)))
-
-    comp, _ = promote([a, b])
-    if not compute_dtype(comp).is_floating_point:
-        return _minmax("minimum")(a, b)
-    return make_pointwise(fn)(a, b)
+lowering(aten.fmax.default)(_nan_ignoring("maximum"))
+lowering(aten.fmin.default)(_nan_ignoring("minimum"))
 
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
@@ -590,28 +586,26 @@ def _softplus(x, beta=1.0, threshold=20.0):
     return make_pointwise(fn)(x)
 
 
-@lowering(aten.hardsigmoid.default)
-def _hardsigmoid(x):
-    _float_only(x)
-    cd = compute_dtype(x.get_dtype())
+def _hard_activation(formula):
+    """A float-only activation ``formula(v, c)`` (``c(k)``: the constant k in the compute
+    dtype) over ``relu6(v + 3)``, the ramp hardsigmoid and hardswish share."""
+    def lower_fn(x):
+        _float_only(x)
+        cd = compute_dtype(x.get_dtype())
 
-    def fn(v):
-        c = lambda k: ops.constant(float(k), cd)
-        return ops.truediv(ops.minimum(ops.maximum(ops.add(v, c(3)), c(0)), c(6)), c(6))
+        def fn(v):
+            c = lambda k: ops.constant(float(k), cd)
+            return formula(v, c, ops.minimum(ops.maximum(ops.add(v, c(3)), c(0)), c(6)))
 
-    return make_pointwise(fn)(x)
+        return make_pointwise(fn)(x)
+
+    return lower_fn
 
 
-@lowering(aten.hardswish.default)
-def _hardswish(x):
-    _float_only(x)
-    cd = compute_dtype(x.get_dtype())
-
-    def fn(v):
-        c = lambda k: ops.constant(float(k), cd)
-        return ops.truediv(ops.mul(v, ops.minimum(ops.maximum(ops.add(v, c(3)), c(0)), c(6))), c(6))
-
-    return make_pointwise(fn)(x)
+lowering(aten.hardsigmoid.default)(
+    _hard_activation(lambda v, c, ramp: ops.truediv(ramp, c(6))))
+lowering(aten.hardswish.default)(
+    _hard_activation(lambda v, c, ramp: ops.truediv(ops.mul(v, ramp), c(6))))
 
 
 @lowering(aten.logit.default)

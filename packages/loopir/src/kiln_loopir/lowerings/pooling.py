@@ -45,18 +45,28 @@ def _check_int(*vals):
             raise LoweringError("pooling with symbolic window parameters")
 
 
+def _float_dtype(x, op: str) -> torch.dtype:
+    """``x``'s dtype; pooling of integers is refused (an aten fallback)."""
+    dt = x.get_dtype()
+    if not dt.is_floating_point:
+        raise LoweringError(f"{op} of integers")
+    return dt
+
+
+def _window(kernel_size, stride, padding):
+    """(kernel, stride, padding) pairs; the stride defaults to the kernel."""
+    kh, kw = _pair(kernel_size)
+    return (kh, kw), _pair(stride, (kh, kw)), _pair(padding)
+
+
 def _iv(e):
     return ops.index_expr(sympify(e), torch.int64)
 
 
 @lowering(aten.max_pool2d_with_indices.default)
 def _max_pool2d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    dt = x.get_dtype()
-    if not dt.is_floating_point:
-        raise LoweringError("max_pool2d of integers")
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, (kh, kw))
-    ph, pw = _pair(padding)
+    dt = _float_dtype(x, "max_pool2d")
+    (kh, kw), (sh, sw), (ph, pw) = _window(kernel_size, stride, padding)
     dh, dw = _pair(dilation)
     _check_int(kh, kw, sh, sw, ph, pw, dh, dw)
     if kh * kw > MAX_UNROLL:
@@ -133,12 +143,8 @@ def _sum_window_reduction(x, out_size, kh, kw, sh, sw, cd):
 @lowering(aten.avg_pool2d.default)
 def _avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
-    dt = x.get_dtype()
-    if not dt.is_floating_point:
-        raise LoweringError("avg_pool2d of integers")
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, (kh, kw))
-    ph, pw = _pair(padding)
+    dt = _float_dtype(x, "avg_pool2d")
+    (kh, kw), (sh, sw), (ph, pw) = _window(kernel_size, stride, padding)
     _check_int(kh, kw, sh, sw, ph, pw)
     m, out_size = _out_meta()
     size = [sympify(s) for s in x.get_size()]

@@ -283,42 +283,32 @@ def _var_args(x, dim, correction, keepdim, unbiased=None):
     return _dims(x, dim), correction, keepdim
 
 
-@lowering(aten.var.correction)
-def _var(x, dim=None, *, correction=None, keepdim=False):
-    dims, c, keepdim = _var_args(x, dim, correction, keepdim)
-    v, _ = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
-    return _cast_node(v, x.get_dtype())
+def _moments(std: bool, with_mean: bool):
+    """The ``.correction`` lowering of var / std / var_mean / std_mean: one Welford
+    reduction; ``std`` takes the square root, ``with_mean`` returns the mean too."""
+    def lower_fn(x, dim=None, *, correction=None, keepdim=False):
+        dims, c, keepdim = _var_args(x, dim, correction, keepdim)
+        v, m = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
+        out = _cast_node(_sqrt_node(v) if std else v, x.get_dtype())
+        return (out, _cast_node(realize(m), x.get_dtype())) if with_mean else out
+
+    return lower_fn
 
 
-@lowering(aten.var.dim)
-def _var_dim(x, dim=None, unbiased=True, keepdim=False):
-    return _var(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+def _unbiased(correction_lowering):
+    """The ``.dim`` overload (``unbiased``: Bessel's correction or none)."""
+    def lower_fn(x, dim=None, unbiased=True, keepdim=False):
+        return correction_lowering(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+    return lower_fn
 
 
-@lowering(aten.std.correction)
-def _std(x, dim=None, *, correction=None, keepdim=False):
-    dims, c, keepdim = _var_args(x, dim, correction, keepdim)
-    v, _ = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
-    return _cast_node(_sqrt_node(v), x.get_dtype())
-
-
-@lowering(aten.std.dim)
-def _std_dim(x, dim=None, unbiased=True, keepdim=False):
-    return _std(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
-
-
-@lowering(aten.var_mean.correction)
-def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    dims, c, keepdim = _var_args(x, dim, correction, keepdim)
-    v, m = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
-    return (_cast_node(v, x.get_dtype()), _cast_node(realize(m), x.get_dtype()))
-
-
-@lowering(aten.std_mean.correction)
-def _std_mean(x, dim=None, *, correction=None, keepdim=False):
-    dims, c, keepdim = _var_args(x, dim, correction, keepdim)
-    v, m = _var_mean_impl(x, dims, c, keepdim, x.get_dtype())
-    return (_cast_node(_sqrt_node(v), x.get_dtype()), _cast_node(realize(m), x.get_dtype()))
+_var = lowering(aten.var.correction)(_moments(std=False, with_mean=False))
+_std = lowering(aten.std.correction)(_moments(std=True, with_mean=False))
+lowering(aten.var.dim)(_unbiased(_var))
+lowering(aten.std.dim)(_unbiased(_std))
+lowering(aten.var_mean.correction)(_moments(std=False, with_mean=True))
+lowering(aten.std_mean.correction)(_moments(std=True, with_mean=True))
 
 
 # ---- logsumexp / softmax -------------------------------------------------------------------------

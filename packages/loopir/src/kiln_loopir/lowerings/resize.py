@@ -77,18 +77,27 @@ def _empty(x, dtype, out_size):
     return Pointwise(x.get_device(), dtype, out_size, lambda idx: ops.constant(0, dtype))
 
 
-def _adaptive_avg(x, output_size, nsp):
-    dt = x.get_dtype()
-    if not dt.is_floating_point:
-        raise LoweringError("adaptive_avg_pool of integers")
+def _adaptive_window(x, nsp: int, op: str, rtype: str):
+    """An adaptive pooling's window reduction ``rtype`` over floats: (dtype, compute dtype,
+    output size, the realized reduction, its windows); the reduction is None for an empty
+    output (an empty tensor). An empty input with a non-empty output has no window to reduce
+    (torch raises): refused."""
+    dt = pooling._float_dtype(x, op)
     _, out_size = pooling._out_meta()
     cd = compute_dtype(dt)
     try:
-        s, wins = _window_reduction(x, nsp, out_size, "sum", cd)
+        red, wins = _window_reduction(x, nsp, out_size, rtype, cd)
     except _Empty:
-        if any(sympify(v) == 0 for v in out_size):
-            return _empty(x, dt, out_size)
-        raise LoweringError("adaptive_avg_pool of an empty input") from None
+        if not any(sympify(v) == 0 for v in out_size):
+            raise LoweringError(f"{op} of an empty input") from None
+        return dt, cd, out_size, None, None
+    return dt, cd, out_size, red, wins
+
+
+def _adaptive_avg(x, output_size, nsp):
+    dt, cd, out_size, s, wins = _adaptive_window(x, nsp, "adaptive_avg_pool", "sum")
+    if s is None:
+        return _empty(x, dt, out_size)
     sl = s.make_loader()
     lead = len(out_size) - nsp
 
@@ -117,17 +126,9 @@ def _adaptive_avg_pool3d(x, output_size):
 
 
 def _adaptive_max(x, output_size, nsp):
-    dt = x.get_dtype()
-    if not dt.is_floating_point:
-        raise LoweringError("adaptive_max_pool of integers")
-    _, out_size = pooling._out_meta()
-    cd = compute_dtype(dt)
-    try:
-        vals, wins = _window_reduction(x, nsp, out_size, "max", cd)
-    except _Empty:
-        if any(sympify(v) == 0 for v in out_size):
-            return (realize(_empty(x, dt, out_size)), realize(_empty(x, torch.int64, out_size)))
-        raise LoweringError("adaptive_max_pool of an empty input") from None
+    dt, cd, out_size, vals, wins = _adaptive_window(x, nsp, "adaptive_max_pool", "max")
+    if vals is None:
+        return (realize(_empty(x, dt, out_size)), realize(_empty(x, torch.int64, out_size)))
     arg, _ = _window_reduction(x, nsp, out_size, "argmax", cd)
     vl, al = vals.make_loader(), arg.make_loader()
     lead = len(out_size) - nsp
