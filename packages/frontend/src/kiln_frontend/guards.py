@@ -282,21 +282,9 @@ class Guard:
 
 
 # --------------------------------------------------------------------------------------
-# Each kind's Python expression (``expr(guard, ns, x)``) and failure text
-# (``failure(guard, name, value)``): the columns of its GUARD_KINDS row
+# The longer Python expressions (``expr(guard, ns, x)``) and failure texts
+# (``failure(guard, name, value)``) of GUARD_KINDS rows; a row holds its one-liners itself
 # --------------------------------------------------------------------------------------
-
-
-def _grad_mode_expr(g: Guard, ns: _Namespace, x: str | None) -> str:
-    return f"{ns.add('grad_enabled', torch.is_grad_enabled)}() is {g.expected!r}"
-
-
-def _grad_mode_failure(g: Guard, name: str | None, value: Any) -> str:
-    return f"grad mode changed: expected {'enabled' if g.expected else 'disabled'}"
-
-
-def _global_state_expr(g: Guard, ns: _Namespace, x: str | None) -> str:
-    return f"{ns.add('torch_state', torch_global_state)}() == {ns.add('state', g.expected)}"
 
 
 def _global_state_failure(g: Guard, name: str | None, value: Any) -> str:
@@ -306,18 +294,10 @@ def _global_state_failure(g: Guard, name: str | None, value: Any) -> str:
     return f"torch global state changed: {', '.join(changed) or '?'}"
 
 
-def _shape_expr(g: Guard, ns: _Namespace, x: str | None) -> str:
-    return g.expected.code
-
-
 def _shape_failure(g: Guard, name: str | None, value: Any) -> str:
     actual = ", ".join(f"{sym} = {v!r}" for sym, v in (value or {}).items())
     where = f", assumed at {g.expected.where}" if g.expected.where else ""
     return f"shape guard {g.expected.text} failed{f' ({actual})' if actual else ''}{where}"
-
-
-def _tensor_expr(g: Guard, ns: _Namespace, x: str) -> str:
-    return f"{ns.add('tg', g.expected)}({x})"
 
 
 def _tensor_failure(g: Guard, name: str, value: Any) -> str:
@@ -326,32 +306,11 @@ def _tensor_failure(g: Guard, name: str, value: Any) -> str:
     return f"tensor {name} {reason}"
 
 
-def _id_expr(g: Guard, ns: _Namespace, x: str) -> str:
-    return f"id({x}) == {g.expected}"
-
-
-def _id_failure(g: Guard, name: str, value: Any) -> str:
-    return f"{name} is not the {g.what or 'object'} seen at compile time ({g.kind})"
-
-
-def _module_expr(g: Guard, ns: _Namespace, x: str) -> str:
-    obj_id, training = g.expected
-    return f"id({x}) == {obj_id} and {x}.training is {training!r}"
-
-
 def _module_failure(g: Guard, name: str, value: Any) -> str:
     obj_id, training = g.expected
     if id(value) != obj_id:
         return f"{name} is not the module seen at compile time ({g.kind})"
     return f"{name}.training == {training!r} (actual {value.training!r})"
-
-
-def _type_expr(g: Guard, ns: _Namespace, x: str) -> str:
-    return f"type({x}) is {ns.add('type', g.expected)}"
-
-
-def _type_failure(g: Guard, name: str, value: Any) -> str:
-    return f"type({name}) is {g.expected.__qualname__} (actual {type(value).__qualname__})"
 
 
 def _constant_expr(g: Guard, ns: _Namespace, x: str) -> str:
@@ -366,31 +325,12 @@ def _constant_expr(g: Guard, ns: _Namespace, x: str) -> str:
     return f"type({x}) is {t} and {x} == {ns.add('const', v)}"
 
 
-def _constant_failure(g: Guard, name: str, value: Any) -> str:
-    return f"{name} == {g.expected!r} (actual {_short(value)})"
-
-
-def _hasattr_expr(g: Guard, ns: _Namespace, x: str) -> str:
-    attr, has = g.expected
-    return f"{'' if has else 'not '}hasattr({x}, {attr!r})"
-
-
-def _hasattr_failure(g: Guard, name: str, value: Any) -> str:
-    attr, has = g.expected
-    return f"hasattr({name}, {attr!r}) is {has} (actual {not has})"
-
-
 def _typed_container_failure(g: Guard, name: str, value: Any) -> str | None:
     """The type half of LIST_LENGTH and DICT_KEYS (``expected`` is ``(type, ...)``)."""
     typ = g.expected[0]
     if type(value) is not typ:
         return f"type({name}) is {typ.__qualname__} (actual {type(value).__qualname__})"
     return None
-
-
-def _length_expr(g: Guard, ns: _Namespace, x: str) -> str:
-    typ, n = g.expected
-    return f"type({x}) is {ns.add('type', typ)} and len({x}) == {n}"
 
 
 def _length_failure(g: Guard, name: str, value: Any) -> str:
@@ -840,29 +780,48 @@ def guard_kind_row(kind: GuardKind) -> GuardKindRow:
     return row
 
 
-_row(GuardKind.GRAD_MODE, order=0, c_check=("call_is",), expr=_grad_mode_expr,
-     failure=_grad_mode_failure, leaves=_grad_mode_leaves, sourced=False)
-_row(GuardKind.GLOBAL_STATE, order=0, c_check=("call_is", "falsy", "call_eq"),
-     expr=_global_state_expr, failure=_global_state_failure, leaves=_global_state_leaves,
-     sourced=False)
-_row(GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH, order=1, c_check=("id",), expr=_id_expr,
-     failure=_id_failure, leaves=_id_leaves)
-_row(GuardKind.NN_MODULE, order=1, c_check=("id", "is"), expr=_module_expr,
+_row(GuardKind.GRAD_MODE, order=0, c_check=("call_is",), sourced=False,
+     expr=lambda g, ns, x: f"{ns.add('grad_enabled', torch.is_grad_enabled)}() is {g.expected!r}",
+     failure=lambda g, name, value: "grad mode changed: expected "
+                                    f"{'enabled' if g.expected else 'disabled'}",
+     leaves=_grad_mode_leaves)
+_row(GuardKind.GLOBAL_STATE, order=0, c_check=("call_is", "falsy", "call_eq"), sourced=False,
+     expr=lambda g, ns, x: f"{ns.add('torch_state', torch_global_state)}() == "
+                           f"{ns.add('state', g.expected)}",
+     failure=_global_state_failure, leaves=_global_state_leaves)
+_row(GuardKind.ID_MATCH, GuardKind.FUNCTION_MATCH, order=1, c_check=("id",),
+     expr=lambda g, ns, x: f"id({x}) == {g.expected}",
+     failure=lambda g, name, value: f"{name} is not the {g.what or 'object'} seen at compile "
+                                    f"time ({g.kind})",
+     leaves=_id_leaves)
+_row(GuardKind.NN_MODULE, order=1, c_check=("id", "is"),
+     expr=lambda g, ns, x: f"id({x}) == {g.expected[0]} and {x}.training is {g.expected[1]!r}",
      failure=_module_failure, leaves=_module_leaves)
-_row(GuardKind.TYPE_MATCH, order=2, c_check=("type",), expr=_type_expr, failure=_type_failure,
+_row(GuardKind.TYPE_MATCH, order=2, c_check=("type",),
+     expr=lambda g, ns, x: f"type({x}) is {ns.add('type', g.expected)}",
+     failure=lambda g, name, value: f"type({name}) is {g.expected.__qualname__} "
+                                    f"(actual {type(value).__qualname__})",
      leaves=_type_leaves)
-_row(GuardKind.HASATTR, order=3, c_check=("hasattr",), expr=_hasattr_expr,
-     failure=_hasattr_failure, leaves=_hasattr_leaves)
+_row(GuardKind.HASATTR, order=3, c_check=("hasattr",),
+     expr=lambda g, ns, x: f"{'' if g.expected[1] else 'not '}hasattr({x}, {g.expected[0]!r})",
+     failure=lambda g, name, value: f"hasattr({name}, {g.expected[0]!r}) is {g.expected[1]} "
+                                    f"(actual {not g.expected[1]})",
+     leaves=_hasattr_leaves)
 _row(GuardKind.CONSTANT_MATCH, order=3, c_check=("is", "type", "eq", "nan", "same"),
-     expr=_constant_expr, failure=_constant_failure, leaves=_constant_leaves)
-_row(GuardKind.LIST_LENGTH, order=3, c_check=("type", "len"), expr=_length_expr,
+     expr=_constant_expr,
+     failure=lambda g, name, value: f"{name} == {g.expected!r} (actual {_short(value)})",
+     leaves=_constant_leaves)
+_row(GuardKind.LIST_LENGTH, order=3, c_check=("type", "len"),
+     expr=lambda g, ns, x: f"type({x}) is {ns.add('type', g.expected[0])} and "
+                           f"len({x}) == {g.expected[1]}",
      failure=_length_failure, leaves=_length_leaves)
 _row(GuardKind.DICT_KEYS, order=3, c_check=("type", "keys", "falsy"), expr=_keys_expr,
      failure=_keys_failure, leaves=_keys_leaves)
-_row(GuardKind.TENSOR_MATCH, order=4, c_check=("tensor",), expr=_tensor_expr,
+_row(GuardKind.TENSOR_MATCH, order=4, c_check=("tensor",),
+     expr=lambda g, ns, x: f"{ns.add('tg', g.expected)}({x})",
      failure=_tensor_failure, leaves=_tensor_leaves)
-_row(GuardKind.SHAPE_ENV, order=5, c_check=("python",), expr=_shape_expr,
-     failure=_shape_failure, leaves=_shape_leaves, sourced=False)
+_row(GuardKind.SHAPE_ENV, order=5, c_check=("python",), sourced=False,
+     expr=lambda g, ns, x: g.expected.code, failure=_shape_failure, leaves=_shape_leaves)
 
 _missing = [kind.name for kind in GuardKind if kind not in GUARD_KINDS]
 if _missing:

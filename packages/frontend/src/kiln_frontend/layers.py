@@ -32,6 +32,7 @@ from typing import Any
 TRACKER_LAYERS: tuple[str, ...] = (
     "symbolic.variables.base",
     "symbolic.variables.constant",
+    "symbolic.variables.raising",
     "symbolic.variables.containers",
     "symbolic.variables.numpy_values",
     "shapes",

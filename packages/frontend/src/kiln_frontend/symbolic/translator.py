@@ -54,12 +54,12 @@ from .variables import (
     VariableBuilder,
     VariableTracker,
 )
-from .variables.exceptions import TracedException
 from .variables.misc import (
     DeletedVariable,
     LazyVariable,
     LocalCellVariable,
 )
+from .variables.raising import TracedException
 
 _resume_counter = itertools.count(1)
 #: original code -> {(target offset, stack layout, live locals): (name, code, function)}:
@@ -292,7 +292,7 @@ class InstructionTranslatorBase:
             try:
                 result = obj.as_python_constant()[index.as_python_constant()]
             except Exception as e:  # noqa: BLE001
-                from .variables.exceptions import raise_traced_from
+                from .variables.raising import raise_traced_from
 
                 raise_traced_from(e, "indexing")
             return wrap_constant_result(result, what="indexing")
@@ -934,14 +934,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         sub.rebuilt_cells = cg.__dict__.setdefault("rebuilt_cells", {})
         return sub
 
-    def stash_break_state(self, stack: list, index: int,
+    def stash_break_state(self, stack: list, live: list[str],
                           keep: Callable[[int, VariableTracker], bool] = lambda i, v: True):
-        """What a break at the call ``index`` emits before running it in Python (both
-        ``break_at_instruction`` and ``break_reentering_with``): the graph's outputs planned,
-        aliases stored, the stack items ``keep`` accepts (None for the others) and the live
-        locals stashed in temps, cells and side effects written back.  Returns ``(live, cg,
-        outputs, stack_loads, local_loads)``."""
-        live = self.live_locals(index + 1)
+        """What every graph break emits before leaving the graph for Python (at a call,
+        re-entering a ``with``, at a data-dependent jump): the graph's outputs planned,
+        aliases stored, the stack items ``keep`` accepts (None for the others) and the
+        ``live`` locals stashed in temps, cells and side effects written back.  Returns
+        ``(cg, outputs, stack_loads, local_loads)`` (``local_loads``: by name)."""
         local_values = [self.symbolic_locals[n] for n in live]
         cg = self.new_codegen()
         effects = self.output.side_effects.values() + self.cell_values()
@@ -950,11 +949,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.store_aliases(cg, stack + local_values + effects)
         stack_loads = [self.stash(cg, v, f"___kiln_stack_{i}") if keep(i, v) else None
                        for i, v in enumerate(stack)]
-        local_loads = [self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
-                       for n in live]
+        local_loads = {n: self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
+                       for n in live}
         self.store_cells(cg)
         self.output.side_effects.codegen(cg)  # Python must see the mutations already
-        return live, cg, outputs, stack_loads, local_loads
+        return cg, outputs, stack_loads, local_loads
 
     def break_at_instruction(self, inst, index: int, group: list) -> None:
         """Run ``group`` (the unsupported instruction, with its KW_NAMES/PRECALL) in
@@ -971,7 +970,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         n_results = n_after - len(below)
         if n_results < 0:
             raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
-        live, cg, outputs, stack_loads, local_loads = self.stash_break_state(stack, index)
+        live = self.live_locals(index + 1)
+        cg, outputs, stack_loads, local_loads = self.stash_break_state(stack, live)
         stack_vars: list[str | None] = [
             None if isinstance(v, NullVariable) else self.stack_var(i)
             for i, v in enumerate(below)
@@ -986,7 +986,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             new = create_instruction(g.opname, arg=g.arg, argval=g.argval)
             new.positions = g.positions
             cg.append(new)
-        for load in local_loads:
+        for load in local_loads.values():
             load(cg)
         cg.extend(tail)
         self.finish(self.graph_call(outputs) + cg.insts)
@@ -1067,8 +1067,9 @@ class InstructionTranslator(InstructionTranslatorBase):
             raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
         autocast = isinstance(ctx, AutocastVariable)
         ctx.exit(self)  # the graph leaves the mode as it found it
-        live, cg, outputs, stack_loads, local_loads = self.stash_break_state(
-            stack, index, keep=lambda i, v: i != exit_slot and not isinstance(v, NullVariable))
+        live = self.live_locals(index + 1)
+        cg, outputs, stack_loads, local_loads = self.stash_break_state(
+            stack, live, keep=lambda i, v: i != exit_slot and not isinstance(v, NullVariable))
         stack_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
                       for i, v in enumerate(stack)]
         # the re-entry function leaves the block after the call; the continuation enters a
@@ -1115,7 +1116,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                 cg.load_attr("__exit__")
             elif load is not None:
                 load(cg)
-        for load in local_loads:
+        for load in local_loads.values():
             load(cg)
         cg.extend(builders.call_function(len([v for v in stack_vars if v is not None])
                                          + len(live)) + builders.return_value())
@@ -1141,17 +1142,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         live_fall = self.live_locals(fall_index)
         live_jump = self.live_locals(jump_index)
         names = [n for n in self.code.co_varnames if n in live_fall or n in live_jump]
-        local_values = [self.symbolic_locals[n] for n in names]
-        cg = self.new_codegen()
-        effects = self.output.side_effects.values() + self.cell_values()
-        effects += self.closure_cells_reached(stack + local_values + effects)[1]
-        outputs = self.plan_graph_outputs(cg, stack + local_values + effects)
-        self.store_aliases(cg, stack + local_values + effects)
-        rest_loads = [self.stash(cg, v, f"___kiln_stack_{i}") for i, v in enumerate(rest)]
-        local_loads = {n: self.stash(cg, self.symbolic_locals[n], f"___kiln_local_{n}")
-                       for n in names}
-        self.store_cells(cg)
-        self.output.side_effects.codegen(cg)  # Python must see the mutations already
+        cg, outputs, stack_loads, local_loads = self.stash_break_state(
+            stack, names, keep=lambda i, v: i < len(rest))  # not the condition: cg(cond) below
+        rest_loads = stack_loads[:len(rest)]
         cg(cond)
         if or_pop:
             cg.extend(builders.copy(1))

@@ -9,10 +9,10 @@ from ..registry import handler
 from ..variables.constant import ConstantVariable
 from ..variables.exceptions import (
     ExceptionVariable,
-    TracedException,
     as_exception,
     exception_matches,
 )
+from ..variables.raising import TracedException
 
 
 def handled_exceptions(tx) -> list[ExceptionVariable]:

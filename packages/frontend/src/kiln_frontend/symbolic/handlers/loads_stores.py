@@ -5,8 +5,8 @@ from __future__ import annotations
 from ...exc import Unsupported
 from ..registry import handler
 from ..variables import ConstantVariable, NullVariable
-from ..variables.exceptions import TracedException
 from ..variables.misc import DeletedVariable, GetAttrVariable, LazyVariable
+from ..variables.raising import TracedException
 
 
 @handler("LOAD_FAST", "LOAD_FAST_CHECK", versions=((3, 11), (3, 12)))

@@ -26,6 +26,7 @@ from . import (  # noqa: F401
     numpy_arrays,
     numpy_values,
     operators,
+    raising,
     stdlib,
     tensor,
     tensor_subclass,

@@ -32,6 +32,7 @@ from typing import Any
 from ...exc import Unsupported
 from ...layers import upper
 from .base import VariableTracker
+from .raising import TracedException, raise_traced
 
 #: "not found" (None is a legitimate attribute value)
 MISSING: Any = object()
@@ -134,7 +135,7 @@ class AttributeOwner:
             from ...guards import Guard, GuardKind
 
             tx.output.guards.add(Guard(source, GuardKind.HASATTR, (name, False)))
-        upper.raise_traced(AttributeError, f"{self.lookup_class().__qualname__!r} object has no "
+        raise_traced(AttributeError, f"{self.lookup_class().__qualname__!r} object has no "
                                      f"attribute {name!r}")
 
 
@@ -316,7 +317,7 @@ def is_attribute_error(error: Unsupported) -> bool:
     (any other failure, a graph break naming one included, stays a graph break: guessing
     from its text could turn a kiln limitation into a wrong False)."""
 
-    return isinstance(error, upper.TracedException) and issubclass(error.exc.cls, AttributeError)
+    return isinstance(error, TracedException) and issubclass(error.exc.cls, AttributeError)
 
 
 def traced_hasattr(tx, obj: AttributeOwner, in_instance: bool, name: str) -> bool:

@@ -139,7 +139,7 @@ class BuiltinVariable(KnownCallableVariable):
             try:
                 result = fn(*cargs, **ckwargs)
             except Exception as e:  # noqa: BLE001
-                from .exceptions import raise_traced_from
+                from .raising import raise_traced_from
 
                 raise_traced_from(e, f"builtin {self.name}")
             return wrap_constant_result(result, what=f"builtin {self.name}")
@@ -261,7 +261,7 @@ def _b_iter(tx, args, kwargs):
 @builtin_handler(next)
 def _b_next(tx, args, kwargs):
     from .containers import IteratorVariable
-    from .exceptions import raise_traced
+    from .raising import raise_traced
 
     if not args or len(args) > 2 or kwargs or not isinstance(args[0], IteratorVariable):
         return None
@@ -364,7 +364,7 @@ def _b_getattr(tx, args, kwargs):
         has = _b_hasattr(tx, args[:2], {})
         if has is not None and not has.as_python_constant():
             return args[2]
-        from .exceptions import TracedException
+        from .raising import TracedException
 
         try:
             return tx.getattr(args[0], name)
@@ -471,7 +471,7 @@ def _b_minmax(fn):
         try:
             result = fn(values)
         except (ValueError, TypeError) as e:
-            from .exceptions import raise_traced_from
+            from .raising import raise_traced_from
 
             raise_traced_from(e, f"{fn.__name__}()")
         return wrap_constant_result(result, what=fn.__name__)

@@ -11,6 +11,7 @@ from ...layers import upper
 from ...sources import GetItemSource
 from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
+from .raising import raise_traced, raise_traced_from
 
 
 def snapshot_items(items: Any) -> Any:
@@ -69,7 +70,7 @@ class BaseSequenceVariable(VariableTracker):
         try:
             return self.items[idx]
         except (IndexError, TypeError) as e:
-            upper.raise_traced_from(e, f"indexing a {self.python_cls.__name__}")
+            raise_traced_from(e, f"indexing a {self.python_cls.__name__}")
 
     def children(self):
         return list(self.items)
@@ -248,7 +249,7 @@ class SequenceMethodVariable(BoundMethodVariable):
             try:
                 return obj.items.pop(idx)
             except (IndexError, TypeError) as e:
-                upper.raise_traced_from(e, "list.pop")
+                raise_traced_from(e, "list.pop")
         if name == "clear" and not args:
             obj.check_mutable("list.clear")
             obj.items.clear()
@@ -268,7 +269,7 @@ class SequenceMethodVariable(BoundMethodVariable):
             try:
                 return ConstantVariable(getattr(values, name)(target))
             except ValueError as e:  # list.index of a missing item
-                upper.raise_traced_from(e, f"{self.describe()}")
+                raise_traced_from(e, f"{self.describe()}")
         raise Unsupported(f"{self.describe()} with these arguments")
 
 
@@ -284,7 +285,7 @@ def _first_equal(tx, items: list[VariableTracker], value: VariableTracker, what:
                               f"{value.describe()}")
         if item.as_python_constant() == value.as_python_constant():
             return i
-    upper.raise_traced(ValueError, f"{what}(x): x not in list")
+    raise_traced(ValueError, f"{what}(x): x not in list")
 
 
 @tracker_for(dict, collections.OrderedDict)
@@ -351,7 +352,7 @@ class ConstDictVariable(VariableTracker):
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key)
         if k not in self.items:
-            upper.raise_traced(KeyError, k)  # caught by a traced `except KeyError`, else a break
+            raise_traced(KeyError, k)  # caught by a traced `except KeyError`, else a break
         return self.items[k]
 
     def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
@@ -428,13 +429,13 @@ class DictMethodVariable(BoundMethodVariable):
                 return obj.items.pop(k)
             if len(args) == 2:
                 return args[1]
-            upper.raise_traced(KeyError, k)
+            raise_traced(KeyError, k)
         if name == "popitem" and not args and (
                 not kwargs or obj.dict_cls is collections.OrderedDict and set(kwargs) <= {"last"}):
             # the last item (an OrderedDict's first with last=False)
             last = kwargs["last"].as_python_constant() if kwargs else True
             if not obj.items:
-                upper.raise_traced(KeyError, "popitem(): dictionary is empty")
+                raise_traced(KeyError, "popitem(): dictionary is empty")
             obj.check_mutable("dict.popitem")
             k = next(reversed(obj.items)) if last else next(iter(obj.items))
             return TupleVariable([ConstantVariable.create(k), obj.items.pop(k)])
@@ -453,7 +454,7 @@ class DictMethodVariable(BoundMethodVariable):
             k = _const_index(tx, args[0])
             last = kwargs["last"].as_python_constant() if kwargs else True
             if k not in obj.items:
-                upper.raise_traced(KeyError, k)
+                raise_traced(KeyError, k)
             obj.check_mutable("OrderedDict.move_to_end")
             v = obj.items.pop(k)
             rest = {} if last else dict(obj.items)
@@ -660,7 +661,7 @@ class DictIteratorVariable(IteratorVariable):
             return None
         except RuntimeError as e:  # changed size (or keys) during iteration
             self.exhausted = True  # sticky, as in CPython
-            upper.raise_traced(RuntimeError, *e.args)
+            raise_traced(RuntimeError, *e.args)
         self.index += 1
         return _view_item(self.container, self.kind, key)
 
@@ -873,7 +874,7 @@ class SetMethodVariable(BoundMethodVariable):
             obj.check_mutable(f"set.{name}")
             key = _set_key(tx, args[0])
             if key not in obj.items and name == "remove":
-                upper.raise_traced(KeyError, key)
+                raise_traced(KeyError, key)
             obj.items.pop(key, None)
             obj.shadow.discard(key)
             obj.resync()

@@ -15,6 +15,7 @@ from typing import Any
 from ...exc import Unsupported
 from ...layers import upper
 from .base import NotConstant, VariableTracker
+from .raising import is_builtin_exception
 
 
 def _frame_object_base():
@@ -23,6 +24,7 @@ def _frame_object_base():
     return FrameObjectVariable
 
 
+@upper.provide
 class ExceptionVariable(_frame_object_base()):
     """An exception object made while tracing: its class (a builtin one, or a user class
     of plain Python deriving from one), ``args``, instance attributes (a user ``__init__``
@@ -179,13 +181,6 @@ def is_user_exception(cls: Any) -> bool:
     return True
 
 
-def is_builtin_exception(cls: Any) -> bool:
-    """A class of ``builtins`` deriving from ``Exception`` (their ``__init__`` only stores
-    ``args``: nothing to trace)."""
-    return isinstance(cls, type) and issubclass(cls, Exception) and \
-        getattr(builtins, cls.__name__, None) is cls
-
-
 def is_traced_exception_class(cls: Any) -> bool:
     """Exceptions built while tracing: builtin ones and plain user subclasses."""
     return is_builtin_exception(cls) or is_user_exception(cls)
@@ -204,42 +199,6 @@ def as_exception(tx, value) -> ExceptionVariable:
     if is_traced_exception_class(cls):  # ``raise ValueError``
         return ExceptionVariable.construct(tx, cls, [], {})
     raise Unsupported(f"raising {value.describe()} in captured code")
-
-
-@upper.provide
-class TracedException(Unsupported):
-    """A traced ``raise`` on its way to a handler; uncaught, a graph break."""
-
-    def __init__(self, exc: ExceptionVariable):
-        self.exc = exc
-        super().__init__(f"{exc.cls.__name__} raised in captured code and not caught there")
-
-
-@upper.provide
-def raise_traced(cls: type, *args: Any) -> None:
-    """Raise ``cls(*args)`` (constants) as the traced code would (caught by a traced
-    ``except``, else a graph break)."""
-    from .constant import ConstantVariable
-
-    raise TracedException(ExceptionVariable(cls, [ConstantVariable.create(a) for a in args]))
-
-
-#: what an operation on constants may raise in the traced code: errors about the values
-#: (a TypeError may come from how a tracker stands for its value: a graph break instead)
-_RAISED_IN_TRACE = (ArithmeticError, LookupError, ValueError, StopIteration)
-
-
-@upper.provide
-def raise_traced_from(error: BaseException, what: str) -> None:
-    """An operation run on trace-time constants raised ``error``: eager raises the same
-    there, so raise it in the traced code (``raise_traced``); an exception of a class
-    that is not a builtin is a graph break naming ``what``."""
-    from .constant import is_constant_value
-
-    if isinstance(error, _RAISED_IN_TRACE) and is_builtin_exception(type(error)) and \
-            all(is_constant_value(a) for a in error.args):
-        raise_traced(type(error), *error.args)
-    raise Unsupported(f"{what} raised {type(error).__name__}: {error}") from error
 
 
 def exception_matches(exc: VariableTracker, match: VariableTracker) -> bool:

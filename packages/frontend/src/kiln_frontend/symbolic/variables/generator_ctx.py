@@ -39,7 +39,7 @@ def throw_into_generator(gen_tx, exc, started: bool) -> VariableTracker | None:
     """``gen.throw(exc)``: ``exc`` raised at the paused ``yield`` (at the start of a
     generator not started yet), to the body's handler for it, then on to the next
     ``yield``; with no handler it propagates (TracedException)."""
-    from .exceptions import TracedException
+    from .raising import TracedException
 
     error = TracedException(exc)
     if not started or not getattr(gen_tx, "paused_at_yield", False):
@@ -102,7 +102,8 @@ class GeneratorContextVariable(ContextManagerVariable):
         """``gen.throw(exc)`` at the paused ``yield``, as ``_GeneratorContextManager``'s
         ``__exit__`` does: suppressed (True) when the generator handles it and stops; not
         (False) when it propagates unchanged (a ``finally`` runs on the way)."""
-        from .exceptions import ExceptionVariable, TracedException
+        from .exceptions import ExceptionVariable
+        from .raising import TracedException
 
         exc = tx.realize(exc) if exc is not None else None
         gen_tx = self.gen_tx

@@ -14,8 +14,9 @@ from ...layers import upper
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .containers import IteratorVariable, TupleVariable
-from .exceptions import TracedException, as_exception, raise_traced
+from .exceptions import as_exception
 from .handler_table import builtin_handler
+from .raising import TracedException, raise_traced
 
 
 class GeneratorVariable(IteratorVariable):

@@ -359,7 +359,7 @@ class DequeMethodVariable(BoundMethodVariable):
             return none
         if name in ("pop", "popleft") and not args:
             if not d.items:
-                from .exceptions import raise_traced
+                from .raising import raise_traced
 
                 raise_traced(IndexError, "pop from an empty deque")
             return d.items.pop(-1 if name == "pop" else 0)

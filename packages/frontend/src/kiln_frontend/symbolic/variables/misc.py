@@ -17,6 +17,7 @@ from .attributes import MISSING as MISSING_ATTR
 from .attributes import AttributeOwner, is_slot_of
 from .base import NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
+from .raising import raise_traced
 
 
 class NullVariable(VariableTracker):
@@ -687,7 +688,7 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
             raise Unsupported(f"setting {name!r} of a {self.cls.__qualname__} through a "
                               "data descriptor that is not Python code")
         if not self.cls.__dictoffset__:  # __slots__ all the way: no instance dict
-            upper.raise_traced(AttributeError, f"{self.cls.__name__!r} object has no attribute "
+            raise_traced(AttributeError, f"{self.cls.__name__!r} object has no attribute "
                                          f"{name!r}")
         self.attrs[name] = value
 
@@ -699,7 +700,7 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         self._guard_slot(tx, name, member)
         value = self.slots.get(name)
         if value is None:
-            upper.raise_traced(AttributeError, f"'{self.cls.__name__}' object has no attribute "
+            raise_traced(AttributeError, f"'{self.cls.__name__}' object has no attribute "
                                          f"'{name}'")
         return value
 

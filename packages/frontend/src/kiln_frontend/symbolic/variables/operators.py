@@ -125,7 +125,7 @@ def call_operator(tx, fn, args, kwargs) -> VariableTracker:
     try:
         result = fn(*cargs)
     except Exception as e:  # noqa: BLE001
-        from .exceptions import raise_traced_from
+        from .raising import raise_traced_from
 
         raise_traced_from(e, f"operator.{name}")
     return wrap_constant_result(result, what=f"operator.{name}")
@@ -232,7 +232,7 @@ def python_data_model(tx, fn, args) -> VariableTracker | None:
             return result
     if fn in (operator.eq, operator.ne):  # object's default: identity
         return is_op(tx, a, b, negate=fn is operator.ne)
-    from .exceptions import raise_traced
+    from .raising import raise_traced
 
     symbol = {v: k for k, v in BINARY_OPERATORS.items()}.get(fn, fn.__name__)
     raise_traced(TypeError, f"unsupported operand type(s) for {symbol}: "

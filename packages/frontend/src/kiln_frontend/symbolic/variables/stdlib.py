@@ -104,7 +104,7 @@ def _fold_math(fn):
         try:
             result = fn(*cargs, **ckwargs)
         except (ValueError, TypeError, OverflowError) as e:
-            from .exceptions import raise_traced_from
+            from .raising import raise_traced_from
 
             raise_traced_from(e, f"math.{fn.__name__}")
         return wrap_constant_result(result, what=f"math.{fn.__name__}")
