@@ -134,3 +134,18 @@ def check(sched: Schedule, inputs, expected, **tol):
         for g_, r in zip(got, ref, strict=True):
             torch.testing.assert_close(g_, r, **tol)
     return fn
+
+
+def check_compile_fx(fn, x) -> None:
+    """``fn(x)`` through the whole pipeline (``compile_fx``: aotgrad -> loopir -> C++) under
+    no_grad equals eager, output by output (a tensor or a tuple of them)."""
+    from kiln_codegen_cpp import compile_fx
+
+    gm = torch.fx.symbolic_trace(lambda t: fn(t))
+    with torch.no_grad():
+        got = compile_fx(gm, [x])(x)
+    want = fn(x)
+    want = list(want) if isinstance(want, tuple) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)

@@ -3,7 +3,7 @@ through the full pipeline (aotgrad -> loopir -> C++), as eager does."""
 
 import pytest
 import torch
-from kiln_codegen_cpp import compile_fx
+from cpp_test_utils import check_compile_fx
 
 CASES = {
     "argmax_0dim": (lambda x: x.argmax(), torch.tensor(-8.478)),
@@ -16,12 +16,4 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_index_reduction_over_one_element(name):
-    fn, x = CASES[name]
-    gm = torch.fx.symbolic_trace(lambda t: fn(t))
-    with torch.no_grad():
-        got = compile_fx(gm, [x])(x)
-    want = fn(x)
-    want = list(want) if isinstance(want, tuple) else [want]
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w)
+    check_compile_fx(*CASES[name])

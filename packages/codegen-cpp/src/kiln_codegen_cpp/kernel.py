@@ -746,15 +746,9 @@ class CppKernel:
                        *_indent(body), "}"]
 
     def _lane_node(self, node, last) -> list[str]:
-        inner_syms = [reduction_symbol(j) for j in range(len(node.inner))]
-        base = len(self.blocks)
-        for j, s in enumerate(inner_syms):
-            self.sym_depth[s.name] = base + j
-            self.var_ranges[s] = node.inner[j]
-            self._note_sizes(node.inner[j])
-        lane_depth = base + len(inner_syms)
-        self.sym_depth[last.name] = lane_depth
-        blocks = [self._open() for _ in range(len(inner_syms) + 1)]
+        inner_syms, blocks = self._open_inner_loops(node)
+        self.sym_depth[last.name] = len(self.blocks)  # the lane loop, inside the inner ones
+        blocks.append(self._open())
         self._reduction = None
         self._no_simd = False
         self._run_body(node, self.outer_index, inner_syms)
@@ -1456,20 +1450,21 @@ def _isnan(x, dtype):
     return f"{x} != {x}" if _is_float(dtype) else "false"
 
 
-def _isinf(x, dtype):
-    if dtype == torch.float32:
-        return f"fabsf({x}) == INFINITY"
-    if dtype == torch.float64:
-        return f"fabs({x}) == (double)INFINITY"
-    return "false"
+def _magnitude_vs_infinity(compare: str, otherwise: str):
+    """isinf (``==``) / isfinite (``<``): ``|x|`` against infinity for float32 and float64;
+    ``otherwise`` for dtypes without infinities."""
+    def fmt(x, dtype):
+        if dtype == torch.float32:
+            return f"fabsf({x}) {compare} INFINITY"
+        if dtype == torch.float64:
+            return f"fabs({x}) {compare} (double)INFINITY"
+        return otherwise
+
+    return fmt
 
 
-def _isfinite(x, dtype):
-    if dtype == torch.float32:
-        return f"fabsf({x}) < INFINITY"
-    if dtype == torch.float64:
-        return f"fabs({x}) < (double)INFINITY"
-    return "true"
+_isinf = _magnitude_vs_infinity("==", "false")
+_isfinite = _magnitude_vs_infinity("<", "true")
 
 
 def _relu(x, dtype):

@@ -10,7 +10,6 @@ import kiln_aotgrad
 import kiln_loopir
 import kiln_runtime
 import torch
-from kiln_loopir.derived_constants import constant_reads
 from kiln_runtime.guards import WeightsGuard
 
 from .codegen import CppCodegen
@@ -23,19 +22,14 @@ class KilnFallbackWarning(RuntimeWarning):
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: list, config: Any = None) -> Callable:
     """Compile a torch-level FX graph for CPU: ``compiled(*inputs) -> list[Tensor]``."""
-    aten_gm = kiln_aotgrad.trace_inference(gm, example_inputs)
-    return compile_aten(aten_gm, config)
+    return compile_aten(kiln_aotgrad.trace_inference(gm, example_inputs), config)
 
 
 def compile_aten(aten_gm: torch.fx.GraphModule, config: Any = None) -> Callable:
-    """Compile an ATen-level FX graph (what aotgrad produces). Constants computed from weights
-    at compile time (a weight packed or stored in another layout) are guarded: an in-place
-    write to such a weight compiles again."""
-    schedule = kiln_loopir.schedule(kiln_loopir.lower(aten_gm))
-    computed_from, reads = constant_reads(schedule.graph, aten_gm)  # weights copied or packed
-    return WeightsGuard.around(compile_schedule(schedule, config),  # into constants, or read as
-                               lambda: compile_aten(aten_gm, config), computed_from,  # ones
-                               views=reads)
+    """Compile an ATen-level FX graph (what aotgrad produces) to C++ kernels; constants
+    computed from weights are guarded (``kiln_loopir.compile_guarded``)."""
+    return kiln_loopir.compile_guarded(aten_gm, lambda sched: compile_schedule(sched, config),
+                                       WeightsGuard.around)
 
 
 def compile_schedule(schedule, config: Any = None) -> Callable:
