@@ -91,13 +91,20 @@ def test_a_held_view_keeps_its_output_alive():
     assert engine.captures == 2
 
 
-def test_later_recording_in_the_shared_pool_blocks_an_earlier_slot():
+def _two_runners_a_slot_dropped():
+    """Runners a (x * 2 + 1) and b (x - 1) recorded in one engine's shared pool, in that
+    order; a then ran once more with its outputs dropped (its slot 0 free again)."""
     engine = ReplayEngine()
     a, _ = _runner(engine=engine)
     b, _ = _runner(lambda args: [args[0] - 1], engine=engine)
     for r in (a, b):
         r(torch.randn(4))
-    del a(torch.randn(4))[0]  # a's slot 0, outputs dropped
+    del a(torch.randn(4))[0]
+    return engine, a, b
+
+
+def test_later_recording_in_the_shared_pool_blocks_an_earlier_slot():
+    engine, a, b = _two_runners_a_slot_dropped()  # a's slot 0, outputs dropped
     held_b = b(torch.randn(4))  # b recorded after a: its outputs may sit in a's temporaries
     captures = engine.captures
     x = torch.randn(4)
@@ -259,12 +266,7 @@ def test_static_inputs_are_used_in_place_and_keyed_by_address():
 def test_outputs_of_a_dropped_runner_still_block_earlier_slots():
     # a recompile drops a runner while the user holds its outputs: their memory stays in the
     # shared pool, where an earlier graph's temporaries may go
-    engine = ReplayEngine()
-    a, _ = _runner(engine=engine)
-    b, _ = _runner(lambda args: [args[0] - 1], engine=engine)
-    for r in (a, b):
-        r(torch.randn(4))
-    del a(torch.randn(4))[0]
+    engine, a, b = _two_runners_a_slot_dropped()
     xb = torch.randn(4)
     held_b = b(xb)  # recorded after a's slot 0, outputs held
     del b
