@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from kiln_loopir.codegen_protocol import KernelDef
 from kiln_loopir.ir import ExternNode, FusedGroup, InputBuffer, Schedule
+from kiln_loopir.kernel_plan import split_inner_ranges
 from kiln_loopir.sizevars import pexpr
 
 from .compiler import CXXFLAGS, compile_many, kernel_function
@@ -16,6 +17,9 @@ from .prelude import prelude
 #: the C symbol of every kernel: sources differ only where kernels differ, so identical
 #: kernels (a model's repeated layers) share one cache entry and one compile.
 C_SYMBOL = "kiln_kernel"
+#: split rows read through ``r // c`` and ``r % c`` into nested loops (``split_inner_ranges``);
+#: False for A/B runs
+SPLIT_INNER_RANGES = True
 
 
 class CppCodegen:
@@ -40,7 +44,11 @@ class CppCodegen:
         written_inputs = {d.name for d in getattr(group, "writes", ()) if d.name in inputs}
         from .kernel import CppKernel  # lazy: a graph-cache hit only finalizes kernels
 
-        kernel = CppKernel(group, C_SYMBOL, dtypes, written_inputs)
+        # a buffer written over its input in place (Allocation.in_place): both pointers alias
+        in_place = {n for a in getattr(group, "allocations", ()) if a.in_place for n in (a.name, a.reuses)}
+        # rows read through r // c and r % c loop over their parts (Swin's patch merging)
+        split = split_inner_ranges(group) if SPLIT_INNER_RANGES else group
+        kernel = CppKernel(split, C_SYMBOL, dtypes, written_inputs, in_place)
         body = kernel.generate()
         name = f"cpp_kernel_{self._count}"
         self._count += 1

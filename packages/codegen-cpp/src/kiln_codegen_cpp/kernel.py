@@ -213,11 +213,13 @@ class CppKernel:
     """Generates the C++ function for one FusedGroup (see the module docstring)."""
 
     def __init__(self, group, name: str, buffer_dtypes: dict[str, torch.dtype],
-                 written_inputs: set[str] = frozenset()):
+                 written_inputs: set[str] = frozenset(), in_place: set[str] = frozenset()):
         self.group = group
         self.name = name
         self.buffer_dtypes = buffer_dtypes  # every buffer name -> dtype
         self.written_inputs = set(written_inputs)  # graph inputs this kernel writes (mutations)
+        # a buffer written over a buffer it reads, and that one (same storage): no __restrict__
+        self.in_place = set(in_place)
         # value key -> (row name, producing node, consuming nodes) (see _plan_shared_rows)
         self.shared_rows: dict[tuple, tuple[str, int, frozenset[int]]] = {}
         self._reset()
@@ -303,10 +305,11 @@ class CppKernel:
         for name in self.arg_buffers():
             t = ctype(self.buffer_dtypes[name])
             if name in self.writes:
-                restrict = "" if name in self.written_inputs else " __restrict__"
+                restrict = "" if name in self.written_inputs | self.in_place else " __restrict__"
                 params.append(f"{t}*{restrict} {self.cname[name]}")
             else:
-                params.append(f"const {t}* __restrict__ {self.cname[name]}")
+                restrict = "" if name in self.in_place else " __restrict__"
+                params.append(f"const {t}*{restrict} {self.cname[name]}")
         params += [f"const int64_t {s.name}" for s in self.arg_sizes()]
         params += [f"const int64_t {name}" for name in self.derived]
         lines = [transpose_helper(n) for n in sorted(self.transpose_bytes)]

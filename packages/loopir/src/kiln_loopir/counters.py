@@ -10,6 +10,8 @@ Keys:
   ``groups_reordered``    pointwise groups whose loops were re-ordered by the stores that
                           reach memory (their first node's buffer ended in registers)
   ``reused_buffers``      allocations that reuse a freed buffer (memory plan)
+  ``in_place_buffers``    allocations that write over a buffer their step reads last
+                          (memory plan, ``Allocation.in_place``)
   ``aten_fallbacks``      a Counter {op name: count} of ops lowered as the aten fallback
 """
 
@@ -20,7 +22,7 @@ from collections import Counter
 
 class LoopirCounters(dict):
     KEYS = ("graphs_lowered", "buffers", "externs", "fused_groups", "nodes", "fusions",
-            "groups_reordered", "reused_buffers")
+            "groups_reordered", "reused_buffers", "in_place_buffers")
 
     def __init__(self):
         super().__init__()

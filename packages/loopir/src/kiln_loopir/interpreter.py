@@ -20,7 +20,6 @@ import sympy
 import torch
 
 from .ir import (
-    ComputedBuffer,
     ExternNode,
     FusedGroup,
     LoopGraph,
@@ -195,11 +194,16 @@ class Interpreter:
             else:
                 self.sym_env[s] = int(a.size(src.dim))
         freed: dict[str, torch.Tensor] = {}
+        lent = {a.reuses for s in self.sched.steps for a in s.allocations if a.reuses and not a.in_place}
         for step in self.sched.steps:
             if isinstance(step, FusedGroup):
                 for a in step.allocations:
                     if a.reuses is not None:
-                        t = freed.pop(a.reuses)
+                        t = self.env[a.reuses] if a.in_place else freed.pop(a.reuses)
+                        if tuple(t.shape) != tuple(self.size(x) for x in a.layout.size) or \
+                                tuple(t.stride()) != tuple(self.size(x) for x in a.layout.stride):
+                            t = torch.as_strided(t, [self.size(x) for x in a.layout.size],
+                                                 [self.size(x) for x in a.layout.stride], 0)
                         self.env[a.name] = t
                     else:
                         self.env[a.name] = torch.empty_strided(
@@ -211,8 +215,7 @@ class Interpreter:
                 self.run_extern(step)
             for nm in step.frees:
                 t = self.env.pop(nm, None)
-                b = g.name_to_buffer.get(nm)
-                if isinstance(b, ComputedBuffer) and t is not None:
+                if nm in lent and t is not None:
                     freed[nm] = t
         outs = []
         for o in g.outputs:

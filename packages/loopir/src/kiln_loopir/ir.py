@@ -885,15 +885,19 @@ class SchedNode:
 class Allocation:
     """Memory plan entry: allocate buffer ``name`` with ``layout`` before its step, or take
     over the storage of the freed buffer ``reuses`` (same storage size, dtype and device).
-    ``internal``: the buffer lives only inside one FusedGroup (see FusedGroup.internal_buffers)."""
+    ``internal``: the buffer lives only inside one FusedGroup (see FusedGroup.internal_buffers).
+    ``in_place``: ``reuses`` is read by this very step (its last use) and dies after it: the
+    step writes each element over the one it reads (``scheduler.in_place_source``)."""
 
     name: str
     layout: Layout
     reuses: str | None = None
     internal: bool = False
+    in_place: bool = False
 
     def __str__(self) -> str:
         r = f" reuses {self.reuses}" if self.reuses else ""
+        r += " in place" if self.in_place else ""
         i = " internal" if self.internal else ""
         return f"alloc {self.name} {self.layout}{r}{i}"
 
@@ -1048,15 +1052,21 @@ class Schedule:
         keep = {b.name for b in g.inputs} | set(g.constants) | set(g.output_names())
         ready = {b.name for b in g.inputs} | set(g.constants)
         freed: set[str] = set()
+        lent: set[str] = set()
         allocated: set[str] = set()
         for step in self.steps:
             for a in step.allocations:
                 if a.name in allocated:
                     raise AssertionError(f"{a.name} allocated twice")
-                if a.reuses is not None and a.reuses not in freed:
+                if a.in_place:
+                    if a.reuses in freed or a.reuses not in step.frees or a.reuses in keep:
+                        raise AssertionError(f"{a.name} reuses {a.reuses} in place, which does not "
+                                             f"die at {step.name}")
+                elif a.reuses is not None and (a.reuses not in freed or a.reuses in lent):
                     raise AssertionError(f"{a.name} reuses {a.reuses}, which is not free")
                 if a.reuses is not None:
                     freed.discard(a.reuses)
+                    lent.add(a.reuses)
                 allocated.add(a.name)
             if isinstance(step, FusedGroup):
                 written: set[str] = set()

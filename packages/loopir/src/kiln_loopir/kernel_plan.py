@@ -26,6 +26,7 @@ test_tiled_transposes.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import sympy
@@ -46,7 +47,8 @@ from .sizevars import (
 )
 
 __all__ = ["KernelArg", "KernelSignature", "NodePlan", "KernelPlan", "plan_kernel",
-           "collapse_outer_loops", "on_chip_buffers", "access_strides", "transposed_loops",
+           "collapse_outer_loops", "split_inner_ranges", "on_chip_buffers", "access_strides",
+           "transposed_loops",
            "is_outer_reduction"]
 
 
@@ -288,6 +290,97 @@ def _split_outer_dims(group: FusedGroup, outer: list[sympy.Expr]):
                                   for j in range(len(parts))]))
     split = len(fine) > len(outer)
     return (fine, expand) if split else None
+
+
+def _split_body(body, parts_expand):
+    """``body(outer, [r0])`` seen as ``body(outer, [r0', r1', ...])`` with ``r0`` rebuilt from
+    the split symbols."""
+    def split_body(outer, inner):
+        subs = {_fine_symbol(k): v for k, v in enumerate(inner)}
+        return body(outer, [sympy.sympify(parts_expand).xreplace(subs)])
+
+    return split_body
+
+
+def _row_cuts(index: sympy.Expr, r0: sympy.Symbol, cuts: set | None) -> set | None:
+    """``cuts`` plus where ``index`` cuts the row symbol ``r0`` (``r0 // 192``, ``r0 % 96``);
+    None when ``index`` reads ``r0`` through a division or remainder of anything else than
+    ``r0`` alone (``(2*i2 + r0 // 192) % 7`` is fine: ``r0`` is inside ``r0 // 192``)."""
+    if cuts is None:
+        return None
+    for atom in index.atoms(FloorDiv, ModularIndexing):
+        if r0 not in atom.free_symbols:
+            continue
+        c = _dim_cuts(atom, r0)
+        if c is not None:
+            cuts = cuts | c
+            continue
+        own = {a: sympy.Dummy() for a in atom.args[0].atoms(FloorDiv, ModularIndexing)
+               if _dim_cuts(a, r0) is not None}
+        if r0 in atom.args[0].xreplace(own).free_symbols:
+            return None
+    return cuts
+
+
+def split_inner_ranges(group: FusedGroup) -> FusedGroup:
+    """The group with each one-dim inner range that every node over it reads only through
+    ``r // c`` and ``r % c`` split at those cuts (``[384]`` -> ``[4, 96]``), when that leaves
+    every access affine in the split symbols; the group itself when nothing splits.
+
+    Why: Swin's patch merging concatenates four neighbours (``[.., 4*96]``) and normalizes the
+    row, so its LayerNorm's loads divided and took remainders of ``r0`` (and computed the
+    shifted window's position) for every element; split, the innermost loop is a plain
+    96-wide one and the rest is computed once per part. Elements are visited in the same row
+    order (``r0 = 96*r0' + r1'``); a codegen's vector lanes group partial sums differently
+    only when the innermost part is not a multiple of their count. The C++ codegen asks for
+    it, as it asks ``collapse_outer_loops`` to split outer dims."""
+    osyms = [index_symbol(k) for k in range(len(group.outer))]
+    vr = dict(zip(osyms, [sympy.sympify(r) for r in group.outer], strict=True))
+    r0 = reduction_symbol(0)
+    by_range: dict[sympy.Expr, list[int]] = {}
+    for k, n in enumerate(group.nodes):
+        if len(n.inner) == 1 and sympy.sympify(n.inner[0]).is_Integer:
+            by_range.setdefault(sympy.sympify(n.inner[0]), []).append(k)
+    nodes = list(group.nodes)
+    for r, members in by_range.items():
+        if any(group.nodes[k].reduction_type in ("argmax", "argmin") for k in members):
+            continue  # their result is a position along the row
+        cuts: set | None = set()
+        for k in members:
+            d = body_deps(group.nodes[k].body, osyms, [r0], var_ranges=vr | {r0: r})
+            for m in list(d.reads) + list(d.writes):
+                cuts = _row_cuts(m.index, r0, cuts)
+        chain = _cut_chain(cuts, r)
+        if not chain:
+            continue
+        bounds = [sympy.Integer(1), *chain, r]
+        parts = [sympy.simplify(b / a) for a, b in zip(bounds, bounds[1:], strict=False)][::-1]
+        expand = sympy.Add(*[bounds[len(parts) - 1 - j] * _fine_symbol(j) for j in range(len(parts))])
+        rsyms = [reduction_symbol(j) for j in range(len(parts))]
+        rvr = vr | dict(zip(rsyms, parts, strict=True))
+        trial = {}
+        for k in members:
+            n = group.nodes[k]
+            body = _split_body(n.body, expand)
+            d = body_deps(body, osyms, rsyms, var_ranges=rvr)
+            if any(rsyms[-1] in atom.free_symbols for m in list(d.reads) + list(d.writes)
+                   for atom in m.index.atoms(FloorDiv, ModularIndexing)):
+                break  # the innermost part must be read affinely
+            trial[k] = dataclasses.replace(n, inner=list(parts), body=body, reads=list(d.reads),
+                                           writes=list(d.writes))
+        else:
+            for k, n in trial.items():
+                nodes[k] = n
+    if nodes == list(group.nodes):
+        return group
+    written: set[str] = set()
+    reads: list[MemoryDep] = []
+    writes: list[MemoryDep] = []
+    for n in nodes:
+        reads += [d for d in n.reads if d.name not in written and d not in reads]
+        writes += n.writes
+        written |= {d.name for d in n.writes}
+    return dataclasses.replace(group, nodes=nodes, reads=reads, writes=writes)
 
 
 def collapse_outer_loops(group: FusedGroup, split: bool = False):

@@ -52,6 +52,7 @@ from .ir import (
     ExternKernel,
     ExternNode,
     FusedGroup,
+    Layout,
     LoopGraph,
     MemoryDep,
     MultiOutput,
@@ -829,30 +830,91 @@ def _plan_memory(sched: Schedule) -> None:
     aliased = {nm for s in sched.steps if isinstance(s, ExternNode) and _returns_alias(s.kernel.op)
                for nm in s.reads}
     aliased |= pinned_by_collectives([s.kernel for s in sched.steps if isinstance(s, ExternNode)])
-    pool: list[tuple[int, str]] = []  # (freed after step, name) of reusable ComputedBuffers
+    pool: list[tuple[int, str]] = []  # (freed after step, name) of reusable buffers
     for k, s in enumerate(sched.steps):
         s.frees = sorted(frees_at.get(k, []), key=lambda n: (len(n), n))
+        taken: set[str] = set()  # dying here, their storage taken over in place
         if isinstance(s, FusedGroup):
             allocs = []
             for n in s.nodes:
                 if isinstance(n.buffer, ScatterBuffer):
                     continue  # writes into its target's storage
                 lay = n.buffer.layout
-                reuse = None
+                reuse, in_place = None, False
                 if n.buffer.name not in internal:
-                    for j, (when, cand) in enumerate(pool):
-                        if when < k and graph.get_buffer(cand).layout == lay:
-                            reuse = cand
-                            pool.pop(j)
-                            counters["reused_buffers"] += 1
-                            break
-                allocs.append(Allocation(n.buffer.name, lay, reuse, n.buffer.name in s.internal_buffers))
+                    dying = [nm for nm in s.frees if nm not in taken
+                             and _lendable(graph.name_to_buffer.get(nm), internal, aliased)]
+                    reuse = in_place_source(s, n, dying, graph)
+                    if reuse is not None:
+                        in_place = True
+                        taken.add(reuse)
+                        counters["in_place_buffers"] += 1
+                    else:
+                        for j, (when, cand) in enumerate(pool):
+                            if when < k and same_storage(graph.get_buffer(cand).layout, lay):
+                                reuse = cand
+                                pool.pop(j)
+                                counters["reused_buffers"] += 1
+                                break
+                allocs.append(Allocation(n.buffer.name, lay, reuse, n.buffer.name in s.internal_buffers,
+                                         in_place))
             s.allocations = allocs
         for nm in s.frees:
-            b = graph.name_to_buffer.get(nm)
-            # an internal buffer may never have had storage (a codegen keeps it in registers)
-            if isinstance(b, ComputedBuffer) and nm not in internal and nm not in aliased:
+            if nm not in taken and _lendable(graph.name_to_buffer.get(nm), internal, aliased):
                 pool.append((k, nm))
+
+
+def _lendable(b: Buffer | None, internal: set[str], aliased: set[str]) -> bool:
+    """May a later buffer take over ``b``'s storage once ``b`` is dead? A kernel's buffer (an
+    internal one may never have had storage: a codegen keeps it in registers), or the fresh
+    result of an extern (a convolution's, a matmul's: aten allocated it, nothing else holds it),
+    never one whose op may return a view of an input, nor an input of such an op or of a
+    collective (``aliased``)."""
+    if b is None or b.name in internal or b.name in aliased:
+        return False
+    if isinstance(b, ComputedBuffer):
+        return True
+    if isinstance(b, MultiOutput):
+        return not _returns_alias(b.source.op)
+    return isinstance(b, ExternKernel) and b.layout is not None and not _returns_alias(b.op)
+
+
+def same_storage(a: Layout, b: Layout) -> bool:
+    """Can a buffer of layout ``b`` live in the storage of one of layout ``a``: same dtype,
+    device and storage size, both from its start (the wrapper reinterprets it when the sizes
+    or strides differ: a channels-last convolution's result lent to an NCHW buffer)."""
+    if a == b:
+        return True
+    if (a.dtype, a.device) != (b.dtype, b.device) or a.offset != 0 or b.offset != 0:
+        return False
+    return statically_known_equal(a.storage_size(), b.storage_size())
+
+
+def in_place_source(group: FusedGroup, node: SchedNode, dying: list[str],
+                    graph: LoopGraph) -> str | None:
+    """A buffer among ``dying`` (last read by ``group``) whose storage ``node`` can write its
+    result into while it reads it: the node alone reads it, only at the element it stores to
+    (the same storage position, no indirection), with the same dtype, device and storage size.
+    Each element is then loaded before it is overwritten in every codegen (the store depends
+    on the load), and no other node or iteration sees the new value. Saves an allocation and
+    the memory traffic of a fresh buffer: a convolution's BatchNorm+SiLU epilogue, a gate's
+    multiply, a residual add write over their input as inductor's in-place buffers do."""
+    stores = [d for d in node.writes if d.name == node.buffer.name]
+    if len(stores) != 1 or stores[0].mode is not None:
+        return None
+    index = stores[0].index
+    if any(symbol_kind(s) == "ind" for s in index.free_symbols):
+        return None
+    lay = node.buffer.layout
+    for name in dying:
+        if not same_storage(graph.get_buffer(name).layout, lay):
+            continue
+        reads = [(m, d) for m in group.nodes for d in m.reads if d.name == name]
+        if any(d.name == name for m in group.nodes for d in m.writes):
+            continue
+        if reads and all(m is node and d.index == index for m, d in reads):
+            return name
+    return None
 
 
 def _returns_alias(op) -> bool:

@@ -172,7 +172,8 @@ class _WrapperWriter:
         self.never_free = {b.name for b in self.graph.inputs} | set(self.graph.constants)
         self.never_free |= set(self.graph.output_names())
         # buffers whose storage a later allocation takes over: not deleted at their last use
-        self.reused_later = {a.reuses for s in sched.steps for a in s.allocations if a.reuses}
+        self.reused_later = {a.reuses for s in sched.steps for a in s.allocations
+                             if a.reuses and not a.in_place}
 
     def emit(self, text: str) -> None:
         for ln in text.splitlines():
@@ -268,12 +269,15 @@ class _WrapperWriter:
             if a.reuses not in self.live:  # the scheduler never lends an internal buffer
                 raise ValueError(f"memory plan: {a.name} reuses {a.reuses}, which has no storage here")
             old = self.graph.get_buffer(a.reuses).layout
+            # in place: the step still reads the old name; it is deleted after the step
+            tail = "  # in place" if a.in_place else f"; del {a.reuses}  # reuse"
             if (old.size, old.stride) == (a.layout.size, a.layout.stride):
-                self.emit(f"{a.name} = {a.reuses}; del {a.reuses}  # reuse")
+                self.emit(f"{a.name} = {a.reuses}{tail}")
             else:
                 self.emit(f"{a.name} = reinterpret_tensor({a.reuses}, {_sizes_text(a.layout.size)}, "
-                          f"{_sizes_text(a.layout.stride)}); del {a.reuses}  # reuse")
-            self.live.discard(a.reuses)
+                          f"{_sizes_text(a.layout.stride)}){tail}")
+            if not a.in_place:
+                self.live.discard(a.reuses)
         else:
             self.emit(_alloc_text(a.name, a.layout))
         self.live.add(a.name)
