@@ -232,6 +232,24 @@ PACKED_LINEAR = True
 PACKED_MIN_OUT_FEATURES = 64
 
 
+def constant_weight_operand(a, b):
+    """``(W, k, n, strides, rows)`` when ``a [rows, k] @ b [k, n]`` has static sizes and ``b``
+    is a constant weight, or an offset-free view of one covering all of it; else None."""
+    if isinstance(b, ConstantBuffer):
+        b = ReinterpretView(b, b.layout)
+    if not isinstance(b, ReinterpretView) or not isinstance(b.data, ConstantBuffer) or len(a.get_size()) != 2:
+        return None
+    try:
+        (k, n), stride = (int(s) for s in b.get_size()), [int(s) for s in b.get_stride()]
+        rows = int(a.get_size()[0])
+    except (TypeError, ValueError):  # symbolic sizes
+        return None
+    value = b.data.value
+    if b.layout.offset != 0 or value is None or value.numel() != n * k:
+        return None
+    return b.data, k, n, stride, rows
+
+
 def packed_linear(a, b, bias, meta):
     """``a @ b (+ bias)`` as the device library's GEMM on a weight packed at compile time,
     when ``b`` is a float32 constant ``W[in, out]`` or the transpose of one ``W[out, in]`` (a
@@ -242,22 +260,16 @@ def packed_linear(a, b, bias, meta):
     ``W`` and the graph cache packs it again on a hit. The call also gets ``W`` itself
     (``_mkl_linear`` falls back to it where MKL cannot use the packed form)."""
     lib = DEVICE_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
-    if isinstance(b, ConstantBuffer):
-        b = ReinterpretView(b, b.layout)
-    if (not PACKED_LINEAR or lib is None or meta.dtype != torch.float32 or not lib.packed_linear()
-            or not isinstance(b, ReinterpretView) or not isinstance(b.data, ConstantBuffer)):
+    if not PACKED_LINEAR or lib is None or meta.dtype != torch.float32 or not lib.packed_linear():
         return None
-    weight = b.data
-    try:
-        (k, n), stride = (int(s) for s in b.get_size()), [int(s) for s in b.get_stride()]
-        rows = int(a.get_size()[0])
-    except (TypeError, ValueError):  # symbolic sizes
+    operand = constant_weight_operand(a, b)
+    if operand is None:
         return None
+    weight, k, n, stride, rows = operand
     value = weight.value
     dense = value.is_contiguous() or (value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last))
     in_out = stride == [n, 1]  # W[in, out] itself, not a transpose
-    if ((stride != [1, k] and not in_out) or b.layout.offset != 0 or value.numel() != n * k or not dense
-            or len(a.get_size()) != 2 or rows == 0 or n < PACKED_MIN_OUT_FEATURES):
+    if (stride != [1, k] and not in_out) or not dense or rows == 0 or n < PACKED_MIN_OUT_FEATURES:
         return None
     packed = derived_constant(current(), weight, "mkl_packed_linear", rows, *([True] if in_out else []))
     origin = ReinterpretView(weight, Layout(meta.device, torch.float32, [n, k], [1, n] if in_out else [k, 1], 0))
@@ -277,19 +289,11 @@ def padded_output_matmul(a, b, meta):
     ``[m, n_pad]`` computed on it, and ``[m, n]`` read back as a view of it; else None."""
     lib = DEVICE_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
     align = lib.gemm_out_align.get(meta.dtype) if lib is not None and PAD_GEMM_OUTPUTS else None
-    if isinstance(b, ConstantBuffer):
-        b = ReinterpretView(b, b.layout)
-    if not align or not isinstance(b, ReinterpretView) or not isinstance(b.data, ConstantBuffer):
+    operand = constant_weight_operand(a, b) if align else None
+    if operand is None:
         return None
-    weight = b.data
-    try:
-        (k, n), stride = (int(s) for s in b.get_size()), [int(s) for s in b.get_stride()]
-        rows = int(a.get_size()[0])
-    except (TypeError, ValueError):  # symbolic sizes
-        return None
-    value = weight.value
-    if (n % align == 0 or stride != [1, k] or b.layout.offset != 0 or value is None
-            or value.numel() != n * k or not value.is_contiguous() or len(a.get_size()) != 2):
+    weight, k, n, stride, rows = operand
+    if n % align == 0 or stride != [1, k] or not weight.value.is_contiguous():
         return None
     n_pad = -(-n // align) * align
     padded = derived_constant(current(), weight, "pad_rows", n_pad)
