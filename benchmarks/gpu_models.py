@@ -274,16 +274,20 @@ def compile_with(label: str, model, **kwargs):
     if label == "kiln":
         import kiln
         import kiln_frontend
+        from kiln_runtime import compile_timer
 
         kiln_frontend.reset()
+        compile_timer.reset_reports()
         return kiln.compile(model, **kwargs)
     torch._dynamo.reset()
     return torch.compile(model, **kwargs)
 
 
 def kiln_summary() -> dict:
-    """kiln's counters a reader checks first: graphs, breaks, fallbacks."""
+    """kiln's counters a reader checks first (graphs, fallbacks) and where its compiles went
+    (seconds per phase over every graph since ``compile_with``: compile-time outliers)."""
     import kiln
+    from kiln_runtime import compile_timer
 
     s = kiln.stats()
     keys = ("graphs_compiled", "eager_fallbacks", "interpreter_fallbacks", "compile_failures",
@@ -295,6 +299,7 @@ def kiln_summary() -> dict:
             v = sum(v.values())
         if v is not None:
             out[k] = int(v)
+    out["compile_phases_s"] = {k: round(v, 2) for k, v in compile_timer.phase_totals().items()}
     return out
 
 
