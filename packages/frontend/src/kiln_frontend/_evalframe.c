@@ -83,6 +83,18 @@
  *     compiled code); frames that fn calls are seen by the hook as usual. fn must therefore
  *     not share the frame's code object (we raise ValueError if it does).
  *
+ *  8. A cache entry's fn (the frame's code transformed) normally runs in the intercepted
+ *     frame itself, not by a call: the frame is still unrun, its arguments sit in the slots
+ *     where fn's code expects them (same argument counts and *args/**kwargs flags) and it is
+ *     the top of the thread's data stack, so it is re-initialized as fn's frame with
+ *     CPython's own frame initializer (FRAME_REINIT), grown or shrunk to fn's frame size
+ *     when the data-stack chunk has the room, and handed to the default evaluator, which
+ *     clears and pops it as usual. This is what a compiled call costs most over eager on the
+ *     hot path otherwise: a second frame pushed, the arguments copied, and a second pass
+ *     through this hook to decline it (and on 3.12+ releasing the first frame by hand).
+ *     Where fn does not fit (another argument layout, not a plain function, no room in the
+ *     chunk) it is called as before. entry_runs() counts both.
+ *
  * Everything runs with the GIL held; the module keeps no per-interpreter state beyond the
  * eval-function pointer (single-phase init; subinterpreters are not supported).
  */
@@ -411,6 +423,67 @@ rebind_closure(PyObject **fn, PyObject *frame_func)
     return 0;
 }
 
+/* How the frames whose result was a cache entry's fn ran it (entry_runs()): in the
+ * intercepted frame, or by a call. Process-wide; the GIL guards them. */
+static Py_ssize_t runs_in_frame = 0, runs_called = 0;
+
+/* fn can run in the intercepted frame itself (note 8): a plain function of optimized,
+ * non-generator code that takes its arguments in the same slots as `code`, and whose frame
+ * fits where the intercepted one lies, on top of the thread's data stack. */
+static int
+fits_in_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, PyCodeObject *code,
+              PyObject *fn)
+{
+    if (!PyFunction_Check(fn)) {
+        return 0;
+    }
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    const int layout = CO_OPTIMIZED | NOT_INTERCEPTED_FLAGS | CO_VARARGS | CO_VARKEYWORDS;
+    PyObject **base = (PyObject **)frame;
+    return frame->frame_obj == NULL && (co->co_flags & layout) == (code->co_flags & layout) &&
+           co->co_argcount == code->co_argcount &&
+           co->co_kwonlyargcount == code->co_kwonlyargcount &&
+           tstate->datastack_top == base + CODE_FRAMESIZE(code) &&
+           CODE_FRAMESIZE(co) < tstate->datastack_limit - base;
+}
+
+/* Run fn (a new reference, taken over; fits_in_frame() holds) in the intercepted frame: the
+ * frame becomes fn's (its arguments are already in place) and the default evaluator runs
+ * it, then clears and pops it as it does any frame it runs (3.11: _PyEval_Vector does).
+ * Calling fn instead would push a second frame, copy the arguments into it and come back
+ * through this hook to be declined; on the hot path of a compiled call that is most of what
+ * the hook itself costs. */
+static PyObject *
+run_in_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *fn)
+{
+    PyObject *old_func = FRAME_FUNC(frame);
+    PyCodeObject *old_code = FRAME_CODE(frame);
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    tstate->datastack_top = (PyObject **)frame + CODE_FRAMESIZE(co);
+    FRAME_REINIT(frame, fn, co, (int)code_nargs(co));
+    /* the frame is whole again before anything a decref may run pushes frames above it */
+    Py_DECREF(old_func);
+    Py_DECREF((PyObject *)old_code);
+    return _PyEval_EvalFrameDefault(tstate, frame, 0);
+}
+
+/* The frame's result is fn(*args) (fn a new reference, taken over): run in the frame when it
+ * fits, else called, the frame then released unrun. Either way the frame is done with. */
+static PyObject *
+run_entry_fn(PyThreadState *tstate, _PyInterpreterFrame *frame, PyCodeObject *code,
+             PyObject *fn)
+{
+    if (fits_in_frame(tstate, frame, code, fn)) {
+        runs_in_frame++;
+        return run_in_frame(tstate, frame, fn);
+    }
+    runs_called++;
+    PyObject *result = PyObject_Vectorcall(fn, frame->localsplus, code_nargs(code), NULL);
+    Py_DECREF(fn);
+    clear_unrun_frame(tstate, frame);
+    return result;
+}
+
 static PyObject *swap_callback(PyObject *callback);
 static PyObject *kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame,
                                  int throwflag);
@@ -539,7 +612,6 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         }
     }
 
-    PyObject *result = NULL;
     PyObject *fn = NULL;
     Py_INCREF(callback); /* set_eval_frame() may replace it while Python code runs */
 
@@ -555,11 +627,11 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         }
         if (fn != NULL) {
             if (rebind_closure(&fn, FRAME_FUNC(frame)) < 0) {
+                Py_DECREF(fn);
                 goto error;
             }
-            result = PyObject_Vectorcall(fn, args, nargs, NULL);
-            Py_DECREF(fn);
-            goto done;
+            Py_DECREF(callback);
+            return run_entry_fn(tstate, frame, code, fn);
         }
     }
 
@@ -643,13 +715,8 @@ kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     Py_DECREF(entry);
     fn = Py_NewRef(fn);
     Py_DECREF(ret);
-    result = PyObject_Vectorcall(fn, args, nargs, NULL);
-    Py_DECREF(fn);
-
-done:
     Py_DECREF(callback);
-    clear_unrun_frame(tstate, frame);
-    return result;
+    return run_entry_fn(tstate, frame, code, fn);
 
 error:
     Py_DECREF(callback);
@@ -836,6 +903,12 @@ is_hook_installed(PyObject *module, PyObject *unused)
 {
     PyInterpreterState *interp = PyThreadState_GET()->interp;
     return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == kiln_eval_frame);
+}
+
+static PyObject *
+entry_runs(PyObject *module, PyObject *unused)
+{
+    return Py_BuildValue("(nn)", runs_in_frame, runs_called);
 }
 
 static PyObject *
@@ -1635,6 +1708,10 @@ static PyMethodDef module_methods[] = {
     {"other_hook_installed", is_other_hook_installed, METH_NOARGS,
      "Whether another PEP 523 eval-frame function (TorchDynamo's) is installed in this "
      "interpreter, on top of kiln's or under it."},
+    {"entry_runs", entry_runs, METH_NOARGS,
+     "entry_runs() -> (in_frame, called): how many frames since import had a cache entry's "
+     "fn as their result, run in the intercepted frame itself or (its argument layout or "
+     "frame size does not fit) called."},
     {"with_callback", (PyCFunction)(void (*)(void))with_callback, METH_FASTCALL,
      "with_callback(callback, fn) -> callable running fn with this thread's callback set."},
     {"run_without_hook", run_without_hook, METH_O,

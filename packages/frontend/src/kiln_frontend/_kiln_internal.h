@@ -29,6 +29,14 @@
  *                        Py_TPFLAGS_VALID_VERSION_TAG and a non-zero tag; 3.13 no longer
  *                        sets that flag (a zero tag alone means invalid), so testing it
  *                        there would make every type look unversioned.
+ *   FRAME_REINIT(f,fn,co,n) make a not-yet-run frame one of function fn (code co, a new
+ *                        reference to fn taken over): its specials (function, code, globals,
+ *                        builtins, first instruction, stacktop) reset with CPython's own
+ *                        initializer, slots [n, co_nlocalsplus) NULL. The old function and
+ *                        code references are the caller's to drop. 3.11
+ *                        _PyFrame_InitializeSpecials; 3.12+ _PyFrame_Initialize.
+ *   CODE_FRAMESIZE(co)   slots a frame of co takes on the thread's data stack: 3.12+
+ *                        co_framesize; 3.11 computes it as _PyEvalFramePushAndInit does.
  *   DICT_VERSION_TRUSTED(d) d's ma_version_tag changes whenever d does: 3.11/3.12 always;
  *                        3.13 only for a combined table. A split table there (an instance
  *                        __dict__ sharing the object's inline values) is written through
@@ -49,6 +57,22 @@
 #define FRAME_HAS_CODE(f) 1
 #define FRAME_CODE(f) ((f)->f_code)
 #define FRAME_AT_START(f, co) ((f)->prev_instr == _PyCode_CODE(co) - 1)
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define CODE_FRAMESIZE(co) ((co)->co_framesize)
+#define FRAME_REINIT(f, fn, co, n) \
+    _PyFrame_Initialize((f), (PyFunctionObject *)(fn), NULL, (co), (n))
+#else
+#define CODE_FRAMESIZE(co) ((co)->co_nlocalsplus + (co)->co_stacksize + FRAME_SPECIALS_SIZE)
+#define FRAME_REINIT(f, fn, co, n)                                                   \
+    do {                                                                             \
+        _PyFrame_InitializeSpecials((f), (PyFunctionObject *)(fn), NULL,             \
+                                    (co)->co_nlocalsplus);                           \
+        for (int kiln_i_ = (n); kiln_i_ < (co)->co_nlocalsplus; kiln_i_++) {         \
+            (f)->localsplus[kiln_i_] = NULL;                                         \
+        }                                                                            \
+    } while (0)
 #endif
 
 #if PY_VERSION_HEX >= 0x030C0000
