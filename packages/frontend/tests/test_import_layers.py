@@ -113,3 +113,34 @@ def test_a_lower_tracker_builds_upper_trackers_through_upper():
     assert type(made) is TupleVariable
     assert type(made.items[1]) is ListVariable
     assert made.as_python_constant() == (1, [2, 3])
+
+
+_IMPORT_EACH_FIRST = r"""
+import importlib, pathlib, sys
+import torch  # noqa: F401  (loaded once: only kiln_frontend is imported afresh)
+src = pathlib.Path(sys.argv[1])
+bad = []
+for path in sorted(src.rglob("*.py")):
+    parts = ("kiln_frontend",) + path.relative_to(src).with_suffix("").parts
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for loaded in [m for m in sys.modules if m.split(".")[0] == "kiln_frontend"]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001
+        bad.append(f"{name}: {type(e).__name__}: {e}")
+print("\n".join(bad))
+"""
+
+
+def test_every_module_imports_when_imported_first():
+    """Layering at run time: importing any module first (``import kiln_frontend.shapes``)
+    runs ``kiln_frontend.symbolic``'s ``__init__``, which imports every layer; a module
+    above that needs the first one at module level would find it half initialized."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _IMPORT_EACH_FIRST, str(SRC)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "", out.stdout

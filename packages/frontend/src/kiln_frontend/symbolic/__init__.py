@@ -12,6 +12,7 @@ the higher-order operators' entries and the names lower layers reach through ``u
 registered before anything is traced.
 """
 
+from .. import shapes  # noqa: F401  (a tracker layer outside this package: SymNodeVariable)
 from . import (
     handlers,  # noqa: F401  (registers the opcode handlers)
     variables,  # noqa: F401  (registers the trackers)

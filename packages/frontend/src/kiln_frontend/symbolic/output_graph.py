@@ -23,6 +23,7 @@ from .. import _evalframe
 from ..exc import BackendCompilerFailed, Unsupported
 from ..guards import Guard, GuardKind, GuardSet, TensorGuard, torch_global_state
 from ..sources import KILN_GLOBAL_PREFIX, GlobalSource, Source
+from .hops.subgraph import base_input
 from .variables.base import VariableTracker
 
 #: process-wide counters, as TorchDynamo numbers __compiled_fn_N / __resume_at_OFF_N
@@ -464,19 +465,9 @@ class OutputGraph:
                 getattr(node.target, "__name__", "")
             return node.op != "call_module" and name.endswith("_") and not name.endswith("__")
 
-        def written_input(node: torch.fx.Node) -> torch.fx.Node | None:
-            """The placeholder the written value may be a view of (its first-argument
-            chain: over-approximate, costing only a guard)."""
-            while node.op != "placeholder":
-                first = node.args[0] if node.args else None
-                if not isinstance(first, torch.fx.Node):
-                    return None
-                node = first
-            return node
-
         if len(self.graph_inputs) < 2:
             return
-        written = {written_input(n) for n in self.graph.nodes if writes(n)}
+        written = {base_input(n) for n in self.graph.nodes if writes(n)}
         from ..sources import IdentitySource
 
         inputs = [(node, source) for node, source, _ in self.graph_inputs if source.guardable]

@@ -58,6 +58,7 @@ from .variables.misc import (
     DeletedVariable,
     LazyVariable,
     LocalCellVariable,
+    load_real_cell,
 )
 from .variables.raising import TracedException
 
@@ -411,17 +412,8 @@ class RootFreeVarCell(VariableTracker):
         self._value: VariableTracker | None = None
 
     def load(self, tx) -> VariableTracker:
-        stored = tx.output.side_effects.load_cell(self.cell)
-        if stored is not None:
-            return stored
-        if self._value is None:
-            try:
-                contents = self.cell.cell_contents
-            except ValueError:
-                raise Unsupported(f"free variable {self.name!r} referenced before assignment") \
-                    from None
-            self._value = tx.wrap_value(contents, ClosureSource(self.name, self.index))
-        return self._value
+        return load_real_cell(tx, self, ClosureSource(self.name, self.index),
+                              f"free variable {self.name!r} referenced before assignment")
 
     def store(self, tx, value) -> None:
         """``nonlocal`` write to the frame's free variable: replayed after the graph."""

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from ...exc import Unsupported
-from ...shapes import SymNodeVariable
 from ..variables.base import NotConstant, VariableTracker
 from ..variables.constant import ConstantVariable
 from ..variables.containers import BaseSequenceVariable, TupleVariable
@@ -299,6 +298,10 @@ def _output_items(result: VariableTracker) -> list[VariableTracker]:
 
 
 def _output_tensors(result: VariableTracker, what: str) -> list[TensorVariable]:
+    # (imported here: shapes, imported first, runs kiln_frontend.symbolic's __init__, which
+    # imports this module before shapes has defined SymNodeVariable)
+    from ...shapes import SymNodeVariable
+
     out = []
     for item in _output_items(result):
         if isinstance(item, TensorVariable):

@@ -139,8 +139,9 @@ _VIEW_METHODS = frozenset({"view", "reshape", "transpose", "permute", "t", "unsq
                            "as_strided", "contiguous", "view_as", "unbind", "split", "chunk"})
 
 
-def _base_input(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The placeholder a value may be a view of (over-approximated along first args)."""
+def base_input(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The placeholder a value may be a view of (over-approximated along first args: a
+    write through it may write that input; output_graph guards aliasing inputs with it)."""
     while node.op != "placeholder":
         first = node.args[0] if node.args else None
         if not isinstance(first, torch.fx.Node):
@@ -269,7 +270,7 @@ def _cut(out, region: list[torch.fx.Node], marks: list[torch.fx.Node],
     sub.output(outs[0] if single else tuple(outs))
     for n in sub.nodes:
         if _writes_in_place(n):
-            base = _base_input(n.args[0]) if n.args and isinstance(n.args[0], torch.fx.Node) \
+            base = base_input(n.args[0]) if n.args and isinstance(n.args[0], torch.fx.Node) \
                 else None
             if base is not None:
                 raise Unsupported(f"{what} writes into its input {base.name} in place")

@@ -58,6 +58,22 @@ class LazyVariable(VariableTracker):
         return f"LazyVariable({self.source.name()})"
 
 
+def load_real_cell(tx, holder: VariableTracker, source, unbound: str) -> VariableTracker:
+    """The value of ``holder.cell``, a real cell: what the frame stored in it while traced
+    (side effects) if anything, else its contents, wrapped once from ``source`` (kept in
+    ``holder._value``); an empty cell is ``Unsupported(unbound)``."""
+    stored = tx.output.side_effects.load_cell(holder.cell)
+    if stored is not None:
+        return stored
+    if holder._value is None:
+        try:
+            contents = holder.cell.cell_contents
+        except ValueError:
+            raise Unsupported(unbound) from None
+        holder._value = tx.wrap_value(contents, source)
+    return holder._value
+
+
 class ClosureCellVariable(VariableTracker):
     """A real closure cell of an inlined function."""
 
@@ -67,16 +83,7 @@ class ClosureCellVariable(VariableTracker):
         self._value: VariableTracker | None = None
 
     def load(self, tx) -> VariableTracker:
-        stored = tx.output.side_effects.load_cell(self.cell)
-        if stored is not None:
-            return stored
-        if self._value is None:
-            try:
-                contents = self.cell.cell_contents
-            except ValueError:
-                raise Unsupported("free variable referenced before assignment") from None
-            self._value = tx.wrap_value(contents, self.source)
-        return self._value
+        return load_real_cell(tx, self, self.source, "free variable referenced before assignment")
 
     def store(self, tx, value: VariableTracker) -> None:
         """A write to a cell that outlives the frame: replayed after the graph (and seen
