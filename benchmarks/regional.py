@@ -7,7 +7,10 @@ step time against whole-model ``kiln.compile``.
 
 Each measurement runs in a fresh process with an empty ``KILN_CACHE_DIR`` (cold). Compile time
 = the first call's time minus a steady call's. Prints the ratios: cold(N layers, regional) /
-cold(2 layers, regional) (target: about 1) and steady(regional) / steady(whole model).
+cold(2 layers, regional) (target: about 1) and steady(regional) / steady(whole model); and,
+as the machine may be noisy, ``steady_in_turns``: the N-layer regional, whole-model and
+eager models in one process, timed in turns call by call (``--rounds``), with the ratio of
+their medians and the median of the per-round ratios (target: within 2%).
 """
 
 from __future__ import annotations
@@ -45,6 +48,49 @@ print(json.dumps({"compile_s": first - steady, "steady_ms": steady * 1e3}))
 """
 
 
+STEADY = r"""
+import json, statistics, sys, time, torch, kiln
+layers, d, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True), layers,
+        enable_nested_tensor=False).eval()
+
+x = torch.randn(4, 64, d)
+regional = kiln.compile_repeated_blocks(model())
+whole = kiln.compile(model())
+eager = model()
+times = {"regional": [], "whole": [], "eager": []}
+with torch.no_grad():
+    want = eager(x)
+    for run in (regional, whole):
+        torch.testing.assert_close(run(x), want, atol=1e-4, rtol=1e-4)
+    for _ in range(3):
+        regional(x), whole(x)
+    for i in range(rounds):  # in turns, sample by sample: a load spike hits all three alike
+        order = [("regional", regional), ("whole", whole), ("eager", eager)]
+        for name, run in order if i % 2 else order[::-1]:
+            t0 = time.perf_counter(); run(x); times[name].append(time.perf_counter() - t0)
+out = {f"{k}_ms": statistics.median(v) * 1e3 for k, v in times.items()}
+out["ratio_of_medians"] = out["regional_ms"] / out["whole_ms"]
+out["median_of_ratios"] = statistics.median(
+    r / w for r, w in zip(times["regional"], times["whole"], strict=True))
+print(json.dumps(out))
+"""
+
+
+def steady(layers: int, d: int, rounds: int) -> dict:
+    """Steady times of regional, whole-model and eager in one process, in turns."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, KILN_CACHE_DIR=cache)
+        out = subprocess.run([sys.executable, "-c", STEADY, str(layers), str(d), str(rounds)],
+                             env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def measure(layers: int, d: int, mode: str) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, KILN_CACHE_DIR=cache)
@@ -57,6 +103,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--d", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=40)
     args = p.parse_args()
     t0 = time.perf_counter()
     results = {
@@ -69,6 +116,7 @@ def main() -> None:
     results["cold_ratio_regional_N_over_2"] = big["compile_s"] / small["compile_s"]
     results["cold_ratio_whole_N_over_regional_N"] = whole["compile_s"] / big["compile_s"]
     results["steady_ratio_regional_over_whole"] = big["steady_ms"] / whole["steady_ms"]
+    results["steady_in_turns"] = steady(args.layers, args.d, args.rounds)
     results["wall_s"] = time.perf_counter() - t0
     print(json.dumps(results, indent=2))
 

@@ -101,3 +101,40 @@ def test_functional_call_new_values_each_call():
         x, w = torch.randn(3, 2), torch.randn(2, 2)
         torch.testing.assert_close(compiled(x, w), f(x, w))
     assert len(backend.graphs) == 1
+
+
+class HookCheckingNet(Net):
+    """Walks its submodules (as TransformerEncoderLayer's fast-path check does) before
+    running: inside functional_call that lists modules, never the real parameters."""
+
+    def forward(self, x, scale=1.0):
+        if any(len(m._forward_hooks) for m in self.modules()):
+            scale = scale * 3
+        n = len([name for name, _ in self.named_children()])
+        return super().forward(x, scale) + n
+
+
+def test_functional_call_walking_the_module_tree_is_one_graph():
+    net = HookCheckingNet().eval()
+    params = {k: torch.randn_like(v) for k, v in net.named_parameters()}
+
+    def f(x):
+        return torch.func.functional_call(net, params, (x,))
+
+    one_graph(f, torch.randn(3, 4))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(kiln_compile(f, backend="eager", fullgraph=True)(x), f(x))
+
+
+def test_functional_call_listing_parameters_is_refused_not_wrong():
+    class Summing(Net):
+        def forward(self, x):
+            return super().forward(x) + sum(p.sum() for p in self.parameters())
+
+    net = Summing().eval()
+
+    def f(x):
+        return torch.func.functional_call(net, {"lin.weight": torch.zeros(4, 4)}, (x,))
+
+    with pytest.raises(Unsupported, match="would list the real parameters"):
+        kiln_compile(f, backend=CountingBackend(), fullgraph=True)(torch.randn(3, 4))

@@ -121,3 +121,34 @@ def test_guard_set_deduplicates_and_orders():
     ordered = gs.sorted()
     assert len(ordered) == 2
     assert ordered[0].kind is GuardKind.NN_MODULE  # the base is checked before its attributes
+
+
+def test_a_torch_state_guard_looks_nothing_up_on_disk():
+    """A folded ``torch.is_autocast_enabled()`` is guarded at every call; the check reads
+    the module from sys.modules (``__import__('torch', fromlist=['_'])`` searched the import
+    path for a submodule ``torch._`` each time: a filesystem lookup per call)."""
+    import sys
+
+    from kiln_frontend import compile as kiln_compile
+
+    class Spy:
+        calls = 0
+
+        def find_spec(self, name, path=None, target=None):
+            Spy.calls += 1
+            return None
+
+    def f(x):
+        return x + 1 if torch.is_autocast_enabled() else x - 1
+
+    compiled = kiln_compile(f, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    compiled(x)
+    spy = Spy()
+    sys.meta_path.insert(0, spy)
+    try:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), x - 1)
+    finally:
+        sys.meta_path.remove(spy)
+    assert Spy.calls == 0

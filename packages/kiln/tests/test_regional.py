@@ -84,3 +84,47 @@ def test_decorator_form_and_python_state_the_forward_reads():
             torch.testing.assert_close(b(x), b.fc(x).relu() * b.scale)
     # the two with scale 2 share one compile; scale 3 fails its guard and recompiles
     assert kiln_frontend.eval_frame.counters["compiles"] == 2
+
+
+def test_inference_region_is_one_graph_of_the_layers_math():
+    """Under no_grad a TransformerEncoderLayer's forward walks its modules (its fast-path
+    check) inside the region's functional_call: one graph, not a break that left every
+    layer eager; and the graph holds the layer's math, which kiln compiles (as whole-model
+    compilation traces it), not the fused native kernel of torch's fast path."""
+    torch.manual_seed(0)
+    model = Stack().eval()
+    ref = copy.deepcopy(model)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    kiln.reset()
+    kiln.compile_repeated_blocks(model, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 5, 16)
+            torch.testing.assert_close(model(x), ref(x))
+    assert len(graphs) == 1
+    targets = {str(n.target) for n in graphs[0].graph.nodes}
+    assert not any("_transformer_encoder_layer_fwd" in t for t in targets), targets
+    assert any("linear" in t for t in targets), targets
+
+
+def test_a_hook_on_one_instances_submodule_counts_for_that_instance_only():
+    """Each call copies the instance's submodules' state onto the template: a forward hook
+    added to one layer's submodule after the first calls is seen there (a recompile), and
+    the next layer, whose tables are empty, runs without it."""
+    torch.manual_seed(0)
+    model = Stack(3).eval()
+    ref = copy.deepcopy(model)
+    kiln.reset()
+    kiln.compile_repeated_blocks(model)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x))
+        for m in (model, ref):
+            m.layers[1].linear2.register_forward_hook(lambda mod, args, out: out * 2)
+        torch.testing.assert_close(model(x), ref(x))
+        torch.testing.assert_close(model(x), ref(x))

@@ -58,8 +58,15 @@ class _Region:
             template.forward = types.MethodType(forward, template)
         self.template = template
         self.paths = [name for name, _ in template.named_modules()]
-        template_modules = dict(template.named_modules())
-        self.template_modules = [template_modules[p] for p in self.paths]
+        self.template_modules = [m for _, m in template.named_modules()]
+        #: what a call passes: (module position, attribute name, key in ``params``), the
+        #: parameters of every module first, then the buffers, as named_parameters and
+        #: named_buffers order them
+        self.tensor_slots = [
+            (i, table, name, f"{path}.{name}" if path else name)
+            for table in ("_parameters", "_buffers")
+            for i, (path, m) in enumerate(zip(self.paths, self.template_modules, strict=True))
+            for name in getattr(m, table)]
 
         def run(params, args, kwargs):
             return torch.func.functional_call(template, params, args, kwargs)
@@ -71,18 +78,41 @@ class _Region:
         self.compiled = kiln_compile(run, **compile_kwargs)
 
     def __call__(self, instance: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        modules = dict(instance.named_modules())
-        for path, target in zip(self.paths, self.template_modules, strict=True):
-            source = modules[path]
-            for key, value in source.__dict__.items():
-                if key in ("_parameters", "_buffers", "_modules"):
-                    continue
-                if not path and (key == "forward" or "hook" in key):
-                    continue  # the instance's own hooks run around this call
-                target.__dict__[key] = value
-        params = dict(instance.named_parameters(remove_duplicate=False))
-        params.update(instance.named_buffers(remove_duplicate=False))
+        # Cheap per call (a region runs once per layer): one walk of the instance's modules,
+        # each module's state copied by one dict update (in C: cheaper than comparing
+        # attribute by attribute, and the guard tree rechecks what it read), the parameters
+        # read by position.
+        sources = [m for _, m in instance.named_modules()]
+        for depth, (source, target) in enumerate(zip(sources, self.template_modules,
+                                                     strict=True)):
+            _copy_state(source.__dict__, target.__dict__, depth == 0)
+        params = {}
+        for i, table, name, key in self.tensor_slots:
+            value = getattr(sources[i], table)[name]
+            if value is not None:
+                params[key] = value
         return self.compiled(params, args, kwargs)
+
+
+def _block_own(key: str) -> bool:
+    """The block's own entries that stay the template's: its forward and hooks (the
+    instance's run around the call, as eager runs them)."""
+    return key == "forward" or "hook" in key
+
+
+def _copy_state(source: dict, target: dict, root: bool) -> None:
+    """``target`` (a template module's __dict__) takes ``source``'s attributes, keeping its
+    own parameter, buffer and module tables (and, for the block itself, ``_block_own``)."""
+    own = target["_parameters"], target["_buffers"], target["_modules"]
+    if root:
+        kept = {k: v for k, v in target.items() if _block_own(k)}
+        target.update(source)
+        for key in [k for k in source if _block_own(k) and k not in kept]:
+            del target[key]
+        target.update(kept)
+    else:
+        target.update(source)
+    target["_parameters"], target["_buffers"], target["_modules"] = own
 
 
 class _Regions:

@@ -47,6 +47,15 @@ _NAMED_METHODS = {
 _DICT_METHODS = ("keys", "values", "items")
 
 
+def _lists_tensors(module: nn.Module, method: str) -> bool:
+    """Whether ``module.<method>()`` yields parameters or buffers (which inside
+    ``functional_call`` are the given tensors, not these); modules and children are safe
+    there: their attributes are read through the call's overrides."""
+    if method in _DICT_METHODS:
+        return not isinstance(module, (nn.ModuleDict, nn.ModuleList, nn.Sequential))
+    return _NAMED_METHODS[method] in ("named_parameters", "named_buffers")
+
+
 def is_leaf_module(module: nn.Module) -> bool:
     """Modules whose ``forward`` torch itself defines (Linear, ReLU, Dropout, ... and user
     subclasses that keep that forward), other than containers, are called as one node. A
@@ -543,7 +552,7 @@ class ModuleMethodVariable(VariableTracker):
 
         mv = self.module_var
         m = mv.module
-        if tx.output.state_overrides:
+        if tx.output.state_overrides and _lists_tensors(m, self.name):
             raise Unsupported(f"module.{self.name}() inside torch.func.functional_call "
                               "(would list the real parameters)")
         try:

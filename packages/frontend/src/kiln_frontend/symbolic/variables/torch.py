@@ -261,7 +261,9 @@ class TorchStateSource(Source):
         return self.name()
 
     def guard_expr(self) -> str:
-        return f"__import__({self.module!r}, fromlist=['_']).{self.query}()"
+        # (the module from sys.modules: ``__import__(m, fromlist=['_'])`` would look for a
+        # submodule ``m._`` on disk at every check)
+        return f"__import__('sys').modules[{self.module!r}].{self.query}()"
 
     def reconstruct(self, codegen: Any) -> None:
         raise Unsupported(f"cannot rebuild {self.name()} in generated code")
@@ -334,6 +336,10 @@ def _special_functions() -> dict[Any, Any]:
         # CompileableContextVar, ...): we are such a compiler while tracing
         (torch.compiler, "is_compiling", True), (torch.compiler, "is_dynamo_compiling", True),
         (torch.compiler, "is_exporting", False),
+        # nn.TransformerEncoderLayer / nn.MultiheadAttention trace their math (which the
+        # backend compiles), not their fused native kernel (which it can only call): as a
+        # backend tracing the module at the ATen level sees them
+        (torch.backends.mha, "get_fastpath_enabled", False),
     ]:
         fn = getattr(owner, name, None)
         if fn is not None:
