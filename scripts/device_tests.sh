@@ -11,6 +11,7 @@
 #     bash scripts/device_tests.sh bench_flex [args] # FlexAttention (benchmarks/flex_attention_gpu.py)
 #     bash scripts/device_tests.sh bench_distributed # DDP, FSDP2, TP on 2 GPUs (x2 kind)
 #     bash scripts/device_tests.sh bench_checkpoint # GPT-2 with activation checkpointing
+#     bash scripts/device_tests.sh bench_regional [args] # regional compilation (benchmarks/regional.py)
 #     bash scripts/device_tests.sh bench_train     # a training step (benchmarks/train.py)
 #     bash scripts/device_tests.sh bench_ddp       # DDP, 2 GPUs, NCCL (benchmarks/ddp.py; x2 kind)
 #     bash scripts/device_tests.sh profile         # kernel-by-kernel GPU time, kiln vs torch.compile
@@ -39,6 +40,7 @@ case "$what" in
   bench_flex) python3 -u benchmarks/flex_attention_gpu.py "$@" ;;
   bench_distributed) python3 -u benchmarks/distributed.py "$@" ;;
   bench_checkpoint) python3 -u benchmarks/checkpoint_gpu.py "$@" ;;
+  bench_regional) python3 -u benchmarks/regional.py --device cuda "$@" ;;
   bench_train) python3 -u benchmarks/train.py --device cuda "$@" ;;
   bench_ddp) python3 -u benchmarks/ddp.py --device cuda "$@" ;;
   profile) python3 -u benchmarks/gpu_profile.py "$@" ;;
@@ -47,5 +49,5 @@ case "$what" in
   # the tests marked cuda (codegen-triton's suite is left out: its conftest turns the Triton
   # interpreter on for the whole session)
   cuda) python3 -m pytest -q -p no:cacheprovider -m cuda $(ls -d packages/*/tests | grep -v codegen-triton) "$@" ;;
-  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_models|bench_quantized|bench_flex|bench_distributed|bench_checkpoint|bench_train|bench_ddp|profile|cold_profile|sweep)" >&2; exit 2 ;;
+  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_models|bench_quantized|bench_flex|bench_distributed|bench_checkpoint|bench_regional|bench_train|bench_ddp|profile|cold_profile|sweep)" >&2; exit 2 ;;
 esac
