@@ -155,8 +155,8 @@ def run_case(pattern: str, L: int, a, device: str, dtype: torch.dtype) -> dict:
 
     torch._dynamo.reset()
     kiln.reset()
-    tc = torch.compile(attend, fullgraph=True)
-    kc = kiln.compile(attend, fullgraph=True)
+    tc = torch.compile(attend, fullgraph=True, mode=a.mode)
+    kc = kiln.compile(attend, fullgraph=True, mode=a.mode)
 
     # forward (no grad: kiln's fused kernel)
     outs = {}
@@ -169,7 +169,7 @@ def run_case(pattern: str, L: int, a, device: str, dtype: torch.dtype) -> dict:
                 rec[f"cold_{key}_s"] = round(time.perf_counter() - t0, 2)
             else:
                 out = attempt(rec, f"fwd_{key}_error", lambda fn=fn: fn(q, k, v, bm))
-            outs[key] = out
+            outs[key] = out.clone() if out is not None else None  # (a CUDA graph reuses it)
             if out is not None:
                 rec[f"fwd_{key}_ms"] = attempt(rec, f"fwd_{key}_error",
                                                lambda fn=fn: timed_ms(lambda: fn(q, k, v, bm), device,
@@ -198,7 +198,7 @@ def run_case(pattern: str, L: int, a, device: str, dtype: torch.dtype) -> dict:
             out = fn(qg, kg, vg, bm)
             qg.grad = kg.grad = vg.grad = None
             out.backward(grad)
-            return [out.detach(), qg.grad, kg.grad, vg.grad]
+            return [out.detach().clone(), qg.grad, kg.grad, vg.grad]
         return run
 
     results = {}
@@ -252,15 +252,16 @@ def run_decode_case(pattern: str, a, device: str, dtype: torch.dtype) -> dict:
     torch._dynamo.reset()
     kiln.reset()
     outs = {}
-    for key, fn in (("eager", attend), ("torch_compile", torch.compile(attend, fullgraph=True)),
-                    ("kiln", kiln.compile(attend, fullgraph=True))):
+    for key, fn in (("eager", attend),
+                    ("torch_compile", torch.compile(attend, fullgraph=True, mode=a.mode)),
+                    ("kiln", kiln.compile(attend, fullgraph=True, mode=a.mode))):
         with torch.no_grad():
             t0 = time.perf_counter()
             out = attempt(rec, f"fwd_{key}_error", lambda fn=fn: fn(q, k, v, bm))
             sync(device)
             if key != "eager":
                 rec[f"cold_{key}_s"] = round(time.perf_counter() - t0, 2)
-            outs[key] = out
+            outs[key] = out.clone() if out is not None else None  # (a CUDA graph reuses it)
             if out is not None:
                 rec[f"fwd_{key}_ms"] = attempt(rec, f"fwd_{key}_error", lambda fn=fn: timed_ms(
                     lambda: fn(q, k, v, bm), device, a.reps, a.warmup))
@@ -312,6 +313,9 @@ def main() -> None:
                           ("decode-kv", 8192)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--no-backward", action="store_true")
+    p.add_argument("--mode", default=None, choices=(None, "reduce-overhead"),
+                   help="both compilers' mode (reduce-overhead: CUDA graphs, no per-call host "
+                        "overhead in the times)")
     p.add_argument("--merge", action="store_true",
                    help="keep the cases of an existing JSON that this run does not redo (a sweep "
                         "split over several runs, e.g. one --lengths each)")
@@ -352,7 +356,7 @@ def main() -> None:
             print(f"{pattern} B={a.decode_B} q={a.decode_q} kv={a.decode_kv} ...", flush=True)
             rows.append(run_decode_case(pattern, a, device, dtype))
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
-            "torch": torch.__version__, "smoke": a.smoke,
+            "torch": torch.__version__, "smoke": a.smoke, "mode": a.mode,
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
             "note": "kiln: fused Triton forward and backward kernels; decode rows: kiln's "
                     "split-KV decoding kernel (kiln_kernel names the forward kiln ran)"}
