@@ -12,7 +12,8 @@ from kiln_frontend import guards
 from kiln_frontend.guards import GUARD_KINDS, Guard, GuardKind, guard_kind_row
 from kiln_frontend.sources import LocalSource
 
-C_SOURCE = Path(guards.__file__).with_name("_guardtree.c")
+#: the C source in this checkout (an installed, non-editable kiln_frontend ships no .c files)
+C_SOURCE = Path(__file__).resolve().parents[1] / "src" / "kiln_frontend" / "_guardtree.c"
 
 X = LocalSource("x")
 
