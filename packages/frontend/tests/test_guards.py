@@ -152,3 +152,81 @@ def test_a_torch_state_guard_looks_nothing_up_on_disk():
     finally:
         sys.meta_path.remove(spy)
     assert Spy.calls == 0
+
+
+class _KeyA:
+    pass
+
+
+class _KeyB:
+    pass
+
+
+def test_a_class_dict_key_guard_imports_nothing_per_call():
+    """A dict keyed by a class (``{torch.Tensor: x}``) whose item has a shape guard: the
+    check names the key by a name bound in its scope.  It was ``d[__import__('torch',
+    fromlist=['_']).Tensor]``, run at every call: importlib's Python, and for a package a
+    search of the import path for ``torch._`` (about 0.1 ms per call)."""
+    import builtins
+    import sys
+
+    from kiln_frontend import compile as kiln_compile
+    from kiln_frontend.eval_frame import cache_entries
+
+    class Spy:
+        finds = 0
+        imports = 0
+
+        def find_spec(self, name, path=None, target=None):
+            Spy.finds += 1
+            return None
+
+    def f(d):
+        x = d[torch.Tensor]
+        if x.shape[0] > 2:
+            return x * 2 + d["b"]
+        return x
+
+    compiled = kiln_compile(f, backend="eager", fullgraph=True)
+    for n in (3, 4, 5):  # the third size is dynamic: a python leaf over d[<key>].size()
+        d = {torch.Tensor: torch.randn(n), "b": torch.randn(n)}
+        torch.testing.assert_close(compiled(d), f(d))
+    code = "".join(entry[0].code for entry in cache_entries(f.__code__))
+    assert "d[___key_torch_Tensor].size()[0] > 2" in code and "__import__" not in code
+    real_import = builtins.__import__
+
+    def counting_import(*args, **kwargs):
+        Spy.imports += 1
+        return real_import(*args, **kwargs)
+
+    ins = [{torch.Tensor: torch.randn(n), "b": torch.randn(n)} for n in (6, 7)]
+    spy = Spy()
+    sys.meta_path.insert(0, spy)
+    builtins.__import__ = counting_import
+    try:
+        outs = [compiled(d) for d in ins]
+    finally:
+        builtins.__import__ = real_import
+        sys.meta_path.remove(spy)
+    assert (Spy.finds, Spy.imports) == (0, 0)
+    for d, out in zip(ins, outs, strict=True):
+        torch.testing.assert_close(out, f(d))
+
+
+def test_class_dict_keys_are_guarded_by_identity():
+    """Two key classes: each bound under its own name; a dict with the other key recompiles
+    and is right."""
+    from kiln_frontend import compile as kiln_compile
+
+    def f(d):
+        for k in d:
+            return d[k] * (2 if k is _KeyA else 3)
+
+    compiled = kiln_compile(f, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    for key in (_KeyA, _KeyB, _KeyA):
+        torch.testing.assert_close(compiled({key: x}), f({key: x}))
+    from kiln_frontend.sources import guard_constant, index_expr
+
+    assert index_expr(_KeyA) != index_expr(_KeyB)
+    assert guard_constant(_KeyA, "x") == index_expr(_KeyA)  # one name per object

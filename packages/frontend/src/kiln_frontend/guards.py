@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .sources import (
+    GUARD_CONSTANTS,
     GUARDED_FUNCTION,
     AttrSource,
     AttrTupleSource,
@@ -852,6 +853,7 @@ def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
     for g in guard_list:
         builder.add(g)
     root = builder.finish()
+    scope.update(GUARD_CONSTANTS)  # (registered while the expressions above were made)
     check = GuardTree(len(arg_names), f_globals, root.spec())
     nodes, leaves = root.count()
     header = (f"def {name}({', '.join(arg_names)}):  # guard tree checked in C: {nodes} "

@@ -15,6 +15,7 @@ Sources are immutable and hashable (two equal sources name the same value).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import keyword
 import re
 import types
@@ -233,8 +234,6 @@ class AttrSource(ChainedSource):
 
 def importable_name(obj: Any) -> str | None:
     """``module.qualname`` when importing it gives ``obj`` back (a class, ``typing.Union``)."""
-    import importlib
-
     module = getattr(obj, "__module__", None)
     name = getattr(obj, "__qualname__", None) or getattr(obj, "_name", None)
     if not isinstance(module, str) or not isinstance(name, str) or "<" in name:
@@ -248,15 +247,38 @@ def importable_name(obj: Any) -> str | None:
     return f"{module}.{name}" if found is obj else None
 
 
+#: objects a guard expression names (a class used as a dict key, the module a torch state
+#: query is read from), by the name check functions see them under: every check function's
+#: scope holds them, so a check imports and looks up nothing per call (an ``__import__(m,
+#: fromlist=[...])`` in the expression ran importlib's Python, and for a package searched
+#: the import path for a submodule, at every call).  The objects are held: each is reachable
+#: from its module anyway, and its id stays its own.
+GUARD_CONSTANTS: dict[str, Any] = {}
+_guard_constant_names: dict[int, str] = {}
+
+
+def guard_constant(obj: Any, hint: str) -> str:
+    """The name check functions see ``obj`` under (``___key_torch_Tensor``), made once."""
+    name = _guard_constant_names.get(id(obj))
+    if name is None:
+        base = "___" + re.sub(r"\W", "_", hint)
+        name, n = base, 0
+        while name in GUARD_CONSTANTS:
+            n += 1
+            name = f"{base}_{n}"
+        GUARD_CONSTANTS[name] = obj
+        _guard_constant_names[id(obj)] = name
+    return name
+
+
 def index_expr(index: Any) -> str:
-    """A dict key as a Python expression: its repr, or an import of a class key."""
+    """A dict key as a Python expression: its repr, or the bound name of a class key."""
     if isinstance(index, (str, int, float, bool, bytes, type(None), tuple)):
         return repr(index)
     name = importable_name(index)
     if name is None:
         return repr(index)
-    module = index.__module__
-    return f"__import__({module!r}, fromlist=['_']).{name[len(module) + 1:]}"
+    return guard_constant(index, f"key_{name}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +315,7 @@ class FromNumpySource(ChainedSource):
         return f"from_numpy({self.base_source.short_name()})"
 
     def guard_expr_on(self, base: str) -> str:
-        return f"__import__('torch').from_numpy({base})"
+        return f"torch.from_numpy({base})"  # (check functions' scope holds torch)
 
     def reconstruct(self, codegen: Any) -> None:
         import torch
@@ -407,6 +429,8 @@ __all__ = [
     "GetItemSource",
     "NNModuleMemberSource",
     "IdentitySource",
+    "GUARD_CONSTANTS",
+    "guard_constant",
     "module_global_name",
     "cell_contents_source",
     "defaults_source",

@@ -4,6 +4,8 @@ the user's own modules)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import sys
 import types
 from typing import Any
 
@@ -11,7 +13,7 @@ import torch
 
 from ...exc import Unsupported
 from ...guards import Guard, GuardKind
-from ...sources import AttrSource, Source
+from ...sources import AttrSource, Source, guard_constant
 from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import wrap_constant_result
 
@@ -247,8 +249,9 @@ def _torch_assert(tx, args, kwargs):
 
 @dataclasses.dataclass(frozen=True)
 class TorchStateSource(Source):
-    """The value of a no-argument torch state query (``torch.is_autocast_enabled()``): a
-    folded query is guarded with CONSTANT_MATCH on it, so a change recompiles."""
+    """The value of a no-argument state query (``torch.is_autocast_enabled()``,
+    ``sys.exc_info()``): a folded query is guarded with CONSTANT_MATCH on it, so a change
+    recompiles."""
 
     module: str
     query: str
@@ -261,9 +264,10 @@ class TorchStateSource(Source):
         return self.name()
 
     def guard_expr(self) -> str:
-        # (the module from sys.modules: ``__import__(m, fromlist=['_'])`` would look for a
-        # submodule ``m._`` on disk at every check)
-        return f"__import__('sys').modules[{self.module!r}].{self.query}()"
+        # (the module bound once in check functions' scope: ``__import__(m, fromlist=['_'])``
+        # looked for a submodule ``m._`` on disk at every check)
+        module = sys.modules.get(self.module) or importlib.import_module(self.module)
+        return f"{guard_constant(module, f'module_{self.module}')}.{self.query}()"
 
     def reconstruct(self, codegen: Any) -> None:
         raise Unsupported(f"cannot rebuild {self.name()} in generated code")
