@@ -386,7 +386,6 @@ def test_user_exception_not_matching_outer_catches():
     check(f, x4())
 
 
-@pytest.mark.xfail(strict=True, reason='an attribute store on an exception made while tracing is refused (BaseException.__setattr__ is a C slot), so the try block runs in Python; torch.compile captures this store in one graph, but gives 0 graphs where a user __init__ stores them (test_user_exception_with_attributes, which kiln matches this way)')
 def test_attribute_set_after_creation():
     def f(x):
         try:
@@ -397,6 +396,32 @@ def test_attribute_set_after_creation():
             return x * err.code
 
     check(f, x4())
+
+
+def test_attribute_set_after_creation_escapes_with_it():
+    """The stored attribute travels with an exception that leaves the frame (rebuilt
+    with its instance dict), and a read of a class attribute goes through the class."""
+    def f(x):
+        e = MyError("x")
+        e.code = x.sum()
+        e.level = e.__class__.__name__
+        raise e
+
+    check(f, x4(), count=False)
+
+
+def test_attribute_store_on_a_c_member_is_right():
+    """OSError.errno is a C member: the store is not an instance-dict entry (a graph
+    break), and the caught value is eager's."""
+    def f(x):
+        try:
+            e = OSError("x")
+            e.errno = 7
+            raise e
+        except OSError as err:
+            return x * err.errno
+
+    check(f, x4(), count=False)
 
 
 GLOBAL_ERR = ValueError("global")

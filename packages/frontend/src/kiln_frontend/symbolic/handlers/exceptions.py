@@ -4,15 +4,20 @@ the symbolic stack as CPython keeps it on the real one."""
 
 from __future__ import annotations
 
+import sys
+
 from ...exc import Unsupported
+from ...guards import Guard, GuardKind
 from ..registry import handler
-from ..variables.constant import ConstantVariable
+from ..variables.constant import ConstantVariable, wrap_constant_result
 from ..variables.exceptions import (
     ExceptionVariable,
     as_exception,
     exception_matches,
 )
 from ..variables.raising import TracedException
+from ..variables.stdlib import register_builtin
+from ..variables.torch import TorchStateSource
 
 
 def handled_exceptions(tx) -> list[ExceptionVariable]:
@@ -22,6 +27,26 @@ def handled_exceptions(tx) -> list[ExceptionVariable]:
     if not hasattr(root, "handled_exceptions"):
         root.handled_exceptions = []
     return root.handled_exceptions
+
+
+def _sys_exc_info(tx, args, kwargs):
+    """``sys.exc_info()`` where no traced ``except``/``finally`` handles an exception:
+    ``(None, None, None)``, guarded (the frame is entered with no exception being handled,
+    as CPython would otherwise answer the caller's).  Inside a traced handler it breaks the
+    graph: the exception is known, but not the traceback CPython would give."""
+    if args or kwargs:
+        raise Unsupported("sys.exc_info with arguments")
+    if handled_exceptions(tx):
+        raise Unsupported("sys.exc_info() inside a traced except/finally (no traceback)")
+    value = sys.exc_info()  # (the caller's: the tracer runs under it, handling nothing)
+    if value != (None, None, None):
+        raise Unsupported("sys.exc_info() in a frame entered while handling an exception")
+    source = TorchStateSource("sys", "exc_info")
+    tx.output.guards.add(Guard(source, GuardKind.CONSTANT_MATCH, value, "exception state"))
+    return wrap_constant_result(value, what="sys.exc_info()")
+
+
+register_builtin(sys.exc_info, _sys_exc_info)
 
 
 @handler("RAISE_VARARGS")

@@ -271,12 +271,17 @@ def generic_getattr(tx, obj: AttributeOwner, name: str) -> VariableTracker:
     return obj.lookup_class_member(tx, name, attr, klass)
 
 
+#: ``__getattribute__`` slots that are CPython's generic lookup (BaseException's wraps
+#: ``PyObject_GenericGetAttr`` too): ``generic_getattr`` is what they do
+GENERIC_GETATTRIBUTE = (object.__getattribute__, BaseException.__getattribute__)
+
+
 def load_attribute(tx, obj: AttributeOwner, name: str) -> VariableTracker:
     """``obj.name``: the type's ``__getattribute__`` (object's: ``generic_getattr``), then
     its ``__getattr__`` when that finds nothing."""
     cls = obj.lookup_class()
     getattribute, _ = class_attribute(cls, "__getattribute__")
-    if getattribute is not object.__getattribute__:
+    if getattribute not in GENERIC_GETATTRIBUTE:
         if tx.output.side_effects.has_class_stores():  # it may read the class for real
             raise Unsupported(f"attribute {name!r} through a __getattribute__ after a store "
                               "to a class attribute")

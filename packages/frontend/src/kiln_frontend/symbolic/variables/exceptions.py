@@ -36,6 +36,8 @@ class ExceptionVariable(_frame_object_base()):
         self.cause: ExceptionVariable | None = None
         self.context: ExceptionVariable | None = None
         self.suppress_context = False
+        #: False while a user ``__init__`` runs on it (see ``store_attr``)
+        self.initialized = True
 
     @classmethod
     def construct(cls, tx, exc_cls: type, args, kwargs) -> ExceptionVariable:
@@ -45,10 +47,12 @@ class ExceptionVariable(_frame_object_base()):
         init = inspect.getattr_static(exc_cls, "__init__")
         var = cls(exc_cls, list(args))
         if isinstance(init, types.FunctionType):  # a user __init__: inlined on the object
+            var.initialized = False
             result = tx.call_function(upper.method_of_pinned_class(tx, exc_cls, "__init__", init,
                                                              var), list(args), dict(kwargs))
             if not (result.is_python_constant() and result.as_python_constant() is None):
                 raise Unsupported(f"{exc_cls.__qualname__}.__init__ returned a value")
+            var.initialized = True
         elif kwargs:
             raise Unsupported(f"{exc_cls.__name__}() with keyword arguments")
         return var
@@ -88,6 +92,15 @@ class ExceptionVariable(_frame_object_base()):
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if name in self._SPECIAL:
             raise Unsupported(f"setting {name!r} of an exception made while tracing")
+        if self.initialized and self.cls.__setattr__ is BaseException.__setattr__ and \
+                type(self.cls).__setattr__ is type.__setattr__:
+            # (BaseException's slot is the generic setattr, in C: a property's setter, then
+            # the instance dict; a C member such as OSError.errno is refused there.  A store
+            # inside the class's own __init__ still breaks the graph, as torch.compile's
+            # does: capturing those makes 1 graph where it makes 0, and the escaping form
+            # of such an exception 0 graphs where it makes 1)
+            self.object_setattr(tx, name, value)
+            return
         super().store_attr(tx, name, value)
 
     def str_value(self) -> str:
