@@ -162,7 +162,10 @@ class ConstantMethodVariable(BoundMethodVariable):
 
 def wrap_constant_result(result: Any, *, what: str) -> VariableTracker:
     if type(result) is set and all(is_constant_value(v) for v in result):
-        return upper.SetVariable([ConstantVariable.create(v) for v in result])
+        var = upper.SetVariable([ConstantVariable.create(v) for v in result])
+        var.shadow = result  # (a new set: its own table, which iteration and pop follow)
+        var.resync()
+        return var
     if is_constant_value(result) or type(result) in (list, tuple):
         if type(result) in (list, tuple) and not all(is_constant_value(v) for v in result):
             raise Unsupported(f"{what} returned a non-constant")

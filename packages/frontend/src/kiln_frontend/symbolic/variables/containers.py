@@ -884,19 +884,21 @@ class SetMethodVariable(BoundMethodVariable):
             obj.items.clear()
             obj.shadow.clear()
             return none
-        if name == "copy" and not args:
-            return SetVariable(list(obj.items.values()))
-        if name == "pop" and not args and len(obj.items) == 1:
-            # one item: the order hashing gives does not matter
+        if name == "copy" and not args:  # (the real copy's table: iteration and pop)
+            copy = SetVariable(list(obj.items.values()))
+            copy.shadow = obj.shadow.copy()
+            copy.resync()
+            return copy
+        if name == "pop" and not args and obj.items:
+            # the item the real set gives: the shadow has its table and its pop position
+            # (a frame-built set: one from the frame is refused by check_mutable)
             obj.check_mutable("set.pop")
-            (key,) = obj.items
+            key = obj.shadow.pop()
             value = obj.items.pop(key)
-            obj.shadow.discard(key)
             obj.resync()
             return value
         if name == "pop":
-            raise Unsupported("set.pop of a set with other than one item (the item taken "
-                              "depends on hashing)")
+            raise Unsupported("set.pop of an empty set or with arguments")
         try:
             cargs = [set(_set_key(tx, it) for it in tx.unpack_sequence(a)) for a in args]
         except Unsupported:
