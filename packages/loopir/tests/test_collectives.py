@@ -81,3 +81,25 @@ def test_collectives_keep_their_order_and_reducer_input_is_not_reused(group):
     assert read_by_collectives and not (reused & read_by_collectives), (reused,
                                                                         read_by_collectives)
     torch.testing.assert_close(K.interpret(sched)(x)[0], f(x))
+
+
+def test_a_collectives_result_is_never_lent_while_its_wait_lives(group):
+    """``wait_tensor`` returns its input's storage, though its schema declares no alias: the
+    collective's result dies at the wait, yet its storage lives on in the wait's result, so
+    neither may be lent to a later buffer (a tensor-parallel step computed wrong losses)."""
+    def f(x):
+        r = c10d.wait_tensor(c10d.all_reduce(x.sin(), "sum", group))
+        a = (r * 2).cos()
+        b = (x + 3).exp()  # same size as r: could take the collective's storage
+        return a + r, b
+
+    x = torch.randn(4, 8)
+    sched = K.schedule(K.lower(make_fx(f)(x), [x]))
+    communicated = {s.kernel.name for s in sched.steps
+                    if isinstance(getattr(s, "kernel", None), ExternKernel)
+                    and s.kernel.op in (*COLLECTIVES, c10d.wait_tensor.default)}
+    reused = {a.reuses for s in sched.steps for a in getattr(s, "allocations", None) or []
+              if a.reuses is not None}
+    assert communicated and not (reused & communicated), (reused, communicated)
+    for got, want in zip(K.interpret(sched)(x), f(x), strict=True):
+        torch.testing.assert_close(got, want)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .analysis import DepsHandler
-from .collective_order import overlap_collectives, pinned_by_collectives
+from .collective_order import is_collective, overlap_collectives, pinned_by_collectives
 from .counters import counters
 from .ir import (
     Allocation,
@@ -869,8 +869,10 @@ def _lendable(b: Buffer | None, internal: set[str], aliased: set[str]) -> bool:
     internal one may never have had storage: a codegen keeps it in registers), or the fresh
     result of an extern (a convolution's, a matmul's: aten allocated it, nothing else holds it),
     never one whose op may return a view of an input, nor an input of such an op or of a
-    collective (``aliased``)."""
-    if b is None or b.name in internal or b.name in aliased:
+    collective (``aliased``), nor a collective's or a wait's result: ``wait_tensor`` returns
+    its input's storage though its schema declares no alias, so the collective's result lives
+    on in the wait's."""
+    if b is None or b.name in internal or b.name in aliased or is_collective(b):
         return False
     if isinstance(b, ComputedBuffer):
         return True
