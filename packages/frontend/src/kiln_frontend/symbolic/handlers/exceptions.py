@@ -29,24 +29,31 @@ def handled_exceptions(tx) -> list[ExceptionVariable]:
     return root.handled_exceptions
 
 
-def _sys_exc_info(tx, args, kwargs):
-    """``sys.exc_info()`` where no traced ``except``/``finally`` handles an exception:
-    ``(None, None, None)``, guarded (the frame is entered with no exception being handled,
-    as CPython would otherwise answer the caller's).  Inside a traced handler it breaks the
-    graph: the exception is known, but not the traceback CPython would give."""
-    if args or kwargs:
-        raise Unsupported("sys.exc_info with arguments")
-    if handled_exceptions(tx):
-        raise Unsupported("sys.exc_info() inside a traced except/finally (no traceback)")
-    value = sys.exc_info()  # (the caller's: the tracer runs under it, handling nothing)
-    if value != (None, None, None):
-        raise Unsupported("sys.exc_info() in a frame entered while handling an exception")
-    source = TorchStateSource("sys", "exc_info")
-    tx.output.guards.add(Guard(source, GuardKind.CONSTANT_MATCH, value, "exception state"))
-    return wrap_constant_result(value, what="sys.exc_info()")
+def _handled_query(name: str):
+    """``sys.<name>()`` (``exc_info``, or ``exception``, which 3.13's contextlib.ExitStack
+    reads) where no traced ``except``/``finally`` handles an exception: its nothing-handled
+    answer, guarded (the frame is entered with no exception being handled, as CPython would
+    otherwise answer the caller's). Inside a traced handler it breaks the graph: the exception
+    is known, but not the traceback CPython would give."""
+    query = getattr(sys, name)
+
+    def handler(tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"sys.{name} with arguments")
+        if handled_exceptions(tx):
+            raise Unsupported(f"sys.{name}() inside a traced except/finally (no traceback)")
+        value = query()  # (the caller's: the tracer runs under it, handling nothing)
+        if value not in (None, (None, None, None)):
+            raise Unsupported(f"sys.{name}() in a frame entered while handling an exception")
+        source = TorchStateSource("sys", name)
+        tx.output.guards.add(Guard(source, GuardKind.CONSTANT_MATCH, value, "exception state"))
+        return wrap_constant_result(value, what=f"sys.{name}()")
+
+    register_builtin(query, handler)
 
 
-register_builtin(sys.exc_info, _sys_exc_info)
+_handled_query("exc_info")
+_handled_query("exception")
 
 
 @handler("RAISE_VARARGS")
