@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -59,7 +60,7 @@ from _common import (  # noqa: E402
     markdown_table,
     tensors_of,
 )
-from _models import TokensIn  # noqa: E402
+from _models import TokensIn, WhisperEncoderIn, hf_model  # noqa: E402
 
 COMPILERS = ("inductor", "kiln", "kiln-fx")
 
@@ -193,13 +194,8 @@ def _transformers_model(make: Callable[[], nn.Module], vocab: int, decoder: bool
 
 
 def _hf(config_cls: str, model_cls: str, **config) -> Callable[[], nn.Module]:
-    """``transformers.<model_cls>(<config_cls>(**config))``, random weights."""
-    def make():
-        import transformers
-
-        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
-
-    return make
+    """A builder of ``hf_model(config_cls, model_cls, **config)`` (random weights)."""
+    return functools.partial(hf_model, config_cls, model_cls, **config)
 
 
 #: the shape every decoder-only LM shares here: 4 layers, d=256, 4 heads
@@ -207,18 +203,6 @@ _LM = dict(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_l
            num_attention_heads=4, max_position_embeddings=512, use_cache=False)
 _ENC = dict(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
             intermediate_size=1024, max_position_embeddings=512)
-
-
-class WhisperEncoderIn(nn.Module):
-    """Whisper's encoder on log-mel features (2 convolutions, then attention); returns the last
-    hidden state."""
-
-    def __init__(self, encoder: nn.Module):
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(self, input_features):
-        return self.encoder(input_features=input_features).last_hidden_state
 
 
 def _whisper_encoder(quick):
