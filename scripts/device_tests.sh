@@ -15,7 +15,9 @@
 #     bash scripts/device_tests.sh bench_train     # a training step (benchmarks/train.py)
 #     bash scripts/device_tests.sh bench_ddp       # DDP, 2 GPUs, NCCL (benchmarks/ddp.py; x2 kind)
 #     bash scripts/device_tests.sh profile         # kernel-by-kernel GPU time, kiln vs torch.compile
-#     bash scripts/device_tests.sh cold_profile    # where a cold compile goes (cProfile; benchmarks/cold_profile.py)
+#         (experiments/gpu-kernel-profile/gpu_profile.py)
+#     bash scripts/device_tests.sh cold_profile    # where a cold compile goes (cProfile;
+#         experiments/cold-compile-profile/cold_profile.py)
 #     bash scripts/device_tests.sh cuda            # the tests marked cuda
 #     bash scripts/device_tests.sh sweep [benchmarks/model_sweep.py args...]   # results in $OUT
 #         (the correctness sweep on CUDA, e.g. `sweep --no-patterns --budget 480 --timeout 120`)
@@ -43,8 +45,8 @@ case "$what" in
   bench_regional) python3 -u benchmarks/regional.py --device cuda "$@" ;;
   bench_train) python3 -u benchmarks/train.py --device cuda "$@" ;;
   bench_ddp) python3 -u benchmarks/ddp.py --device cuda "$@" ;;
-  profile) python3 -u benchmarks/gpu_profile.py "$@" ;;
-  cold_profile) python3 -u benchmarks/cold_profile.py "$@" ;;
+  profile) python3 -u experiments/gpu-kernel-profile/gpu_profile.py "$@" ;;
+  cold_profile) python3 -u experiments/cold-compile-profile/cold_profile.py "$@" ;;
   sweep) python3 -u benchmarks/model_sweep.py --device cuda "$@" ;;
   # the tests marked cuda (codegen-triton's suite is left out: its conftest turns the Triton
   # interpreter on for the whole session)

@@ -1,13 +1,13 @@
 """Where GPU time goes, kernel by kernel: kiln against torch.compile on the same workload.
 
-    python benchmarks/gpu_profile.py [--cases resnet18_b1,bert_small_b1,...] [--out DIR]
+    python experiments/gpu-kernel-profile/gpu_profile.py [--cases resnet18_b1,bert_small_b1,...] [--out DIR]
 
 For each case, both compilers (default mode) are warmed up, then five calls run under
 ``torch.profiler``; the table lists each compiler's CUDA kernels by time per call (with how
 many launches per call), the GPU time per call, and the synchronized wall time per call. The
 gap between GPU time and wall time is launch overhead (what CUDA graphs remove); a kernel
 that is slower than the other compiler's counterpart shows in the top rows. Results go as
-JSON to ``--out`` (default ``$OUT`` or ``benchmarks/results``).
+JSON to ``--out`` (default ``$OUT`` or ``results/`` beside this script).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is experiments/<topic>/)
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--host", action="store_true",
                         help="also print a cProfile of 10 steady calls (where host time goes)")
-    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args(argv)
     results = {}
     for case in args.cases.split(","):

@@ -1,7 +1,7 @@
 """Where a cold compile's wall time goes: kiln's first call on a model, under cProfile.
 
-    bash scripts/device_tests.sh cold_profile --models vit_base_patch16_224   # on the H200
-    python benchmarks/cold_profile.py --device cpu --models resnet50           # on CPU
+    bash scripts/device_tests.sh cold_profile --models vit_base_patch16_224       # on the H200
+    python experiments/cold-compile-profile/cold_profile.py --device cpu --models resnet50
 
 Per model, in one process with empty caches (like ``benchmarks/gpu.py``'s models section):
 eager runs first (CUDA, cuBLAS and cuDNN start outside the timing); with ``--warm-up`` (the
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is experiments/<topic>/)
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu  # noqa: E402  (the models, the tree set-up and the cache folders of benchmarks/gpu.py)

@@ -2,7 +2,7 @@
 flex_decoding.py): key tile, warps, pipeline stages and KV shares for one decoding shape,
 each timed with triton.testing.do_bench and checked against the default config's output.
 
-    python benchmarks/flex_decode_sweep.py            # B32 H16 q1 kv8192 D64 bf16, causal
+    python experiments/flex-attention/flex_decode_sweep.py   # B32 H16 q1 kv8192 D64 bf16, causal
 """
 
 from __future__ import annotations

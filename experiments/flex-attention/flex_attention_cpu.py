@@ -3,7 +3,7 @@
 operator run eagerly with its autograd rule for forward+backward (eager ``flex_attention``
 refuses inputs that need grad on the CPU). Causal BlockMask + ALiBi score_mod.
 
-    python benchmarks/flex_attention_cpu.py [--B 2 --H 4 --L 512 --D 64]
+    python experiments/flex-attention/flex_attention_cpu.py [--B 2 --H 4 --L 512 --D 64]
 """
 
 from __future__ import annotations
