@@ -1,6 +1,9 @@
-"""Triton tests run on CPU tensors under the Triton interpreter (no GPU needed)."""
+"""Triton tests run on CPU tensors under the Triton interpreter (no GPU needed). Puts this
+folder on ``sys.path`` (pytest runs with ``--import-mode=importlib``, which does not) so the
+tests can import ``_triton_sm90``."""
 
 import os
+import sys
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere
 
@@ -13,6 +16,8 @@ def _kiln_cache_dir(tmp_path_factory, monkeypatch):
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 
 def pytest_collection_modifyitems(items):

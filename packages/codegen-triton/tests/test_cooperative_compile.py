@@ -9,13 +9,9 @@ PYTHONPATH this same test is how that was reproduced and checked.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from _triton_sm90 import compile_job
 
 pytest.importorskip("triton")
 
@@ -23,21 +19,8 @@ pytest.importorskip("triton")
 _PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
         torch.int64: "*i64", torch.int32: "*i32", torch.bool: "*i1"}
 
-#: runs in a fresh process: these tests import triton under TRITON_INTERPRET=1, which makes
-#: every ``@triton.jit`` (triton.language's own ``tl.max``, ``tl.sum``, ...) an interpreter
-#: function that ``triton.compile`` cannot lower
+#: compiles ``module.kiln_kernel`` once per (constexprs, options) variant (_triton_sm90.PRELUDE)
 _COMPILE = """
-import importlib.util, json, sys
-import triton
-from triton.backends import backends
-from triton.backends.compiler import GPUTarget
-job = json.loads(sys.stdin.read())
-if "nvidia" not in backends:
-    print(json.dumps({"skip": "this triton has no nvidia backend: cannot compile to a CUDA target"}))
-    sys.exit(0)
-spec = importlib.util.spec_from_file_location("kiln_coop_kernel", job["path"])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
 fn = module.kiln_kernel
 # the types are given in the wrapper's argument order; the kernel names its parameters by
 # position (out_ptr0, in_ptr0, ...), the extra ones as given
@@ -45,11 +28,11 @@ assert len(job["signature"]) == len(fn.arg_names), (list(job["signature"]), fn.a
 assert all(a == p or p.startswith(("in_ptr", "out_ptr")) for a, p in zip(job["signature"], fn.arg_names)), \
     (list(job["signature"]), fn.arg_names)
 signature = dict(zip(fn.arg_names, job["signature"].values()))
-attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
+attrs = pointer_attrs(signature)
 out = []
 for consts, opts in job["variants"]:
     src = triton.compiler.ASTSource(fn, signature, consts, attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    compiled = triton.compile(src, target=SM90, options=opts)
     out.append({"cubin_bytes": len(compiled.asm["cubin"]), "ptx": compiled.asm["ptx"]})
 print(json.dumps({"version": triton.__version__, "kernels": out}))
 """
@@ -59,15 +42,7 @@ def _compile_sm90(tmp_path, source: str, signature: dict, variants: list) -> dic
     """Compile ``source``'s ``kiln_kernel`` for sm_90 once per (constexprs, num_warps)."""
     path = tmp_path / "kiln_coop_kernel.py"
     path.write_text(source)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    job = json.dumps({"path": str(path), "signature": signature, "variants": variants})
-    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=job, capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "skip" in result:  # pragma: no cover - depends on the installed triton
-        pytest.skip(result["skip"])
-    return result
+    return compile_job(_COMPILE, {"path": str(path), "signature": signature, "variants": variants})
 
 
 def _cooperative_softmax_spec(monkeypatch, shape, design: str = "1"):

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from _triton_sm90 import compile_job
 from kiln_codegen_triton.flex_attention import FlexAttentionKernel, FlexModError, unsupported_reason
 from torch._higher_order_ops.flex_attention import flex_attention as flex_hop
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -76,8 +77,10 @@ def _bound(mod, tables):
     return lambda s, b, h, m, n: mod(s, b, h, m, n, *tables)
 
 
-def _run(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale):
-    """The fused kernel built from make_fx's trace of torch's operator, and its results."""
+def _forward_kernel(kernel_class, q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask,
+                    scale, **options):
+    """``kernel_class`` (the fused forward or the split-KV decoding kernel) built from
+    make_fx's trace of torch's operator; ``options`` go to its constructor."""
     bm = block_mask.as_tuple()
 
     def f(q, k, v, s_tables, m_tables, *bm_tensors):
@@ -85,10 +88,21 @@ def _run(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale):
                         tuple(s_tables), tuple(m_tables))
 
     gm = make_fx(f)(q, k, v, list(s_tables), list(m_tables), *bm[:-1])
-    kernel = FlexAttentionKernel(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype,
-                                 q.size(-1), v.size(-1))
-    return kernel, kernel(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale,
-                          s_tables, m_tables)
+    return kernel_class(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype, q.size(-1),
+                        v.size(-1), **options)
+
+
+def _launch_forward(kernel, q, k, v, block_mask, scale, s_tables, m_tables):
+    """(out, lse, max) of a forward or decoding kernel over ``block_mask``'s blocks."""
+    bm = block_mask.as_tuple()
+    return kernel(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale, s_tables, m_tables)
+
+
+def _run(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale):
+    """The fused kernel built from make_fx's trace of torch's operator, and its results."""
+    kernel = _forward_kernel(FlexAttentionKernel, q, k, v, score_mod, mask_mod, s_tables, m_tables,
+                             block_mask, scale)
+    return kernel, _launch_forward(kernel, q, k, v, block_mask, scale, s_tables, m_tables)
 
 
 def _eager(q, k, v, score_mod, block_mask, scale, gqa=False):
@@ -215,50 +229,24 @@ def test_unsupported_inputs_are_named():
     assert "heads" in unsupported_reason(torch.randn(1, 3, 16, 8), q, q, (16, 16), True)
 
 
-#: runs in a fresh process without TRITON_INTERPRET (under it every ``@triton.jit`` is an
-#: interpreter function that ``triton.compile`` cannot lower), as test_cooperative_compile
+#: compiles the named kernels of the module (_triton_sm90.PRELUDE), for their PTX
 _COMPILE_SM90 = """
-import importlib.util, json, sys
-import triton
-from triton.backends import backends
-from triton.backends.compiler import GPUTarget
-job = json.loads(sys.stdin.read())
-if "nvidia" not in backends:
-    print(json.dumps({"skip": "this triton has no nvidia backend"}))
-    sys.exit(0)
-spec = importlib.util.spec_from_file_location("kiln_flex_kernel", job["path"])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
 consts, ptrs = job["consts"], job["ptrs"]
 ptx = []
 for name in job["kernels"]:
     fn = getattr(module, name)
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32" if n == "SCALE" else "i32")
            for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts, attrs),
-                              target=GPUTarget("cuda", 90, 32), options=job["options"])
+    compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts, pointer_attrs(sig)),
+                              target=SM90, options=job["options"])
     ptx.append(compiled.asm["ptx"])
 print(json.dumps({"ptx": ptx}))
 """
 
 
 def _compile_sm90(path: str, kernels: list[str], ptrs: dict, consts: dict, options: dict) -> list:
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    job = json.dumps({"path": path, "kernels": kernels, "ptrs": ptrs, "consts": consts,
-                      "options": options})
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SM90], input=job, capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "skip" in result:  # pragma: no cover - depends on the installed triton
-        pytest.skip(result["skip"])
-    return result["ptx"]
+    return compile_job(_COMPILE_SM90, {"path": path, "kernels": kernels, "ptrs": ptrs,
+                                       "consts": consts, "options": options})["ptx"]
 
 
 def test_the_kernel_compiles_for_sm90_with_tensor_cores():
@@ -267,13 +255,8 @@ def test_the_kernel_compiles_for_sm90_with_tensor_cores():
     B, H, L = 1, 2, 256
     bm = create_block_mask(_causal, B, H, L, L, device="cpu", BLOCK_SIZE=128)
     q = torch.randn(B, H, L, 64, dtype=torch.bfloat16)
-
-    def f(q, k, v, slopes, *bm_tensors):
-        return flex_hop(q, k, v, _alibi, (*bm_tensors, _causal), 0.125, {}, (slopes,), ())
-
-    gm = make_fx(f)(q, q, q, SLOPES[:H], *bm.as_tuple()[:-1])
-    kernel = FlexAttentionKernel(gm.sdpa_score0, gm.sdpa_mask0, (SLOPES[:H],), (), q.dtype, 64, 64,
-                                 interpret=False)
+    kernel = _forward_kernel(FlexAttentionKernel, q, q, q, _alibi, _causal, (SLOPES[:H],), (), bm,
+                             0.125, interpret=False)
     assert "libdevice as kmath" in kernel.source
     ptrs = {**dict.fromkeys(("Q", "K", "V", "OUT"), "*bf16"), "LSE": "*fp32", "MAXS": "*fp32",
             **dict.fromkeys(("KV_NUM", "KV_IDX", "FULL_NUM", "FULL_IDX"), "*i32"), "ST0": "*fp32"}
@@ -306,8 +289,7 @@ def _run_backward(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, 
     want = f(qg, kg, vg, list(s_tables), list(m_tables), *bm[:-1])
     forward = FlexAttentionKernel(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype,
                                   q.size(-1), v.size(-1))
-    out, lse, _ = forward(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale, s_tables,
-                          m_tables)
+    out, lse, _ = _launch_forward(forward, q, k, v, block_mask, scale, s_tables, m_tables)
     backward = FlexAttentionBackwardKernel(gm.fw_graph0, gm.joint_graph0, gm.mask_graph0, s_tables,
                                            m_tables, q.dtype, q.size(-1), v.size(-1))
     got = backward(q, k, v, out, lse, grad, None, *bm[2:10], bm[-3], bm[-2], scale, s_tables,
@@ -419,18 +401,10 @@ DECODE_PATTERNS = {
 def _run_decode(q, k, v, score_mod, mask_mod, s_tables, m_tables, block_mask, scale, splits):
     from kiln_codegen_triton.flex_decoding import FlexDecodingKernel
 
-    bm = block_mask.as_tuple()
-
-    def f(q, k, v, s_tables, m_tables, *bm_tensors):
-        return flex_hop(q, k, v, score_mod, (*bm_tensors, mask_mod), scale, {},
-                        tuple(s_tables), tuple(m_tables))
-
-    gm = make_fx(f)(q, k, v, list(s_tables), list(m_tables), *bm[:-1])
-    kernel = FlexDecodingKernel(gm.sdpa_score0, gm.sdpa_mask0, s_tables, m_tables, q.dtype,
-                                q.size(-1), v.size(-1))
+    kernel = _forward_kernel(FlexDecodingKernel, q, k, v, score_mod, mask_mod, s_tables, m_tables,
+                             block_mask, scale)
     kernel.splits = splits
-    return kernel, kernel(q, k, v, bm[2], bm[3], bm[4], bm[5], bm[-3], bm[-2], scale, s_tables,
-                          m_tables)
+    return kernel, _launch_forward(kernel, q, k, v, block_mask, scale, s_tables, m_tables)
 
 
 @pytest.mark.parametrize("splits", [1, 3, None])
@@ -498,13 +472,8 @@ def test_the_decoding_kernels_compile_for_sm90():
     bm = create_block_mask(_causal, B, H, 1, S, device="cpu", BLOCK_SIZE=128)
     q = torch.randn(B, H, 1, 64, dtype=torch.bfloat16)
     k = torch.randn(B, H, S, 64, dtype=torch.bfloat16)
-
-    def f(q, k, v, slopes, *bm_tensors):
-        return flex_hop(q, k, v, _alibi, (*bm_tensors, _causal), 0.125, {}, (slopes,), ())
-
-    gm = make_fx(f)(q, k, k, SLOPES[:H], *bm.as_tuple()[:-1])
-    kernel = FlexDecodingKernel(gm.sdpa_score0, gm.sdpa_mask0, (SLOPES[:H],), (), q.dtype, 64, 64,
-                                interpret=False)
+    kernel = _forward_kernel(FlexDecodingKernel, q, k, k, _alibi, _causal, (SLOPES[:H],), (), bm,
+                             0.125, interpret=False)
     block_n, warps, stages = decode_tiles(torch.bfloat16, 64)
     ptrs = {**dict.fromkeys(("Q", "K", "V", "OUT"), "*bf16"),
             **dict.fromkeys(("LSE", "MAXS", "M_PART", "L_PART", "ACC_PART", "ST0"), "*fp32"),
