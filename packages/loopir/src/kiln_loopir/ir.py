@@ -698,23 +698,32 @@ def _return_text(outputs) -> str:
     return f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"
 
 
+def body_indices(buf: ComputedBuffer) -> tuple[tuple[list[sympy.Symbol], ...], dict]:
+    """The index lists a ComputedBuffer's ``store_body()`` is called with over its own
+    symbols (i*, and r* for a Reduction), and the ranges of those symbols."""
+    d = buf.data
+    lists, ranges = [[index_symbol(k) for k in range(len(d.ranges))]], [d.ranges]
+    if isinstance(d, Reduction):
+        lists.append([reduction_symbol(k) for k in range(len(d.reduction_ranges))])
+        ranges.append(d.reduction_ranges)
+    var_ranges = {s: r for syms, rs in zip(lists, ranges, strict=True)
+                  for s, r in zip(syms, rs, strict=True)}
+    return tuple(lists), var_ranges
+
+
 def _buffer_text(buf: Buffer, indent: str = "  ") -> list[str]:
     lines = [buf.header()]
     if isinstance(buf, ComputedBuffer):
         d = buf.data
-        idx = [index_symbol(k) for k in range(len(d.ranges))]
-        vr = dict(zip(idx, d.ranges, strict=False))
         if isinstance(d, Reduction):
-            ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
-            vr.update(zip(ridx, d.reduction_ranges, strict=False))
             lines.append(f"{indent}Reduction {d.reduction_type} ranges "
                          f"[{', '.join(sexpr(r) for r in d.ranges)}] reduction_ranges "
                          f"[{', '.join(sexpr(r) for r in d.reduction_ranges)}]")
-            body = body_text(buf.store_body(), idx, ridx, var_ranges=vr)
         else:
             lines.append(f"{indent}Pointwise ranges [{', '.join(sexpr(r) for r in d.ranges)}]")
-            body = body_text(buf.store_body(), idx, var_ranges=vr)
-        lines += [indent * 2 + b for b in body]
+        index_lists, var_ranges = body_indices(buf)
+        lines += [indent * 2 + b
+                  for b in body_text(buf.store_body(), *index_lists, var_ranges=var_ranges)]
     elif isinstance(buf, ExternKernel):
         lines.append(f"{indent}{buf.call_text()}")
     elif isinstance(buf, ConstantBuffer):
@@ -822,15 +831,8 @@ class LoopGraph:
 
 def collect_deps(buf: ComputedBuffer) -> tuple[list[MemoryDep], list[MemoryDep]]:
     """(reads, writes) of a ComputedBuffer over its own symbols i*/r*."""
-    d = buf.data
-    idx = [index_symbol(k) for k in range(len(d.ranges))]
-    vr = dict(zip(idx, d.ranges, strict=False))
-    if isinstance(d, Reduction):
-        ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
-        vr.update(zip(ridx, d.reduction_ranges, strict=False))
-        h = body_deps(buf.store_body(), idx, ridx, var_ranges=vr)
-    else:
-        h = body_deps(buf.store_body(), idx, var_ranges=vr)
+    index_lists, var_ranges = body_indices(buf)
+    h = body_deps(buf.store_body(), *index_lists, var_ranges=var_ranges)
     return h.reads, h.writes
 
 

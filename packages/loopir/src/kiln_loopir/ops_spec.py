@@ -73,6 +73,7 @@ __all__ = [
     "WELFORD_TYPES",
     "STORE_MODES",
     "MATH_OPS",
+    "INFIX_OPS",
     "op_names",
     "missing_ops",
     "result_dtype",
@@ -225,6 +226,15 @@ OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 
 #: names of the pure math/compare/logical/bitwise/select/cast/random ops (those with a ``ref``)
 MATH_OPS: frozenset[str] = frozenset(s.name for s in _SPECS if s.ref is not None)
+
+#: binary ops that C-like codegens (C++, Triton) write as one infix operator between their
+#: operands, spelled the same in both: ``f"{a} {op} {b}"`` (a codegen may override one for a
+#: dtype, as Triton's ``add`` and ``mul`` of bools)
+INFIX_OPS: dict[str, str] = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+    "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+}
 
 REDUCTION_TYPES: frozenset[str] = frozenset(
     {"sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_mean", "welford_m2"}

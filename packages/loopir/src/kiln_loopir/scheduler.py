@@ -61,6 +61,7 @@ from .ir import (
     ScatterBuffer,
     SchedNode,
     Schedule,
+    body_indices,
     collect_deps,
 )
 from .sizevars import (
@@ -600,12 +601,10 @@ class _KeyHandler(IndexSimplifyingHandler):
 
 def _reduction_key(b: ComputedBuffer, renames: dict):
     d = b.data
-    idx = [index_symbol(k) for k in range(len(d.ranges))]
-    ridx = [reduction_symbol(k) for k in range(len(d.reduction_ranges))]
-    vr = dict(zip(idx, d.ranges, strict=True)) | dict(zip(ridx, d.reduction_ranges, strict=True))
+    index_lists, vr = body_indices(b)
     printer = PrintHandler(vr)
     with set_ops_handler(_KeyHandler(printer, vr, renames)):
-        b.store_body()(idx, ridx)
+        b.store_body()(*index_lists)
     return (b.layout, d.dtype, d.src_dtype, d.acc_dtype, d.reduction_type, tuple(d.ranges),
             tuple(d.reduction_ranges), tuple(printer.lines))
 
