@@ -54,7 +54,13 @@ from kiln_loopir.kernel_plan import (
     on_chip_buffers,
     transposed_loops,
 )
-from kiln_loopir.ops_spec import OPS, WELFORD_TYPES, reduction_identity, result_dtype
+from kiln_loopir.ops_spec import (
+    INFIX_OPS,
+    OPS,
+    WELFORD_TYPES,
+    reduction_identity,
+    result_dtype,
+)
 from kiln_loopir.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -86,6 +92,16 @@ TILE_STORES = 32
 TILED_TRANSPOSES = True
 ROW_LIMIT = 16384  # longest thread-local row (elements) a kernel keeps on the stack
 ROW_BYTES_LIMIT = 256 * 1024  # all rows of one kernel, per thread
+
+#: reduction type -> the C expression combining two partial results ``a`` and ``b``
+_COMBINE = {
+    "sum": "{a} + {b}",
+    "prod": "{a} * {b}",
+    "max": "kiln_maximum({a}, {b})",
+    "min": "kiln_minimum({a}, {b})",
+    "any": "{a} | {b}",
+    "all": "{a} & {b}",
+}
 ROW_BYTES = {"float": 4, "double": 8, "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "int16_t": 2,
              "int32_t": 4, "int64_t": 8, "bool": 1, "uint32_t": 4, "uint64_t": 8}
 #: calls worth keeping in a row rather than computing twice
@@ -1084,19 +1100,9 @@ class CppKernel:
         return self._store_reduction_result(red, result, rdtype, head + code)
 
     def _combine(self, rtype: str, a: str, b: str, dtype: torch.dtype) -> str:
-        if rtype == "sum":
-            return f"{a} + {b}"
-        if rtype == "prod":
-            return f"{a} * {b}"
-        if rtype == "max":
-            return f"kiln_maximum({a}, {b})"
-        if rtype == "min":
-            return f"kiln_minimum({a}, {b})"
-        if rtype == "any":
-            return f"{a} | {b}"
-        if rtype == "all":
-            return f"{a} & {b}"
-        raise MissingOpError(f"reduction {rtype!r}", self)
+        if rtype not in _COMBINE:
+            raise MissingOpError(f"reduction {rtype!r}", self)
+        return _COMBINE[rtype].format(a=a, b=b)
 
     def _as_compute(self, v: CppValue, dtype: torch.dtype) -> str:
         """``v`` as a C expression of ``dtype``'s compute type (half -> float)."""
@@ -1562,10 +1568,7 @@ _MATH = {
     "isinf": _isinf,
     "isfinite": _isfinite,
     "relu": _relu,
-    "add": _binop("+"),
-    "sub": _binop("-"),
-    "mul": _binop("*"),
-    "truediv": _binop("/"),
+    **{name: _binop(op) for name, op in INFIX_OPS.items()},
     "floordiv": lambda a, b, dtype: f"kiln_floordiv({a}, {b})",
     "truncdiv": lambda a, b, dtype: f"kiln_truncdiv({a}, {b})",
     "remainder": lambda a, b, dtype: f"kiln_remainder({a}, {b})",
@@ -1576,19 +1579,10 @@ _MATH = {
     "copysign": _fp("copysign"),
     "maximum": lambda a, b, dtype: f"kiln_maximum({a}, {b})",
     "minimum": lambda a, b, dtype: f"kiln_minimum({a}, {b})",
-    "eq": _binop("=="),
-    "ne": _binop("!="),
-    "lt": _binop("<"),
-    "le": _binop("<="),
-    "gt": _binop(">"),
-    "ge": _binop(">="),
     "logical_and": _logical("&&"),
     "logical_or": _logical("||"),
     "logical_xor": _logical("!="),
     "logical_not": lambda x, dtype: f"!(bool){x}",
-    "bitwise_and": _binop("&"),
-    "bitwise_or": _binop("|"),
-    "bitwise_xor": _binop("^"),
     "bitwise_not": _bitwise_not,
     "bitwise_left_shift": lambda a, b, dtype: f"kiln_shl({a}, {b})",
     "bitwise_right_shift": lambda a, b, dtype: f"kiln_shr({a}, {b})",
