@@ -340,10 +340,12 @@ class TritonKernel(ValueOps):
             return t  # (unsplit: the codegen picks 64 outputs per program, or 16 when few)
         if same and rnumel.is_Integer and 0 < int(rnumel) <= PERSISTENT_MAX:
             t.persistent_rblock = _next_pow2(int(rnumel))
-        elif (len(p.nodes) == 1 and p.nodes[0].reduction_type in SPLIT_TYPES
+        elif (len(inner) == 1 and _reductions_apart(p)
               and p.hint(p.numel) <= SPLIT_MAX_OUTPUTS and t.rnumel_hint >= SPLIT_MIN_RNUMEL):
-            t.split = True  # few outputs, long rows: spread each row over many programs
-            t.numels["rnumel"] = p.nodes[0].rnumel
+            # few outputs, long rows: spread each row over many programs (per-output work
+            # after the reduction, e.g. an amax's ``448 / amax``, runs in the final kernel)
+            t.split = True
+            t.numels["rnumel"] = next(n for n in p.nodes if n.inner).rnumel
         return t
 
     @property

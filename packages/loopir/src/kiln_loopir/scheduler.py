@@ -21,7 +21,11 @@ Steps, in order (``schedule(graph)``):
      its normalized rows seen as [64, 768]: the node's dim 0 is ``32*i0 + i1``);
    * memory dependencies: every read of a buffer written inside the group must read what the
      group wrote at the SAME outer point (equal index after renaming the writer's inner loop
-     to the reader's); reads through indirect indices of group buffers never fuse.
+     to the reader's); reads through indirect indices of group buffers never fuse;
+   * a long row with few outputs (``x.abs().amax()`` of a whole weight: one output, millions
+     of row points) keeps one node walking the row: a codegen can then split that row over
+     programs or threads, where a second row walk in the same group (the ``x * scale`` that
+     reads the amax, or the clone that feeds it) would run the whole tensor on one program.
    Every refusal is logged on the ``kiln.fusion`` logger (DEBUG) with its reason.
 3. loop order: a new group orders its outer dims by decreasing stride of the node's store (the
    innermost loop is the contiguous one); a reduction orders its reduction dims by decreasing
@@ -79,6 +83,10 @@ log = logging.getLogger("kiln.fusion")
 __all__ = ["schedule", "IndexSimplifyingHandler"]
 
 MAX_PERMUTATIONS = 24
+#: a group with at most this many outputs ...
+ROW_STARVED_MAX_OUTPUTS = 64
+#: ... whose rows are at least this long keeps a single node walking the rows
+ROW_STARVED_MIN_ROW = 65536
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,6 +547,15 @@ def _try_fuse(group: _Group, info: _Info) -> tuple[list[_Placement], list, _Plac
     return "; ".join(dict.fromkeys(reasons)) or "no placement"
 
 
+def _row_starved(placements: list[_Placement], outer: list) -> bool:
+    """Few outputs, long rows, and more than one node walking them: the group's only
+    parallelism would be its few outputs (see step 2's last rule)."""
+    if _numeric(sympy.Mul(*outer)) > ROW_STARVED_MAX_OUTPUTS:
+        return False
+    rows = [_numeric(sympy.Mul(*p.inner)) for p in placements if p.inner]
+    return len(rows) > 1 and max(rows) >= ROW_STARVED_MIN_ROW
+
+
 # --------------------------------------------------------------------------------------------
 # the schedule
 # --------------------------------------------------------------------------------------------
@@ -685,6 +702,10 @@ def schedule(graph: LoopGraph) -> Schedule:
                 log.debug("%s not fused into %s: %s", b.name, g.name, res)
                 continue
             placements, outer, p = res
+            if _row_starved(placements + [p], outer):
+                log.debug("%s not fused into %s: a long row over few outputs stays one walk",
+                          b.name, g.name)
+                continue
             g.placements = placements + [p]
             g.outer = outer
             producer_step[b.name] = k
