@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 from kiln_loopir.kernel_plan import KernelPlan, is_outer_reduction
-from kiln_loopir.ops_spec import OPS, WELFORD_TYPES, reduction_identity, result_dtype
+from kiln_loopir.ops_spec import (
+    INFIX_OPS,
+    OPS,
+    WELFORD_TYPES,
+    reduction_identity,
+    result_dtype,
+)
 from kiln_loopir.sizevars import FloorDiv, ModularIndexing, symbol_kind
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
@@ -1191,6 +1197,10 @@ def _logical(op):
     return lambda a, b, dtype: f"(({a} != 0) {op} ({b} != 0))"
 
 
+def _infix(op):
+    return lambda a, b, dtype: f"{a} {op} {b}"
+
+
 _MATH = {
     "abs": lambda x, dtype: f"tl.abs({x})" if dtype != torch.bool else x,
     "neg": lambda x, dtype: f"-{x}",
@@ -1231,10 +1241,10 @@ _MATH = {
     "isinf": lambda x, dtype: f"tl.abs({x}) == float('inf')" if _is_float(dtype) else f"{x} != {x}",
     "isfinite": lambda x, dtype: f"tl.abs({x}) < float('inf')" if _is_float(dtype) else f"{x} == {x}",
     "relu": lambda x, dtype: f"tl.where({x} < 0, 0, {x})" if dtype != torch.bool else x,
+    **{name: _infix(op) for name, op in INFIX_OPS.items()},
+    # bools: torch's add and mul of bools are or and and
     "add": lambda a, b, dtype: f"{a} + {b}" if dtype != torch.bool else f"{a} | {b}",
-    "sub": lambda a, b, dtype: f"{a} - {b}",
     "mul": lambda a, b, dtype: f"{a} * {b}" if dtype != torch.bool else f"{a} & {b}",
-    "truediv": lambda a, b, dtype: f"{a} / {b}",
     "floordiv": _floordiv,
     "truncdiv": lambda a, b, dtype: f"kmath.trunc({a} / {b})" if _is_float(dtype) else f"{a} // {b}",
     "remainder": _remainder,
@@ -1245,19 +1255,10 @@ _MATH = {
     "copysign": _km("copysign"),
     "maximum": _maxmin("_kiln_max", "maximum"),
     "minimum": _maxmin("_kiln_min", "minimum"),
-    "eq": lambda a, b, dtype: f"{a} == {b}",
-    "ne": lambda a, b, dtype: f"{a} != {b}",
-    "lt": lambda a, b, dtype: f"{a} < {b}",
-    "le": lambda a, b, dtype: f"{a} <= {b}",
-    "gt": lambda a, b, dtype: f"{a} > {b}",
-    "ge": lambda a, b, dtype: f"{a} >= {b}",
     "logical_and": _logical("&"),
     "logical_or": _logical("|"),
     "logical_xor": _logical("^"),
     "logical_not": lambda x, dtype: f"{x} == 0",
-    "bitwise_and": lambda a, b, dtype: f"{a} & {b}",
-    "bitwise_or": lambda a, b, dtype: f"{a} | {b}",
-    "bitwise_xor": lambda a, b, dtype: f"{a} ^ {b}",
     "bitwise_not": lambda x, dtype: f"~{x}" if dtype != torch.bool else f"{x} == 0",
     "bitwise_left_shift": lambda a, b, dtype: f"{a} << {b}",
     "bitwise_right_shift": lambda a, b, dtype: f"{a} >> {b}",
