@@ -134,15 +134,26 @@ def test_set_on_a_folded_conv_weight():
     _run_swapped(_convbn, XI, "conv.weight", how="set_")
 
 
-def test_load_state_dict_assign():
-    model = _mlp()
+def _compiled_and_other_state(make, cls, seed):
+    """A model from ``make``, ``kiln.compile`` of it, and the state of a new ``cls`` made
+    under ``seed`` (other values for every weight)."""
+    model = make()
     compiled = kiln.compile(model)
-    torch.manual_seed(1)
-    other = MLP().state_dict()
+    torch.manual_seed(seed)
+    return model, compiled, cls().state_dict()
+
+
+def _load_and_compare(model, compiled, x, state, **load_kwargs):
+    """The compiled model agrees with eager before and after ``model.load_state_dict``."""
+    _close(compiled(x), model(x))
+    model.load_state_dict(state, **load_kwargs)
+    _close(compiled(x), model(x))
+
+
+def test_load_state_dict_assign():
+    model, compiled, other = _compiled_and_other_state(_mlp, MLP, seed=1)
     with torch.no_grad():
-        _close(compiled(X), model(X))
-        model.load_state_dict(other, assign=True)
-        _close(compiled(X), model(X))
+        _load_and_compare(model, compiled, X, other, assign=True)
         _close(compiled(X), _from_state(other)(X))
 
 
@@ -153,14 +164,9 @@ def _from_state(sd):
 
 
 def test_load_state_dict_in_place_copy_keeps_working():
-    model = _convbn()
-    compiled = kiln.compile(model)
-    torch.manual_seed(2)
-    other = ConvBN().state_dict()
+    model, compiled, other = _compiled_and_other_state(_convbn, ConvBN, seed=2)
     with torch.no_grad():
-        _close(compiled(XI), model(XI))
-        model.load_state_dict(other)  # copy_ into the same tensors
-        _close(compiled(XI), model(XI))
+        _load_and_compare(model, compiled, XI, other)  # copy_ into the same tensors
         model.conv2.weight.copy_(torch.randn_like(model.conv2.weight))
         model.bn.running_var.copy_(torch.rand_like(model.bn.running_var) + 0.5)
         _close(compiled(XI), model(XI))
