@@ -1513,14 +1513,6 @@ def _bitwise_not(x, dtype):
     return f"!{x}" if dtype == torch.bool else f"~{x}"
 
 
-def _round(x, dtype):
-    if dtype == torch.float32:
-        return f"nearbyintf({x})"
-    if dtype == torch.float64:
-        return f"nearbyint({x})"
-    return x
-
-
 def _no_philox(name: str):
     def fmt(*operands, dtype):
         raise MissingOpError(name)
@@ -1562,7 +1554,7 @@ _MATH = {
     "signbit": _signbit,
     "floor": _float_only(_fp("floor")),
     "ceil": _float_only(_fp("ceil")),
-    "round": _round,
+    "round": _float_only(_fp("nearbyint")),
     "trunc": _float_only(_fp("trunc")),
     "isnan": _isnan,
     "isinf": _isinf,
