@@ -12,7 +12,8 @@ Each measurement runs in a fresh process with an empty ``KILN_CACHE_DIR`` (cold)
 cold(2 layers, regional) (target: about 1) and steady(regional) / steady(whole model); and,
 as the machine may be noisy, ``steady_in_turns``: the N-layer regional, whole-model and
 eager models in one process, timed in turns call by call (``--rounds``), with the ratio of
-their medians and the median of the per-round ratios (target: within 2%). The JSON is
+their medians and the median of the per-round ratios (target: within 2%); ``--repeats K``
+runs that K times in fresh processes and reports the medians of both ratios. The JSON is
 printed, and written to ``$OUT/regional.json`` when ``$OUT`` is set.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,6 +116,8 @@ def main() -> None:
     p.add_argument("--d", type=int, default=64)
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--repeats", type=int, default=1,
+                   help="steady_in_turns this many times (fresh processes): the median ratio")
     p.add_argument("--smoke", action="store_true", help="4 vs 2 layers, d 32, 6 rounds")
     args = p.parse_args()
     if args.smoke:
@@ -129,9 +133,12 @@ def main() -> None:
     results["cold_ratio_regional_N_over_2"] = big["compile_s"] / small["compile_s"]
     results["cold_ratio_whole_N_over_regional_N"] = whole["compile_s"] / big["compile_s"]
     results["steady_ratio_regional_over_whole"] = big["steady_ms"] / whole["steady_ms"]
-    results["steady_in_turns"] = steady(args.layers, args.d, args.rounds, args.device)
+    runs = [steady(args.layers, args.d, args.rounds, args.device) for _ in range(args.repeats)]
+    results["steady_in_turns"] = runs[0] if len(runs) == 1 else {
+        "runs": runs, **{key: statistics.median(r[key] for r in runs)
+                         for key in ("median_of_ratios", "ratio_of_medians")}}
     results["meta"] = {"device": args.device, "layers": args.layers, "d": args.d,
-                       "rounds": args.rounds, "smoke": args.smoke,
+                       "rounds": args.rounds, "repeats": args.repeats, "smoke": args.smoke,
                        "wall_s": time.perf_counter() - t0}
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "regional.json"), "w") as f:
