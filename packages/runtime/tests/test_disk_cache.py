@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import kiln_runtime
@@ -103,21 +104,15 @@ def test_manifest_names_key():
 
 def test_concurrent_threads_same_key():
     key = hash_key("threads")
-    results, errors = [], []
+    start = threading.Barrier(16)
 
-    def worker(i):
-        try:
-            p = disk_cache.get_or_build("art", key, lambda tmp: (tmp / "v").write_text("same"))
-            results.append((p / "v").read_text())
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+    def build_or_get(_):
+        start.wait(30)  # the sixteen ask at once
+        p = disk_cache.get_or_build("art", key, lambda tmp: (tmp / "v").write_text("same"))
+        return (p / "v").read_text()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    with ThreadPoolExecutor(16) as pool:  # a thread's exception is raised here
+        results = list(pool.map(build_or_get, range(16)))
     assert results == ["same"] * 16
     assert disk_cache.get("art", key) is not None
     # no stray temp folders
