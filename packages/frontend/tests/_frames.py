@@ -1,9 +1,13 @@
 """Stand-ins for what a compiler hands the eval-frame hook, for the hook's own tests (not a
-test module): a guard on argument types and a plain copy of the frame's code."""
+test module): a guard on argument types, ``hooked`` to run one call under a callback, and
+functions with cells and recursion that the hook's tests call (module level: their code
+objects are stable)."""
 
 from __future__ import annotations
 
 import types
+
+from kiln_frontend import _evalframe as C
 
 
 def type_guard(args) -> types.FunctionType:
@@ -23,3 +27,31 @@ def type_guard(args) -> types.FunctionType:
     check.failure_reason = failure_reason
     check.expected = expected
     return check
+
+
+def hooked(callback, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with ``callback`` as this thread's eval-frame callback (the
+    previous one restored after)."""
+    prev = C.set_eval_frame(callback)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        C.set_eval_frame(prev)
+
+
+def fact(n):
+    return 1 if n <= 1 else n * fact(n - 1)
+
+
+def make_closure(k):
+    def closed(x):
+        return x + k
+
+    return closed
+
+
+def cell_arg(x):
+    def get():
+        return x
+
+    return get() + 1

@@ -24,6 +24,19 @@ def fresh_frontend():
 
 
 @pytest.fixture
+def clean_eval_frame_hook():
+    """No eval-frame callback and no cache entries before the test; the callback it found
+    restored and the entries forgotten after (the C hook's own tests)."""
+    from kiln_frontend import _evalframe
+
+    prev = _evalframe.set_eval_frame(None)
+    _evalframe.reset()
+    yield
+    _evalframe.set_eval_frame(prev)
+    _evalframe.reset()
+
+
+@pytest.fixture
 def no_internal_errors(caplog):
     """The test logs no internal error of kiln's (``kiln.internal_errors``) and counts none."""
     from kiln_frontend.eval_frame import counters

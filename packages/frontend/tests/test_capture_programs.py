@@ -609,14 +609,15 @@ def method_type_binds_a_function(x):
 
 # -- shapes --------------------------------------------------------------------------------
 
+def _add_if_same_shape(a, b):
+    if a.shape == b.shape:
+        return a + b
+    return a.sum() + b.sum()
+
+
 @case
 def shape_equality_branch(C):
-    def f(a, b):
-        if a.shape == b.shape:
-            return a + b
-        return a.sum() + b.sum()
-
-    g = C(f)
+    g = C(_add_if_same_shape)
     return [g(_x(3), _x(3)), g(_x(2, 3), _x(2, 3))]
 
 
@@ -633,12 +634,7 @@ def size_comparison_with_tuple(C):
 
 @case
 def dynamic_shape_equality(C):
-    def f(a, b):
-        if a.shape == b.shape:
-            return a + b
-        return a.sum() + b.sum()
-
-    g = C(f)
+    g = C(_add_if_same_shape)
     return [g(_x(3), _x(3)), g(_x(5), _x(5)), g(_x(6), _x(6)), g(_x(6), _x(2))]
 
 

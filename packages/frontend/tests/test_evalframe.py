@@ -17,7 +17,11 @@ import weakref
 
 import _frames
 import pytest
+from _frames import cell_arg, fact, hooked, make_closure
 from kiln_frontend import _evalframe as C
+
+pytestmark = pytest.mark.usefixtures("clean_eval_frame_hook")
+
 
 # --------------------------------------------------------------------------------------
 # helpers
@@ -67,23 +71,6 @@ class Recorder:
         return [i.code.co_name for i in self.seen]
 
 
-@pytest.fixture(autouse=True)
-def clean_hook():
-    prev = C.set_eval_frame(None)
-    C.reset()
-    yield
-    C.set_eval_frame(prev)
-    C.reset()
-
-
-def hooked(callback, fn, *args, **kwargs):
-    prev = C.set_eval_frame(callback)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        C.set_eval_frame(prev)
-
-
 # --------------------------------------------------------------------------------------
 # functions under test (module level: their code objects are stable)
 # --------------------------------------------------------------------------------------
@@ -105,10 +92,6 @@ def inner(x):
     return x + 1
 
 
-def fact(n):
-    return 1 if n <= 1 else n * fact(n - 1)
-
-
 def gen(n):
     yield from range(n)
 
@@ -124,20 +107,6 @@ async def agen(n):
 
 def raises(x):
     raise ValueError(f"bad {x}")
-
-
-def make_closure(k):
-    def closed(x):
-        return x + k
-
-    return closed
-
-
-def cell_arg(x):
-    def get():
-        return x
-
-    return get() + 1
 
 
 # --------------------------------------------------------------------------------------
@@ -647,11 +616,7 @@ def test_threads_with_their_own_callbacks():
     def worker(k):
         try:
             cb = Recorder(only={"add"})
-            prev = C.set_eval_frame(cb)
-            try:
-                results[k] = [add(k, i) for i in range(50)]
-            finally:
-                C.set_eval_frame(prev)
+            results[k] = hooked(cb, lambda: [add(k, i) for i in range(50)])
             results[k, "seen"] = [n for n in cb.names() if n == "add"]
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)

@@ -16,24 +16,10 @@ import types
 
 import _frames
 import pytest
+from _frames import cell_arg, fact, hooked, make_closure
 from kiln_frontend import _evalframe as C
 
-
-@pytest.fixture(autouse=True)
-def clean_hook():
-    prev = C.set_eval_frame(None)
-    C.reset()
-    yield
-    C.set_eval_frame(prev)
-    C.reset()
-
-
-def hooked(callback, fn, *args, **kwargs):
-    prev = C.set_eval_frame(callback)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        C.set_eval_frame(prev)
+pytestmark = pytest.mark.usefixtures("clean_eval_frame_hook")
 
 
 def same_layout_copy(info, suffix="_copy"):
@@ -77,24 +63,6 @@ def add(a, b):
 
 def all_kinds(a, b=2, /, c=3, *args, d, e=5, **kwargs):
     return (a, b, c, args, d, e, kwargs)
-
-
-def fact(n):
-    return 1 if n <= 1 else n * fact(n - 1)
-
-
-def make_closure(k):
-    def closed(x):
-        return x + k
-
-    return closed
-
-
-def cell_arg(x):
-    def get():
-        return x
-
-    return get() + 1
 
 
 def caller_of(fn, *args):

@@ -103,6 +103,22 @@ def _run(c: Case, compiled: Callable[..., Any], step: str) -> None:
     _compare(got, expected, step)
 
 
+def _enter_then_leave(ctx) -> list[Callable[[], None]]:
+    """Two mutations of torch's global state: enter the context manager ``ctx``, then leave
+    it."""
+    return [lambda: ctx.__enter__(), lambda: ctx.__exit__(None, None, None)]
+
+
+def _with_requires_grad(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``f`` (eager or compiled, not itself compiled) returning also whether its result
+    requires grad."""
+    def run(x):
+        out = f(x)
+        return out, out.requires_grad
+
+    return run
+
+
 # =======================================================================================
 # The five silent wrong results of issue 8
 # =======================================================================================
@@ -1013,32 +1029,25 @@ def _():
                 backend=_baking_backend)
 
 
+class _LeafBatchNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
 @case("leaf_module_buffer_replaced", "buffer")
 def _():
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bn = nn.BatchNorm1d(4).eval()
-
-        def forward(self, x):
-            return self.bn(x)
-
-    m = M().eval()
+    m = _LeafBatchNorm().eval()
     return Case(m, (_x(2, 4),), [_set_attr(m.bn, "running_mean", torch.full((4,), 2.0))],
                 backend=_baking_backend)
 
 
 @case("leaf_module_setting_changed", "object attribute")
 def _():
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bn = nn.BatchNorm1d(4)
-
-        def forward(self, x):
-            return self.bn(x)
-
-    m = M().eval()
+    m = _LeafBatchNorm().eval()
     with torch.no_grad():
         m.bn.running_var.fill_(0.01)
     return Case(m, (_x(2, 4),), [_set_attr(m.bn, "eps", 0.5)], backend=_baking_backend)
@@ -1065,15 +1074,9 @@ def _():
 def _():
     m = _Scaled()
 
-    def run(mod):
-        def call(x):
-            out = mod(x)
-            return out, out.requires_grad
-        return call
-
     compiled = kiln_frontend.compile(m, backend=_graph_backend)
-    return Case(run(m), (_x(),), [lambda: m.lin.requires_grad_(False)],
-                compiled=run(compiled))
+    return Case(_with_requires_grad(m), (_x(),), [lambda: m.lin.requires_grad_(False)],
+                compiled=_with_requires_grad(compiled))
 
 
 @case("submodule_forward_monkeypatched", "method")
@@ -1239,22 +1242,9 @@ def _():
     def fn(x):
         return (x * w).sum()
 
-    grad_ctx = torch.no_grad()
-
-    def enter():
-        grad_ctx.__enter__()
-
-    def leave():
-        grad_ctx.__exit__(None, None, None)
-
-    def with_flag(f):
-        def run(x):
-            out = f(x)
-            return out, out.requires_grad
-        return run
-
     compiled = kiln_frontend.compile(fn, backend=_graph_backend)
-    return Case(with_flag(fn), (_x(),), [enter, leave], compiled=with_flag(compiled),
+    return Case(_with_requires_grad(fn), (_x(),), _enter_then_leave(torch.no_grad()),
+                compiled=_with_requires_grad(compiled),
                 restore=lambda: torch.set_grad_enabled(True))
 
 
@@ -1280,18 +1270,11 @@ def _():
 @case("autocast_enabled", "torch state")
 def _():
     a = torch.randn(4, 4)
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16)
 
     def fn(x):
         return x.reshape(1, 4) @ a  # bfloat16 under autocast (assert_close compares dtypes)
 
-    def enter():
-        ctx.__enter__()
-
-    def leave():
-        ctx.__exit__(None, None, None)
-
-    return Case(fn, (_x(),), [enter, leave])
+    return Case(fn, (_x(),), _enter_then_leave(torch.autocast("cpu", dtype=torch.bfloat16)))
 
 
 @case("deterministic_algorithms_toggled", "torch state")
@@ -1307,19 +1290,11 @@ def _():
 
 @case("inference_mode_entered", "torch state")
 def _():
-    ctx = torch.inference_mode()
-
     def fn(x):
         y = x * 2
         return y, y.is_inference()
 
-    def enter():
-        ctx.__enter__()
-
-    def leave():
-        ctx.__exit__(None, None, None)
-
-    return Case(fn, (_x(),), [enter, leave])
+    return Case(fn, (_x(),), _enter_then_leave(torch.inference_mode()))
 
 
 @case("global_module_hook_registered", "torch state")
