@@ -458,10 +458,6 @@ CASES = [
 
 #: cases kiln still differs on, with the cause
 XFAIL: dict[str, str] = {
-    "collections_counter_ops": "Counter.most_common(2) runs heapq.nlargest, whose C helpers "
-                               "(_heapq.heapify, heapreplace) have no handler: graph break",
-    "hash_id": "id() of a tensor graph value is refused (its real object does not exist "
-               "while tracing)",
 }
 
 

@@ -253,7 +253,7 @@ def dict_equality(x):
     return x + (a == {"b": 2, "a": 1}) + (a != {"a": 1})
 
 
-@case(xfail='dict keys must be constants (modules are not yet keys by identity)')
+@case
 def dict_module_keys(C):
     lin = torch.nn.Linear(4, 4)
     relu = torch.nn.ReLU()
@@ -424,7 +424,7 @@ def test_set_pop_of_an_argument_set_is_right():
     torch.testing.assert_close(out, eager_out)
 
 
-@case(xfail='set items must be hashable constants (tensors are not yet items by identity)')
+@case
 def set_of_tensors_identity(C):
     def f(x, y):
         s = {x, y}

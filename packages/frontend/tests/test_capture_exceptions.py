@@ -7,7 +7,6 @@ arguments after) and its graph count with torch.compile's (``_eager_reference.ch
 from __future__ import annotations
 
 import contextlib
-import sys
 import unittest
 
 import pytest
@@ -343,9 +342,6 @@ def test_user_exception_caught():
     check(f, x4())
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 13), strict=True, reason=(
-    "3.13: the store inside the exception class's own __init__ is traced (1 graph) where "
-    "torch.compile breaks (0 graphs); the result is right, the graph count is not parity"))
 def test_user_exception_with_attributes():
     def f(x):
         try:
@@ -579,10 +575,6 @@ def test_escaping_builtin_after_ops():
     check(f, x4())
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 13), strict=True, reason=(
-    "3.13 builds the user exception without a graph break (3.11/3.12 break at "
-    "BaseException.__setattr__), and kiln runs a frame whose uncaught raise it traced as "
-    "is: 0 graphs where torch.compile compiles x.sum() and raises after the graph (1)"))
 def test_escaping_user_exception_with_attributes():
     def f(x):
         y = x.sum()  # noqa: F841

@@ -277,6 +277,9 @@ def index_expr(index: Any) -> str:
         return repr(index)
     name = importable_name(index)
     if name is None:
+        if type(index).__hash__ is object.__hash__ and type(index).__eq__ is object.__eq__:
+            # a key known by identity (a module): the object itself, held
+            return guard_constant(index, f"key_{type(index).__name__}")
         return repr(index)
     return guard_constant(index, f"key_{name}")
 

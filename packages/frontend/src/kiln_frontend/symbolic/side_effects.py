@@ -338,6 +338,8 @@ class SideEffects:
             return
         counter = iter(range(1 << 30))
 
+        from .variables.containers import load_key
+
         def temp(var: VariableTracker) -> str:
             if id(var) in cg.temps:
                 return cg.temps[id(var)]
@@ -361,7 +363,7 @@ class SideEffects:
             name = f"___kiln_side_effect_{next(counter)}"
             if isinstance(c.items, dict):
                 for k, v in c.items.items():
-                    cg.load_const(k)
+                    load_key(cg, k)
                     cg(v)
                 cg.build_map(len(c.items))
             else:

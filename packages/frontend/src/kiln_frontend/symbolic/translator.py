@@ -120,6 +120,9 @@ class InstructionTranslatorBase:
         #: cells MAKE_CELL made after the prologue (3.12's inlined comprehensions), by name,
         #: while the frame's slot holds them (``FreshCellVariable``)
         self.fresh_cells: dict[str, VariableTracker] = {}
+        #: cell variables whose slot an inlined comprehension filled with a plain value
+        #: (STORE_FAST): LOAD_FAST reads that value, not the cell, until the cell is put back
+        self.plain_slots: set[str] = set()
         self.output = output
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1

@@ -123,7 +123,9 @@ def MAKE_FUNCTION(tx, inst):
         tx.pop()  # annotations
     kwdefaults = tx.pop() if flags & 0x02 else None
     defaults = tx.pop() if flags & 0x01 else None
-    tx.push(_make_function(tx, code, defaults, kwdefaults, closure))
+    fn = _make_function(tx, code, defaults, kwdefaults, closure)
+    fn.has_annotations = bool(flags & 0x04)
+    tx.push(fn)
 
 
 @handler("MAKE_FUNCTION", versions=(3, 13))
@@ -140,6 +142,7 @@ def SET_FUNCTION_ATTRIBUTE(tx, inst):
         raise Unsupported(f"SET_FUNCTION_ATTRIBUTE on {fn.describe()} (internal error)")
     flag = inst.arg or 0
     if flag == 0x04:  # annotations: not modelled (as on 3.11/3.12)
+        fn.has_annotations = True
         tx.push(fn)
         return
     if flag not in (0x01, 0x02, 0x08):
@@ -147,11 +150,13 @@ def SET_FUNCTION_ATTRIBUTE(tx, inst):
     made = _make_function(tx, fn.code, value if flag == 0x01 else None,
                           value if flag == 0x02 else None, value if flag == 0x08 else None)
     # a new tracker: the attribute added to those already set
-    tx.push(NestedUserFunctionVariable(
+    new = NestedUserFunctionVariable(
         fn.code, fn.f_globals, fn.qualname,
         made.defaults if flag == 0x01 else fn.defaults,
         made.kwdefaults if flag == 0x02 else fn.kwdefaults,
-        made.closure if flag == 0x08 else fn.closure))
+        made.closure if flag == 0x08 else fn.closure)
+    new.has_annotations = fn.has_annotations
+    tx.push(new)
 
 
 def _make_function(tx, code, defaults, kwdefaults, closure):

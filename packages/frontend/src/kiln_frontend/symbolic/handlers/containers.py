@@ -15,6 +15,7 @@ from ..variables import (
     TupleVariable,
 )
 from ..variables.base import NotConstant
+from ..variables.containers import dict_key
 
 
 @handler("BUILD_TUPLE")
@@ -50,19 +51,12 @@ def LIST_EXTEND(tx, inst):
     target.items.extend(tx.unpack_sequence(seq))
 
 
-def _const_key(var):
-    try:
-        return var.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"dict key {var.describe()} is not a constant") from None
-
-
 @handler("BUILD_MAP")
 def BUILD_MAP(tx, inst):
     flat = tx.popn(2 * inst.arg)
     items = {}
     for k, v in zip(flat[::2], flat[1::2], strict=True):
-        items[_const_key(k)] = v
+        items[dict_key(tx, k)] = v
     tx.push(ConstDictVariable(items))
 
 
@@ -80,7 +74,7 @@ def MAP_ADD(tx, inst):
     target = tx.peek(inst.arg)
     if not isinstance(target, ConstDictVariable):
         raise Unsupported("MAP_ADD on a non-dict")
-    target.items[_const_key(key)] = value
+    target.items[dict_key(tx, key)] = value
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")
@@ -232,7 +226,7 @@ def FORMAT_WITH_SPEC(tx, inst):
 def BUILD_SET(tx, inst):
     from ..variables.containers import SetVariable
 
-    tx.push(SetVariable([tx.realize(v) for v in tx.popn(inst.arg)]))
+    tx.push(SetVariable([tx.realize(v) for v in tx.popn(inst.arg)], tx=tx))
 
 
 @handler("SET_ADD")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...exc import Unsupported
 from ..registry import handler
 from ..variables import ConstantVariable, NullVariable
-from ..variables.misc import DeletedVariable, GetAttrVariable, LazyVariable
+from ..variables.misc import DeletedVariable, GetAttrVariable, LazyVariable, SavedCellVariable
 from ..variables.raising import TracedException
 
 
@@ -17,15 +17,18 @@ def LOAD_FAST(tx, inst):
 @handler("LOAD_FAST", "LOAD_FAST_CHECK", versions=(3, 13))
 def LOAD_FAST_313(tx, inst):
     """3.13 loads a cell for a closure with LOAD_FAST of its slot (3.11/3.12: LOAD_CLOSURE)."""
-    if _is_cell_slot(tx, inst.argval):
+    if _is_cell_slot(tx, inst.argval) and inst.argval not in tx.plain_slots:
         tx.push(tx.load_closure(inst.argval))
     else:
         _load_fast(tx, inst.argval)
 
 
 def _is_cell_slot(tx, name: str) -> bool:
-    return name in tx.fresh_cells or name in tx.code.co_cellvars or \
-        name in tx.code.co_freevars
+    return name in tx.fresh_cells or _is_cell_variable(tx, name)
+
+
+def _is_cell_variable(tx, name: str) -> bool:
+    return name in tx.code.co_cellvars or name in tx.code.co_freevars
 
 
 @handler("LOAD_FAST_LOAD_FAST", versions=(3, 13))
@@ -65,7 +68,11 @@ def LOAD_FAST_AND_CLEAR(tx, inst):
     value = tx.symbolic_locals.pop(name, None)
     if isinstance(value, LazyVariable):
         value = value.realize(tx)
-    tx.push(value if value is not None else DeletedVariable())
+    value = value if value is not None else DeletedVariable()
+    if _is_cell_variable(tx, name) and name not in tx.fresh_cells and \
+            name not in tx.plain_slots:
+        value = SavedCellVariable(value)  # (the slot held the function's cell)
+    tx.push(value)
 
 
 @handler("STORE_FAST")
@@ -76,6 +83,11 @@ def STORE_FAST(tx, inst):
 def _store_fast(tx, name: str) -> None:
     value = tx.pop()
     tx.fresh_cells.pop(name, None)  # the slot holds a value again, not that cell
+    if isinstance(value, SavedCellVariable):  # the function's cell put back
+        tx.plain_slots.discard(name)
+        value = value.value
+    elif _is_cell_variable(tx, name):
+        tx.plain_slots.add(name)
     if isinstance(value, DeletedVariable):
         tx.symbolic_locals.pop(name, None)
     else:

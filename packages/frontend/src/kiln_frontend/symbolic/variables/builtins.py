@@ -327,7 +327,7 @@ for _cls in (tuple, list):
 
 @builtin_handler(dict)
 def _b_dict(tx, args, kwargs):
-    from .containers import ConstDictVariable
+    from .containers import ConstDictVariable, dict_key
 
     items: dict[Any, VariableTracker] = {}
     if len(args) > 1:
@@ -339,10 +339,7 @@ def _b_dict(tx, args, kwargs):
         else:
             for pair in tx.unpack_sequence(src):
                 k, v = tx.unpack_sequence(pair)
-                try:
-                    items[k.as_python_constant()] = v
-                except NotConstant:
-                    raise Unsupported("dict() with a non-constant key") from None
+                items[dict_key(tx, k)] = v
     items.update(kwargs)
     return ConstDictVariable(items)
 
@@ -650,7 +647,10 @@ for _fn in (any, all):
 def _b_id(tx, args, kwargs):
     if len(args) != 1 or kwargs:
         return None
-    if args[0].mutable and args[0].source is None:
+    from .tensor import TensorVariable
+
+    if args[0].mutable and args[0].source is None or isinstance(args[0], TensorVariable):
+        # (a tensor's id: compared by ``is``, which guards two inputs' identity)
         return ObjectIdVariable(args[0])
     obj = known_object(args[0])
     if obj is None or args[0].mutable:

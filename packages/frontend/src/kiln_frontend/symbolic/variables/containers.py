@@ -305,15 +305,22 @@ class ConstDictVariable(VariableTracker):
         from ...sources import importable_name
         from .constant import is_constant_value
 
-        if not all(is_constant_value(k) or (isinstance(k, type) and importable_name(k))
-                   for k in value):
+        if not all(is_constant_value(k) or (isinstance(k, type) and importable_name(k)) or
+                   is_identity_key(k) for k in value):
             # (importable classes as keys: dispatch tables such as {list: validate_list};
             # the guards name them by import)
             raise Unsupported("dict with non-constant keys")
+        # (a module key is compared by identity: the keys guard fixes which module it is)
         builder.install_guard(GuardKind.DICT_KEYS, (type(value), tuple(value.keys())))
         src = builder.source
-        items = {k: builder.child(GetItemSource(src, k) if src is not None else None)(v)
-                 for k, v in value.items()}
+        items = {}
+        for k, v in value.items():
+            if is_identity_key(k):
+                key_tracker = builder.child(builder.tx.output.pinned_source(k))(k)
+                key = ItemById(k, key_tracker)
+            else:
+                key = k
+            items[key] = builder.child(GetItemSource(src, k) if src is not None else None)(v)
         return cls(items, source=builder.source, dict_cls=type(value))
 
     def python_type(self) -> type:
@@ -323,13 +330,21 @@ class ConstDictVariable(VariableTracker):
         return list(self.items.values())
 
     def as_python_constant(self) -> Any:
+        if has_identity_keys(self.items):
+            raise NotConstant("a dict keyed by modules")
         return self.dict_cls((k, v.as_python_constant()) for k, v in self.items.items())
 
     def as_proxy(self) -> Any:
+        self._constant_keys("a graph argument")
         return {k: v.as_proxy() for k, v in self.items.items()}
 
     def as_example(self) -> Any:
+        self._constant_keys("a graph argument")
         return {k: v.as_example() for k, v in self.items.items()}
+
+    def _constant_keys(self, what: str) -> None:
+        if has_identity_keys(self.items):
+            raise Unsupported(f"a dict keyed by modules as {what}")
 
     def truth_value(self, tx) -> bool:
         return bool(self.items)
@@ -338,7 +353,7 @@ class ConstDictVariable(VariableTracker):
         return True
 
     def unpack_var_sequence(self, tx):
-        return [ConstantVariable.create(k) for k in self.items]
+        return [key_var(k) for k in self.items]
 
     def iter_var(self, tx):
         return DictIteratorVariable(self, "keys")
@@ -350,14 +365,14 @@ class ConstDictVariable(VariableTracker):
             self.original_items = snapshot_items(self.items)
 
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
-        k = _const_index(tx, key)
+        k = dict_key(tx, key)
         if k not in self.items:
-            raise_traced(KeyError, k)  # caught by a traced `except KeyError`, else a break
+            _missing_key(k)  # caught by a traced `except KeyError`, else a break
         return self.items[k]
 
     def setitem(self, tx, key: VariableTracker, value: VariableTracker) -> None:
         self.check_mutable("item assignment")
-        self.items[_const_index(tx, key)] = value
+        self.items[dict_key(tx, key)] = value
 
     def var_getattr(self, tx, name):
         if self.dict_cls not in (dict, collections.OrderedDict):
@@ -388,7 +403,7 @@ class ConstDictVariable(VariableTracker):
             codegen.push_null()
             codegen.load_const_object(collections.OrderedDict)
         for k, v in self.items.items():
-            codegen.load_const(k)
+            load_key(codegen, k)
             codegen(v)
         codegen.build_map(len(self.items))
         if self.dict_cls is collections.OrderedDict:
@@ -398,13 +413,21 @@ class ConstDictVariable(VariableTracker):
         return f"ConstDictVariable(keys={list(self.items)!r})"
 
 
+def _missing_key(k: Any) -> None:
+    """KeyError(k), raised as traced code would (a module key breaks the graph: the
+    exception's argument would be the module itself)."""
+    if isinstance(k, ItemById):
+        raise Unsupported(f"KeyError for a module key {k!r}")
+    raise_traced(KeyError, k)
+
+
 class DictMethodVariable(BoundMethodVariable):
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if name in ("keys", "values", "items") and not args and not kwargs:
             return DictViewVariable(obj, name)
         if name == "get" and 1 <= len(args) <= 2:
-            k = _const_index(tx, args[0])
+            k = dict_key(tx, args[0])
             if k in obj.items:
                 return obj.items[k]
             return args[1] if len(args) == 2 else ConstantVariable(None)
@@ -419,17 +442,17 @@ class DictMethodVariable(BoundMethodVariable):
                 else:  # an iterable of (key, value) pairs, each stored as it is produced
                     for pair in iterate(tx, other):
                         k, v = tx.unpack_sequence(pair)
-                        obj.items[_const_index(tx, k)] = v
+                        obj.items[dict_key(tx, k)] = v
             obj.items.update(kwargs)
             return ConstantVariable(None)
         if name == "pop" and 1 <= len(args) <= 2:
             obj.check_mutable("dict.pop")
-            k = _const_index(tx, args[0])
+            k = dict_key(tx, args[0])
             if k in obj.items:
                 return obj.items.pop(k)
             if len(args) == 2:
                 return args[1]
-            raise_traced(KeyError, k)
+            _missing_key(k)
         if name == "popitem" and not args and (
                 not kwargs or obj.dict_cls is collections.OrderedDict and set(kwargs) <= {"last"}):
             # the last item (an OrderedDict's first with last=False)
@@ -438,23 +461,23 @@ class DictMethodVariable(BoundMethodVariable):
                 raise_traced(KeyError, "popitem(): dictionary is empty")
             obj.check_mutable("dict.popitem")
             k = next(reversed(obj.items)) if last else next(iter(obj.items))
-            return TupleVariable([ConstantVariable.create(k), obj.items.pop(k)])
+            return TupleVariable([key_var(k), obj.items.pop(k)])
         if name == "clear" and not args and not kwargs:
             obj.check_mutable("dict.clear")
             obj.items.clear()
             return ConstantVariable(None)
         if name == "setdefault" and 1 <= len(args) <= 2:
-            k = _const_index(tx, args[0])
+            k = dict_key(tx, args[0])
             if k not in obj.items:
                 obj.check_mutable("dict.setdefault")
                 obj.items[k] = args[1] if len(args) == 2 else ConstantVariable(None)
             return obj.items[k]
         if name == "move_to_end" and len(args) == 1 and set(kwargs) <= {"last"}:
             # an OrderedDict reordered: the replay rebuilds it in the new key order
-            k = _const_index(tx, args[0])
+            k = dict_key(tx, args[0])
             last = kwargs["last"].as_python_constant() if kwargs else True
             if k not in obj.items:
-                raise_traced(KeyError, k)
+                _missing_key(k)
             obj.check_mutable("OrderedDict.move_to_end")
             v = obj.items.pop(k)
             rest = {} if last else dict(obj.items)
@@ -556,10 +579,10 @@ _VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()),
 
 def _view_item(container, kind: str, key: Any) -> VariableTracker:
     if kind == "keys":
-        return ConstantVariable.create(key)
+        return key_var(key)
     if kind == "values":
         return container.items[key]
-    return TupleVariable([ConstantVariable.create(key), container.items[key]])
+    return TupleVariable([key_var(key), container.items[key]])
 
 
 class DictViewVariable(VariableTracker):
@@ -580,7 +603,9 @@ class DictViewVariable(VariableTracker):
         return [self.dict]
 
     def as_python_constant(self) -> Any:
-        if self.kind == "keys":  # keys are always constants
+        if self.kind == "keys":
+            if has_identity_keys(self.dict.items):
+                raise NotConstant("the keys of a dict keyed by modules")
             return dict.fromkeys(self.dict.items).keys()
         if self.kind == "items":
             return self.dict.as_python_constant().items()
@@ -606,11 +631,11 @@ class DictViewVariable(VariableTracker):
         if self.kind == "values":
             return upper.contains_op(tx, TupleVariable(list(self.dict.items.values())), item)
         if self.kind == "keys":
-            return ConstantVariable(_const_index(tx, item) in self.dict.items)
+            return ConstantVariable(dict_key(tx, item) in self.dict.items)
         pair = tx.unpack_sequence(item)
         if len(pair) != 2:
             return ConstantVariable(False)
-        key = _const_index(tx, pair[0])
+        key = dict_key(tx, pair[0])
         if key not in self.dict.items:
             return ConstantVariable(False)
         return upper.contains_op(tx, TupleVariable([self.dict.items[key]]), pair[1])
@@ -726,14 +751,16 @@ class NamedTupleMethodVariable(BoundMethodVariable):
 
 
 class ItemById:
-    """A set item known by identity (an ``nn.Module`` whose class keeps ``object``'s
-    ``__hash__`` and ``__eq__``): it hashes as the object does, so the shadow set's table
-    (and iteration) order is eager's, and equals only itself."""
+    """A dict key or set item known by identity (an ``nn.Module`` whose class keeps
+    ``object``'s ``__hash__`` and ``__eq__``; its identity is guarded by the module's own
+    guard): it hashes as the object does, so the shadow set's table (and iteration) order
+    is eager's, and equals only itself.  ``var`` is its tracker (what iterating gives)."""
 
-    __slots__ = ("obj",)
+    __slots__ = ("obj", "var")
 
-    def __init__(self, obj: Any):
+    def __init__(self, obj: Any, var: VariableTracker):
         self.obj = obj
+        self.var = var
 
     def __hash__(self) -> int:
         return object.__hash__(self.obj)
@@ -745,7 +772,9 @@ class ItemById:
         return f"<{type(self.obj).__name__} at {id(self.obj):#x}>"
 
 
-def _set_key(tx, item: VariableTracker) -> Any:
+def hash_key(item: VariableTracker, what: str) -> Any:
+    """The Python key a dict or set holds ``item`` under: a hashable constant as itself, a
+    module hashed by identity as an ``ItemById``; anything else breaks the graph."""
     try:
         key = item.as_python_constant()
         hash(key)
@@ -753,9 +782,57 @@ def _set_key(tx, item: VariableTracker) -> Any:
         module = getattr(item, "module", None) if isinstance(item, upper.NNModuleVariable) else None
         if module is not None and type(module).__hash__ is object.__hash__ and \
                 type(module).__eq__ is object.__eq__:
-            return ItemById(module)
-        raise Unsupported(f"set item {item.describe()} is not a hashable constant") from None
+            return ItemById(module, item)
+        raise Unsupported(f"{what} {item.describe()} is not a hashable constant") from None
     return key
+
+
+def is_identity_key(obj: Any) -> bool:
+    """A module that hashes and compares as ``object`` does (by identity)."""
+    import torch
+
+    return isinstance(obj, torch.nn.Module) and type(obj).__hash__ is object.__hash__ and \
+        type(obj).__eq__ is object.__eq__
+
+
+def key_var(key: Any) -> VariableTracker:
+    """The tracker of a dict key (``hash_key``'s inverse)."""
+    return key.var if isinstance(key, ItemById) else ConstantVariable.create(key)
+
+
+def load_key(codegen, key: Any) -> None:
+    """Push a dict key when rebuilding a dict (a module key is reloaded from its source)."""
+    if isinstance(key, ItemById):
+        codegen(key.var)
+    else:
+        codegen.load_const(key)
+
+
+def has_identity_keys(items: Any) -> bool:
+    return any(isinstance(k, ItemById) for k in items)
+
+
+class TensorItem:
+    """A tensor in a set.  Tensors hash by identity, and a graph value has no real object
+    to hash: the set holds one ``TensorItem`` per tensor (``SetVariable.key_of`` finds a
+    tensor's by ``is``, guarded between inputs), and its iteration order, which follows
+    the real hashes, is unknown from then on."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, var: VariableTracker):
+        self.var = var
+
+    def __repr__(self) -> str:
+        return f"<tensor {self.var.node.name}>"
+
+
+def _set_key(tx, item: VariableTracker) -> Any:
+    return hash_key(item, "set item")
+
+
+def dict_key(tx, key: VariableTracker) -> Any:
+    return hash_key(tx.realize(key) if tx is not None else key, "dict key")
 
 
 @upper.provide
@@ -765,16 +842,43 @@ class SetVariable(VariableTracker):
 
     mutable = True
 
-    def __init__(self, items: list[VariableTracker], *, source=None):
+    def __init__(self, items: list[VariableTracker], *, source=None, tx=None):
         super().__init__(source=source)
         self.items: dict[Any, VariableTracker] = {}
         #: a real set that gets the same adds and removals: CPython iterates a set in
         #: table order (hashes, history), and ``items`` is kept in that order
         self.shadow: set = set()
+        #: a tensor was in the set: the real table's order is not known (sticky, as the
+        #: table keeps the history of removed items)
+        self.order_unknown = False
         for it in items:
-            self.items.setdefault(_set_key(None, it), it)
-            self.shadow.add(_set_key(None, it))
+            key = self.key_of(tx, it)
+            self.items.setdefault(key, it)
+            self.shadow.add(key)
         self.resync()
+
+    def key_of(self, tx, item: VariableTracker) -> Any:
+        """The key ``item`` is (or would be) held under: a tensor is the one already in
+        the set when ``is`` says so."""
+        if isinstance(item, upper.TensorVariable):
+            if tx is None:
+                raise Unsupported("a tensor in a set built without a translator")
+            for key in self.items:
+                if isinstance(key, TensorItem) and \
+                        upper.is_op(tx, key.var, item, negate=False).as_python_constant():
+                    return key
+            self.order_unknown = True
+            return TensorItem(item)
+        return _set_key(tx, item)
+
+    def check_ordered(self, what: str) -> None:
+        """Refuse what depends on the real table's order when it is unknown."""
+        if self.order_unknown and len(self.items) > 1:
+            raise Unsupported(f"{what} on a set that held a tensor (its order follows the "
+                              "tensors' ids)")
+
+    def has_tensor_items(self) -> bool:
+        return any(isinstance(k, TensorItem) for k in self.items)
 
     def resync(self) -> None:
         """Put ``items`` in the iteration order of the real set (``shadow``)."""
@@ -800,25 +904,35 @@ class SetVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         if any(isinstance(k, ItemById) for k in self.shadow):
             raise NotConstant("a set of modules")
+        if self.order_unknown and (self.has_tensor_items() or len(self.items) > 1):
+            raise NotConstant("a set that held a tensor")
         return self.shadow.copy()  # (a copy keeps the table order: folded results match)
 
     def len_value(self, tx) -> int:
         return len(self.items)
 
     def contains(self, tx, item: VariableTracker) -> VariableTracker:
-        """``item in s``: by value for constants, by identity for modules."""
-        return ConstantVariable(_set_key(tx, tx.realize(item)) in self.shadow)
+        """``item in s``: by value for constants, by identity for modules and tensors."""
+        item = tx.realize(item)
+        if isinstance(item, upper.TensorVariable):
+            return ConstantVariable(any(
+                isinstance(k, TensorItem) and
+                upper.is_op(tx, k.var, item, negate=False).as_python_constant()
+                for k in self.items))
+        return ConstantVariable(_set_key(tx, item) in self.shadow)
 
     def truth_value(self, tx) -> bool:
         return bool(self.items)
 
     def iter_var(self, tx):
+        self.check_ordered("iterating")
         return DictIteratorVariable(self, "values")
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
 
     def unpack_var_sequence(self, tx):
+        self.check_ordered("iterating")
         return list(self.items.values())
 
     def children(self):
@@ -831,7 +945,7 @@ class SetVariable(VariableTracker):
 
     def add(self, tx, item: VariableTracker) -> None:
         self.check_mutable("set.add")
-        key = _set_key(tx, item)
+        key = self.key_of(tx, item)
         self.items.setdefault(key, item)
         self.shadow.add(key)
         self.resync()
@@ -872,8 +986,10 @@ class SetMethodVariable(BoundMethodVariable):
             return none
         if name in ("discard", "remove") and len(args) == 1:
             obj.check_mutable(f"set.{name}")
-            key = _set_key(tx, args[0])
+            key = obj.key_of(tx, tx.realize(args[0]))
             if key not in obj.items and name == "remove":
+                if isinstance(key, TensorItem):
+                    raise Unsupported("KeyError for a tensor not in a set")
                 raise_traced(KeyError, key)
             obj.items.pop(key, None)
             obj.shadow.discard(key)
@@ -885,20 +1001,25 @@ class SetMethodVariable(BoundMethodVariable):
             obj.shadow.clear()
             return none
         if name == "copy" and not args:  # (the real copy's table: iteration and pop)
-            copy = SetVariable(list(obj.items.values()))
+            copy = SetVariable([])
+            copy.items = dict(obj.items)
             copy.shadow = obj.shadow.copy()
+            copy.order_unknown = obj.order_unknown
             copy.resync()
             return copy
         if name == "pop" and not args and obj.items:
             # the item the real set gives: the shadow has its table and its pop position
             # (a frame-built set: one from the frame is refused by check_mutable)
             obj.check_mutable("set.pop")
+            obj.check_ordered("set.pop")
             key = obj.shadow.pop()
             value = obj.items.pop(key)
             obj.resync()
             return value
         if name == "pop":
             raise Unsupported("set.pop of an empty set or with arguments")
+        if obj.order_unknown:
+            raise Unsupported(f"set.{name} of a set that held a tensor")
         try:
             cargs = [set(_set_key(tx, it) for it in tx.unpack_sequence(a)) for a in args]
         except Unsupported:

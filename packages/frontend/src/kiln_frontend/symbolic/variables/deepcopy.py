@@ -79,7 +79,7 @@ class _Copier:
 
     def __call__(self, v: VariableTracker) -> VariableTracker:
         from .constant import ConstantVariable
-        from .containers import ConstDictVariable, ListVariable, TupleVariable
+        from .containers import ConstDictVariable, ListVariable, TupleVariable, has_identity_keys
         from .misc import FrameObjectVariable, UserDefinedObjectVariable
 
         v = self.tx.realize(v)
@@ -96,7 +96,8 @@ class _Copier:
             self.memo[id(v)] = out
             out.items.extend(self.item(x) for x in v.items)
         elif type(v) is ConstDictVariable and v.dict_cls in (dict, __import__(
-                "collections").OrderedDict):
+                "collections").OrderedDict) and not has_identity_keys(v.items):
+            # (a module key would be deep-copied too)
             out = ConstDictVariable({}, dict_cls=v.dict_cls)
             self.memo[id(v)] = out
             out.items.update((k, self.item(x)) for k, x in v.items.items())
@@ -163,3 +164,36 @@ class HandledFunctionVariable(KnownCallableVariable):
 
     def describe(self) -> str:
         return f"HandledFunctionVariable({self.fn.__module__}.{self.fn.__qualname__})"
+
+
+class HandledMethodVariable(VariableTracker):
+    """``types.MethodType(fn, obj)`` of a handled function: calls go to its handler with
+    ``obj`` first (``ExitStack`` binds a manager's ``__exit__`` so)."""
+
+    def __init__(self, fn: HandledFunctionVariable, obj: VariableTracker):
+        super().__init__()
+        self.fn = fn
+        self.obj = obj
+
+    def children(self):
+        return [self.fn, self.obj]
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn.call_function(tx, [self.obj, *args], kwargs)
+
+    def python_type(self) -> type:
+        import types
+
+        return types.MethodType
+
+    def reconstruct(self, codegen):
+        import types
+
+        codegen.push_null()
+        codegen.load_const_object(types.MethodType)
+        codegen(self.fn)
+        codegen(self.obj)
+        codegen.call_function(2)
+
+    def describe(self) -> str:
+        return f"HandledMethodVariable({self.fn.describe()} of {self.obj.describe()})"

@@ -10,6 +10,7 @@ the raise then happens in Python."""
 from __future__ import annotations
 
 import builtins
+import types
 from typing import Any
 
 from ...exc import Unsupported
@@ -42,7 +43,6 @@ class ExceptionVariable(_frame_object_base()):
     @classmethod
     def construct(cls, tx, exc_cls: type, args, kwargs) -> ExceptionVariable:
         import inspect
-        import types
 
         init = inspect.getattr_static(exc_cls, "__init__")
         var = cls(exc_cls, list(args))
@@ -101,6 +101,11 @@ class ExceptionVariable(_frame_object_base()):
             # of such an exception 0 graphs where it makes 1)
             self.object_setattr(tx, name, value)
             return
+        if not self.initialized and not isinstance(self.cls.__setattr__, types.FunctionType):
+            # the same break on 3.13, where BaseException has no __setattr__ slot of its own
+            # (object's is inherited, which the generic store below would trace)
+            raise Unsupported(f"setting {name!r} inside {self.cls.__qualname__}.__init__ "
+                              "(a C __setattr__ on an exception being constructed)")
         super().store_attr(tx, name, value)
 
     def str_value(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import types
 from typing import Any
 
@@ -247,6 +248,11 @@ class NestedUserFunctionVariable(VariableTracker):
         #: attributes the frame assigned (``fn.__wrapped__ = f``, ``fn.calls = 0``): the
         #: function's ``__dict__``, set again on the rebuilt function
         self.attrs: dict[str, VariableTracker] = {}
+        #: writable function attributes the frame assigned (``functools.update_wrapper``:
+        #: ``__module__``, ``__name__``...), also set again on the rebuilt function
+        self.special_attrs: dict[str, VariableTracker] = {}
+        #: MAKE_FUNCTION had annotations (not modelled: ``__annotations__`` breaks)
+        self.has_annotations = False
 
     #: attributes that change what the function is (not kept in its ``__dict__``)
     _FIXED = frozenset({"__code__", "__closure__", "__globals__", "__defaults__",
@@ -256,17 +262,55 @@ class NestedUserFunctionVariable(VariableTracker):
     def get_code(self):
         return self.code
 
+    #: the ``_FIXED`` names a store may change, with the type the value must have
+    _WRITABLE = {"__module__": object, "__name__": str, "__qualname__": str,
+                 "__annotations__": dict}
+
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if name in self._WRITABLE or name in ("__doc__", "__type_params__"):
+            kind = self._WRITABLE.get(name, object)
+            if name == "__type_params__" or kind is not object:
+                try:
+                    ok = isinstance(value.python_type(), type) and \
+                        issubclass(value.python_type(), tuple if name == "__type_params__"
+                                   else kind)
+                except Unsupported:
+                    ok = False
+                if not ok:  # (eager raises TypeError)
+                    raise Unsupported(f"assignment of {value.describe()} to {name!r} of "
+                                      f"nested function {self.qualname}")
+            self.special_attrs[name] = value
+            return
         if name in self._FIXED:
             raise Unsupported(f"assignment to {name!r} of nested function {self.qualname}")
         self.attrs[name] = value
 
     def children(self):
-        return list(self.attrs.values())
+        return [*self.special_attrs.values(), *self.attrs.values()]
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in self.special_attrs:
+            return self.special_attrs[name]
         if name in self.attrs:
             return self.attrs[name]
+        if name == "__doc__":  # (CPython: the code's first constant when it is a str)
+            consts = self.code.co_consts
+            doc = consts[0] if consts and isinstance(consts[0], str) else None
+            return ConstantVariable.create(doc)
+        if name == "__type_params__" and sys.version_info >= (3, 12):
+            return ConstantVariable.create(())
+        if name == "__annotations__" and not self.has_annotations:
+            # made once, as CPython caches the empty dict it makes on first access
+            from .containers import ConstDictVariable
+
+            self.special_attrs[name] = ConstDictVariable({})
+            return self.special_attrs[name]
+        if name == "__dict__":  # the namespace itself: ``fn.__dict__.update(...)`` sets attrs
+            from .containers import ConstDictVariable
+
+            view = ConstDictVariable({})
+            view.items = self.attrs
+            return view
         if name == "__code__":
             return ConstantVariable(self.code)
         if name == "__closure__":
@@ -303,7 +347,8 @@ class NestedUserFunctionVariable(VariableTracker):
 
     def reconstruct(self, codegen):
         self._reconstruct_function(codegen)
-        for name, value in self.attrs.items():  # fn.name = value, fn kept on the stack
+        for name, value in [*self.special_attrs.items(), *self.attrs.items()]:
+            # fn.name = value, fn kept on the stack
             codegen.extend(builders.copy(1))
             codegen(value)
             codegen.extend(builders.swap(2))

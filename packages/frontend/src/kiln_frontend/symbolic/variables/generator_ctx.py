@@ -9,9 +9,13 @@ the whole ``with`` block then runs in Python."""
 
 from __future__ import annotations
 
+import contextlib
+
 from ...exc import Unsupported
+from ...layers import upper
 from .base import VariableTracker
-from .ctx_managers import ContextManagerVariable
+from .ctx_managers import ContextExitVariable, ContextManagerVariable
+from .deepcopy import register_python_function
 
 
 def resume_generator(gen_tx, sent: VariableTracker | None = None) -> VariableTracker | None:
@@ -129,6 +133,9 @@ class GeneratorContextVariable(ContextManagerVariable):
     def undo_real(self) -> None:
         pass  # nothing real was switched: the generator's effects are traced
 
+    def python_type(self) -> type:
+        return contextlib._GeneratorContextManager
+
     def reconstruct(self, codegen):
         raise Unsupported("a @contextmanager generator paused at its yield cannot be rebuilt")
 
@@ -151,3 +158,26 @@ def _special_generator_contexts() -> dict:
 
 
 _SPECIAL: dict = {}
+
+
+def _through_class_slot(name: str):
+    """``_GeneratorContextManager.<name>(cm, ...)`` called through the class (what
+    ``ExitStack.enter_context`` does: ``type(cm).__enter__(cm)``, then ``__exit__`` bound
+    with ``types.MethodType``): on a manager made while tracing it is the tracker's own
+    enter/exit; on a real one, contextlib's code inlined as before."""
+    fn = getattr(contextlib._GeneratorContextManager, name)
+
+    def handler(tx, args, kwargs):
+        cm = tx.realize(args[0]) if args else None
+        if isinstance(cm, GeneratorContextVariable) and not kwargs:
+            if name == "__enter__" and len(args) == 1:
+                return cm.enter(tx)
+            if name == "__exit__" and len(args) == 4:
+                return ContextExitVariable(cm).call_function(tx, args[1:], {})
+        return tx.inline_call(upper.UserFunctionVariable(fn), args, kwargs)
+
+    register_python_function(fn, handler)
+
+
+_through_class_slot("__enter__")
+_through_class_slot("__exit__")

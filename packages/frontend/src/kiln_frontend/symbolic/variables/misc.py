@@ -40,6 +40,23 @@ class DeletedVariable(VariableTracker):
         return "<unbound>"
 
 
+class SavedCellVariable(VariableTracker):
+    """A function's own cell saved by LOAD_FAST_AND_CLEAR when an inlined comprehension
+    reuses its slot for a plain value (3.13 then reads the slot with LOAD_FAST): the
+    STORE_FAST that puts it back makes the slot a cell again.  ``value`` is what the
+    symbolic locals held for the cell's contents."""
+
+    def __init__(self, value: VariableTracker):
+        super().__init__()
+        self.value = value
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild a cell saved by an inlined comprehension")
+
+    def describe(self) -> str:
+        return f"<saved cell {self.value.describe()}>"
+
+
 class LazyVariable(VariableTracker):
     """A frame argument not looked at yet: built (and guarded) on first use, otherwise only
     reloaded from its source."""

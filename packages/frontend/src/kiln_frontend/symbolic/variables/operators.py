@@ -329,6 +329,8 @@ def _set_operator(tx, fn, args):
     if len(args) != 2 or not isinstance(args[0], SetVariable):
         return None
     a, b = args
+    if a.order_unknown:
+        raise Unsupported(f"set {fn.__name__} on a set that held a tensor")
     try:
         other = b.as_python_constant()
     except NotConstant:
@@ -379,8 +381,12 @@ def _equality_of_objects(tx, fn, args):
     if isinstance(a, upper.ObjectIdVariable) or isinstance(b, upper.ObjectIdVariable):
         # ids of objects made while tracing: equal only for the same object (any other
         # int, an id from before this call included, differs while both objects live)
-        same = isinstance(a, upper.ObjectIdVariable) and isinstance(b, upper.ObjectIdVariable) and \
-            a.obj is b.obj
+        both = isinstance(a, upper.ObjectIdVariable) and isinstance(b, upper.ObjectIdVariable)
+        if not both and (a if isinstance(a, upper.ObjectIdVariable) else b).obj.source is not None:
+            # an input's id may equal an int from before the call
+            raise Unsupported("comparing the id of an input with another value")
+        same = both and (a.obj is b.obj or
+                         is_op(tx, a.obj, b.obj, negate=False).as_python_constant())
         return ConstantVariable(same if fn is operator.eq else not same)
     if isinstance(a, (BaseSequenceVariable, ConstDictVariable)) or isinstance(
             b, (BaseSequenceVariable, ConstDictVariable)):
@@ -535,17 +541,14 @@ def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> Variab
 def contains_op(tx, container: VariableTracker, item: VariableTracker) -> VariableTracker:
     """``item in container``: the container's own ``contains``, else decided on constants
     or on the identity of known objects."""
-    from .containers import BaseSequenceVariable, ConstDictVariable
+    from .containers import BaseSequenceVariable, ConstDictVariable, dict_key
 
     contains = getattr(container, "contains", None)
     if contains is not None:
         return contains(tx, item)
 
     if isinstance(container, ConstDictVariable):
-        try:
-            return ConstantVariable(item.as_python_constant() in container.items)
-        except NotConstant:
-            raise Unsupported("`in` on a dict with a non-constant key") from None
+        return ConstantVariable(dict_key(tx, item) in container.items)
     if container.is_python_constant() and item.is_python_constant():
         return ConstantVariable(item.as_python_constant() in container.as_python_constant())
     if isinstance(container, BaseSequenceVariable):

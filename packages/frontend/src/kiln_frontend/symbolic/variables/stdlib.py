@@ -10,6 +10,7 @@ None when the call is not one it knows (the caller then graph-breaks with the na
 
 from __future__ import annotations
 
+import _heapq
 import collections
 import contextlib
 import functools
@@ -24,7 +25,7 @@ from ...exc import Unsupported
 from ...layers import upper
 from .base import KnownCallableVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
-from .containers import ConstDictVariable
+from .containers import ConstDictVariable, ListVariable, load_key
 
 Handler = Callable[..., VariableTracker | None]
 
@@ -158,6 +159,41 @@ def _dict_fromkeys(dict_cls):
     return handler
 
 
+def _heap_operation(fn: Callable) -> Handler:
+    """A ``_heapq`` C function on a list of constants (``Counter.most_common`` runs
+    ``heapq.nlargest``): run for real on the values, the list's items rearranged as it
+    left them (a list from the frame is written back after the graph)."""
+
+    def handler(tx, args, kwargs):
+        from .constant import is_constant_value
+
+        if kwargs or not args or not isinstance(tx.realize(args[0]), ListVariable):
+            return None
+        heap = tx.realize(args[0])
+        try:
+            values = [tx.realize(v).as_python_constant() for v in heap.items]
+            rest = [tx.realize(a).as_python_constant() for a in args[1:]]
+        except NotConstant:
+            raise Unsupported(f"heapq.{fn.__name__} on a list of non-constants") from None
+        if not all(is_constant_value(v) for v in [*values, *rest]):
+            raise Unsupported(f"heapq.{fn.__name__} on mutable items")
+        heap.check_mutable(f"heapq.{fn.__name__}")
+        try:
+            result = fn(values, *rest)
+        except (IndexError, TypeError) as e:  # an empty heap, items that do not compare
+            raise Unsupported(f"heapq.{fn.__name__} raised {type(e).__name__}: {e}") from None
+        heap.items[:] = [ConstantVariable.create(v) for v in values]
+        return wrap_constant_result(result, what=f"heapq.{fn.__name__}")
+
+    return handler
+
+
+for _name in ("heapify", "heappush", "heappop", "heapreplace", "heappushpop",
+              "_heapify_max", "_heapreplace_max", "_heappop_max"):
+    _heap_fn = getattr(_heapq, _name, None)
+    if _heap_fn is not None:
+        register_builtin(_heap_fn, _heap_operation(_heap_fn))
+
 register_builtin(dict.fromkeys, _dict_fromkeys(dict))
 register_builtin(collections.OrderedDict.fromkeys, _dict_fromkeys(collections.OrderedDict))
 
@@ -175,11 +211,14 @@ register_constructor(collections.OrderedDict, _ordered_dict)
 def _bound_method(tx, cls, args, kwargs):
     """``types.MethodType(fn, obj)`` (``contextlib.ExitStack`` binds each manager's
     ``__exit__`` so): ``fn`` bound to ``obj``'s tracker, as ``obj.fn`` would be."""
+    from .deepcopy import HandledFunctionVariable, HandledMethodVariable
     from .functions import UserFunctionVariable, UserMethodVariable
 
     if kwargs or len(args) != 2:
         return None
     fn = tx.realize(args[0])
+    if type(fn) is HandledFunctionVariable:
+        return HandledMethodVariable(fn, tx.realize(args[1]))
     if type(fn) is not UserFunctionVariable or not isinstance(fn.fn, types.FunctionType):
         return None
     return UserMethodVariable(fn.fn, tx.realize(args[1]))
@@ -243,7 +282,7 @@ class DefaultDictVariable(ConstDictVariable):
         codegen.load_const_object(collections.defaultdict)
         codegen(self.factory)
         for k, v in self.items.items():
-            codegen.load_const(k)
+            load_key(codegen, k)
             codegen(v)
         codegen.build_map(len(self.items))
         codegen.call_function(2)

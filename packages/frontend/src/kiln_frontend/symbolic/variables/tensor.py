@@ -123,6 +123,7 @@ class UncapturedTensorVariable(VariableTracker):
         return f"UncapturedTensorVariable({type(self.value).__name__}, {self.value.layout}{where})"
 
 
+@upper.provide
 @tracker_for(torch.Tensor)
 class TensorVariable(VariableTracker):
     """A tensor in the graph being built.
