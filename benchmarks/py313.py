@@ -31,6 +31,7 @@ import copy
 import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -143,11 +144,9 @@ def _per_call(fns: dict, args, inner: int, repeats: int) -> dict[str, list[float
     return samples
 
 
-def _guard_overhead(repeats: int) -> dict:
-    """Per-call seconds, compiled (guards pass, eager backend) and eager, of a small module
-    with three tensor arguments and of a three-tensor function."""
-    import capture
-    import kiln_frontend
+def _guard_subjects() -> dict:
+    """The guard-overhead subjects: a small module with three tensor arguments and a
+    three-tensor function."""
     import torch
 
     class Small(torch.nn.Module):
@@ -162,8 +161,19 @@ def _guard_overhead(repeats: int) -> dict:
         return a + b * c
 
     torch.manual_seed(0)
+    return {"module_3_tensors": Small(), "function_3_tensors": add3}
+
+
+def _guard_overhead(repeats: int) -> dict:
+    """Per-call seconds, compiled (guards pass, eager backend) and eager, of a small module
+    with three tensor arguments and of a three-tensor function."""
+    import capture
+    import kiln_frontend
+    import torch
+
+    torch.manual_seed(0)
     out = {}
-    for name, fn in (("module_3_tensors", Small()), ("function_3_tensors", add3)):
+    for name, fn in _guard_subjects().items():
         args = (torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8))
         kiln_frontend.reset()
         backend = capture.RecordingBackend()
@@ -197,6 +207,66 @@ def _cold_capture(repeats: int) -> dict:
             samples.append(r.capture_s)
         out[name] = samples
     return out
+
+
+def _calls(path: str, n: int) -> None:
+    """What ``--callgrind`` counts: ``n`` compiled and ``n`` eager calls (eager through
+    ``functools.partial``, which names them in the profile) of ``path``'s small module or
+    function, in alternating chunks of 10 (the ops of both see the same allocator state),
+    each chunk an ``itertools.starmap`` (callgrind collects inside ``starmap_next`` only)."""
+    import functools
+    import itertools
+
+    import capture
+    import kiln_frontend
+    import torch
+
+    fns = _guard_subjects()
+    fn = fns[path]
+    args = (torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8))
+    backend = capture.RecordingBackend()
+    compiled = kiln_frontend.optimize(backend)(fn)
+    eager = functools.partial(fn)
+    chunk = [args] * 10
+    with torch.no_grad():
+        for _ in range(50):
+            compiled(*args)
+            eager(*args)
+        assert len(backend.graphs) == 1, f"{path}: {len(backend.graphs)} graphs"
+        if os.environ.get("KILN_CALLGRIND_CONTROL"):  # instrument from here on (fast start)
+            subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
+                           stdout=subprocess.DEVNULL)
+        for _ in range(n // 10):
+            for _ in itertools.starmap(compiled, chunk):
+                pass
+            for _ in itertools.starmap(eager, chunk):
+                pass
+
+
+def _callgrind(version: str, path: str, n: int, out_dir: Path) -> dict:
+    """Instructions per call (compiled, eager, their difference: the guard overhead) of
+    ``path`` under ``version``, from callgrind's inclusive counts of ``starmap_next`` (all
+    calls) and of ``partial_call``/``partial_vectorcall`` (the eager ones)."""
+    out = out_dir / f"callgrind.{version}.{path}.out"
+    srcs = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(srcs), "KILN_CALLGRIND_CONTROL": "1"}
+    subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no",
+                    "--toggle-collect=starmap_next", f"--callgrind-out-file={out}",
+                    str(PYTHONS[version]), __file__, "--child", "calls", "--path", path,
+                    "--calls", str(n)], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout
+
+    def inclusive(pattern: str) -> int:
+        counts = [int(line.split()[0].replace(",", "")) for line in text.splitlines()
+                  if re.search(pattern, line) and line.strip()[:1].isdigit()]
+        return max(counts, default=0)
+
+    total = inclusive(r"PROGRAM TOTALS")
+    eager = inclusive(r":partial_(vectorcall|call) \[")
+    return {"compiled": (total - eager) / n, "eager": eager / n,
+            "overhead": (total - 2 * eager) / n}
 
 
 def child(part: str, repeats: int) -> dict:
@@ -259,7 +329,14 @@ def compare_counts(a: dict, b: dict) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", choices=("counts", "timing"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("counts", "timing", "calls"), help=argparse.SUPPRESS)
+    parser.add_argument("--path", default="function_3_tensors", help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=1000,
+                        help="with --callgrind: compiled and eager calls counted per run")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="instead of counts and timing: guard overhead in instructions "
+                        "per call (valgrind's callgrind, both interpreters and both subjects; "
+                        "deterministic where timing on a shared machine moves 10-20%%)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="guard samples of 200 calls per round: 10x this")
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, interpreters "
@@ -268,6 +345,10 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--json", default=str(HERE / "results" / "py313.json"))
     args = parser.parse_args(argv)
+    if args.child == "calls":
+        sys.path.insert(0, str(HERE))
+        _calls(args.path, args.calls)
+        return 0
     if args.child:
         print(json.dumps(child(args.child, args.repeats)))
         return 0
@@ -278,6 +359,21 @@ def main(argv=None) -> int:
                                                  "sys.version.split()[0], torch.__version__)"],
                                                 stdout=subprocess.PIPE, text=True).stdout.strip()
                               for v, p in PYTHONS.items()}
+    if args.callgrind:
+        import tempfile
+
+        rows = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in ("function_3_tensors", "module_3_tensors"):
+                got = {v: _callgrind(v, path, args.calls, Path(tmp)) for v in PYTHONS}
+                rows[path] = {**got, "ratio": _ratio(got["3.13"]["overhead"],
+                                                     got["3.11"]["overhead"])}
+                print(f"{path:20} overhead instructions/call 3.11 {got['3.11']['overhead']:8.0f}"
+                      f"  3.13 {got['3.13']['overhead']:8.0f}  ratio {rows[path]['ratio']:.3f}")
+        result["instructions"] = rows
+        out_path.write_text(json.dumps(result, indent=1))
+        print(f"results: {out_path}", file=sys.stderr)
+        return 0
     if not args.skip_counts:
         counts = {v: _run_child(v, "counts", args.repeats) for v in PYTHONS}
         result["counts"] = compare_counts(counts["3.11"], counts["3.13"])

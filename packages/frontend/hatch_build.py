@@ -59,6 +59,16 @@ def _compiler() -> list[str]:
     return parts
 
 
+def _has_tier2_optimizer() -> bool:
+    """The interpreter was built with CPython's tier-2 optimizer (3.13+ ``--enable-experimental-jit``
+    and its ``=interpreter`` form: ``_Py_TIER2``, which only CPython's own sources see): there
+    installing an eval function must also invalidate its executors, so _evalframe installs
+    through CPython's setter (_kiln_internal.h, EVAL_FRAME_SET)."""
+    flags = " ".join(str(sysconfig.get_config_var(name) or "")
+                     for name in ("PY_CORE_CFLAGS", "PY_CFLAGS_NODIST", "CONFIG_ARGS"))
+    return "_Py_TIER2" in flags or "experimental-jit" in flags
+
+
 def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -> Path:
     """Compile _evalframe.c and _guardtree.c into one module in out_dir; returns the path of
     the shared library."""
@@ -70,6 +80,8 @@ def build_extension(out_dir: str | os.PathLike[str], *, verbose: bool = False) -
     cflags += shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC")
     if not any(flag.startswith("-O") for flag in cflags):
         cflags.append("-O2")
+    if _has_tier2_optimizer():
+        cflags.append("-DKILN_PY_TIER2=1")
     cflags += shlex.split(os.environ.get("KILN_EXTRA_CFLAGS", ""))
     include = sysconfig.get_paths()["include"]
     plat_include = sysconfig.get_paths().get("platinclude", include)

@@ -250,6 +250,90 @@ def test_grad_mode_and_global_state_leaves():
     assert agree(check, 0)
 
 
+class _Mode(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _set_default_dtype(stack):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    stack.callback(torch.set_default_dtype, old)
+
+
+def _set_matmul_precision(value):
+    def enter(stack):
+        old = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(value)
+        stack.callback(torch.set_float32_matmul_precision, old)
+    return enter
+
+
+def _set_deterministic(stack):
+    old = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    stack.callback(torch.use_deterministic_algorithms, old)
+
+
+#: one change of each piece of torch's global state the guards read
+STATE_CHANGES = {
+    "no_grad": lambda stack: stack.enter_context(torch.no_grad()),
+    "inference_mode": lambda stack: stack.enter_context(torch.inference_mode()),
+    "deterministic": _set_deterministic,
+    "default_dtype": _set_default_dtype,
+    "torch_function_mode": lambda stack: stack.enter_context(_Mode()),
+    "matmul_precision_high": _set_matmul_precision("high"),
+    "matmul_precision_medium": _set_matmul_precision("medium"),
+    "autocast_cpu": lambda stack: stack.enter_context(torch.autocast("cpu")),
+}
+
+
+@pytest.mark.skipif(not G.USING_FAST_TENSOR_CHECK, reason="_tensorcheck (C++) not built")
+def test_global_state_leaves_read_the_state_in_cxx():
+    """Grad mode and every GLOBAL_STATE getter are read from torch's C++ state, not called
+    (a Python call per getter on every guarded call, 2-3k instructions in all)."""
+    check = tree([Guard(None, GuardKind.GRAD_MODE, True),
+                  Guard(None, GuardKind.GLOBAL_STATE, G.torch_global_state())], ["x"])
+    getters = [read for _, read in G.GLOBAL_STATE_READERS
+               if read not in (G._autocast_state, G._global_module_hooks)]
+    # grad mode, the plain getters, and autocast's "any enabled" leaf
+    assert check.state_leaves == 1 + len(getters) + 1
+    assert agree(check, 0)
+
+
+@pytest.mark.parametrize("change", list(STATE_CHANGES))
+def test_global_state_leaves_see_every_state_change(change):
+    import contextlib
+
+    check = tree([Guard(None, GuardKind.GRAD_MODE, True),
+                  Guard(None, GuardKind.GLOBAL_STATE, G.torch_global_state())], ["x"])
+    assert agree(check, 0)
+    with contextlib.ExitStack() as stack:
+        STATE_CHANGES[change](stack)
+        assert not agree(check, 0)
+        # a tree built in the changed state passes there and fails back outside
+        inside = tree([Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()),
+                       Guard(None, GuardKind.GLOBAL_STATE, G.torch_global_state())], ["x"])
+        assert agree(inside, 0)
+    assert agree(check, 0)
+    assert not agree(inside, 0)
+
+
+def test_state_leaf_on_a_value_the_getter_never_returns_calls_it():
+    leaves = (("call_eq", torch._C._get_float32_matmul_precision, "HIGHEST", None),
+              ("call_is", torch._C._len_torch_function_stack, 0, None),
+              ("call_eq", torch.get_default_dtype, "float32", None))
+    for kind, fn, value, _ in leaves:
+        check = G.GuardTree(1, {}, ("root", None, ((kind, fn, value),), ()))
+        assert check.state_leaves == 0, (kind, fn)
+        assert check(0) == ((fn() is value) if kind == "call_is" else (fn() == value))
+    # a getter of the table on a value it does return is read in C++
+    check = G.GuardTree(1, {}, ("root", None, (("call_eq", torch.get_default_dtype,
+                                                  torch.get_default_dtype()),), ()))
+    assert check.state_leaves == (1 if G.USING_FAST_TENSOR_CHECK else 0)
+    assert check(0)
+
+
 def test_python_leaf_for_what_no_node_expresses():
     a = Obj()
     check = tree([Guard(IdentitySource(LocalSource("x"), LocalSource("y")),

@@ -122,6 +122,10 @@ static _Thread_local int tls_disabled = 0;
 static _Thread_local PyObject *tls_guard_func = NULL;
 
 static Py_ssize_t active_threads = 0;         /* threads whose callback is not None */
+/* the interpreter that imported the module, where the hook is installed: read once, as
+ * PyThreadState_GET()->interp is a thread-local read through a call on 3.13, twice in every
+ * decorated call (subinterpreters are not supported: see the top of this file) */
+static PyInterpreterState *kiln_interp = NULL;
 /* what we chain to (normally the default evaluator) */
 static _PyFrameEvalFunction previous_eval = _PyEval_EvalFrameDefault;
 static Py_ssize_t extra_index = -1;
@@ -493,8 +497,7 @@ static PyObject *kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fra
 static int
 foreign_hook_installed(void)
 {
-    PyInterpreterState *interp = PyThreadState_GET()->interp;
-    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(kiln_interp);
     if (current == kiln_eval_frame) {
         return previous_eval != _PyEval_EvalFrameDefault;
     }
@@ -731,16 +734,16 @@ error:
 static void
 update_installation(void)
 {
-    PyInterpreterState *interp = PyThreadState_GET()->interp;
+    PyInterpreterState *interp = kiln_interp;
     _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
     if (active_threads > 0) {
         if (current != kiln_eval_frame) {
             previous_eval = current;
-            _PyInterpreterState_SetEvalFrameFunc(interp, kiln_eval_frame);
+            EVAL_FRAME_SET(interp, kiln_eval_frame);
         }
     }
     else if (current == kiln_eval_frame) {
-        _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
+        EVAL_FRAME_SET(interp, previous_eval);
     }
 }
 
@@ -901,8 +904,7 @@ reset(PyObject *module, PyObject *unused)
 static PyObject *
 is_hook_installed(PyObject *module, PyObject *unused)
 {
-    PyInterpreterState *interp = PyThreadState_GET()->interp;
-    return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == kiln_eval_frame);
+    return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(kiln_interp) == kiln_eval_frame);
 }
 
 static PyObject *
@@ -1167,6 +1169,12 @@ load_tensorcheck(void)
         }
     }
     return tensorcheck_api;
+}
+
+const KilnTensorCheckAPI *
+kiln_tensorcheck_api(void)
+{
+    return load_tensorcheck();
 }
 
 typedef struct {
@@ -1729,6 +1737,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__evalframe(void)
 {
+    kiln_interp = PyInterpreterState_Get();
     if (extra_index < 0) {
         extra_index = REQUEST_EXTRA_INDEX(extra_free);
         if (extra_index < 0) {

@@ -67,6 +67,11 @@ typedef struct {
     Py_ssize_t n;      /* LEN: the length; HASATTR: the expected flag */
     uintptr_t id;      /* ID */
     uint64_t seen_tag; /* KEYS: version tag of the exact dict that last passed, 0: none */
+    /* CALL_IS/CALL_EQ on one of torch's global-state getters (grad mode, default dtype...):
+     * its C++ reader and the reading that passes (_tensorcheck's state_getter); NULL: a is
+     * called */
+    int64_t (*state_read)(void);
+    int64_t state_code;
 } Leaf;
 
 typedef struct Node {
@@ -103,6 +108,7 @@ typedef struct {
     PyObject *globals; /* the frame's globals: GLOBAL nodes read it */
     Py_ssize_t nargs;
     Py_ssize_t nnodes, nleaves;
+    Py_ssize_t nstate; /* CALL_IS/CALL_EQ leaves read in C++ (state_read) */
     Node root;
 } GuardTree;
 
@@ -229,6 +235,9 @@ leaf_check(Leaf *l, PyObject *v, PyObject *const *args, Py_ssize_t nargs)
     case LEAF_TENSOR:
         return kiln_tensorguard_check(l->a, v);
     case LEAF_CALL_IS: {
+        if (l->state_read != NULL) {
+            return l->state_read() == l->state_code;
+        }
         PyObject *r = PyObject_CallNoArgs(l->a);
         if (r == NULL) {
             return -1;
@@ -238,6 +247,9 @@ leaf_check(Leaf *l, PyObject *v, PyObject *const *args, Py_ssize_t nargs)
         return ok;
     }
     case LEAF_CALL_EQ: {
+        if (l->state_read != NULL) {
+            return l->state_read() == l->state_code;
+        }
         PyObject *r = PyObject_CallNoArgs(l->a);
         if (r == NULL) {
             return -1;
@@ -678,8 +690,32 @@ lookup_name(PyObject *name, const char *const *names, int count, const char *wha
     return -1;
 }
 
+/* A CALL_IS/CALL_EQ leaf on one of torch's global-state getters reads the state in C++
+ * instead of calling the getter (a torch._C builtin; several per guarded call, each a
+ * Python call that makes or looks up its result object). 0, or -1 with an exception. */
 static int
-leaf_build(Leaf *l, PyObject *spec)
+leaf_read_state_in_cxx(GuardTree *t, Leaf *l)
+{
+    const KilnTensorCheckAPI *api = kiln_tensorcheck_api();
+    if (api == NULL) {
+        return 0;
+    }
+    int r = api->state_getter(l->a, l->b, l->kind == LEAF_CALL_IS, &l->state_read,
+                              &l->state_code);
+    if (r < 0) {
+        return -1;
+    }
+    if (r == 0) {
+        l->state_read = NULL;
+    }
+    else {
+        t->nstate++;
+    }
+    return 0;
+}
+
+static int
+leaf_build(GuardTree *t, Leaf *l, PyObject *spec)
 {
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
         PyErr_Format(PyExc_TypeError, "GuardTree: a leaf is (kind, a, b), not %R", spec);
@@ -738,6 +774,9 @@ leaf_build(Leaf *l, PyObject *spec)
             PyErr_Format(PyExc_TypeError, "GuardTree: a %s leaf needs a callable, not %R",
                          leaf_names[l->kind], l->a);
             return -1;
+        }
+        if (l->kind != LEAF_PYTHON) {
+            return leaf_read_state_in_cxx(t, l);
         }
         break;
     default:
@@ -809,7 +848,7 @@ node_build(GuardTree *t, Node *n, PyObject *spec, int level)
     }
     for (Py_ssize_t i = 0; i < nl; i++) {
         n->nleaves = i + 1;
-        if (leaf_build(&n->leaves[i], PyTuple_GET_ITEM(leaves, i)) < 0) {
+        if (leaf_build(t, &n->leaves[i], PyTuple_GET_ITEM(leaves, i)) < 0) {
             return -1;
         }
     }
@@ -912,6 +951,9 @@ static PyMemberDef guardtree_members[] = {
      "number of nodes (value fetches per call when every guard passes, plus the root)"},
     {"leaves", T_PYSSIZET, offsetof(GuardTree, nleaves), READONLY, "number of leaf checks"},
     {"nargs", T_PYSSIZET, offsetof(GuardTree, nargs), READONLY, "argument slots it takes"},
+    {"state_leaves", T_PYSSIZET, offsetof(GuardTree, nstate), READONLY,
+     "call_is/call_eq leaves on torch's global-state getters that read the state in C++ "
+     "(kiln_frontend._tensorcheck) instead of calling the getter"},
     {NULL}};
 
 static Py_ssize_t

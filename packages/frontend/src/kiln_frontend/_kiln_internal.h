@@ -91,12 +91,37 @@
 #define REQUEST_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
 #endif
 
+/*   EVAL_FRAME_SET(interp, fn) make fn interp's eval function (ours around a decorated call,
+ *                        the default one back after it): 3.13 GIL builds without the tier-2
+ *                        optimizer write interp->eval_frame (NULL: the default) themselves,
+ *                        which is all the setter does there besides counting a "rare event"
+ *                        that only the tier-2 optimizer reads (through a thread-local read of
+ *                        the current interpreter, a third of what installing and removing the
+ *                        hook costs a decorated call on 3.13). With the tier-2 optimizer
+ *                        (KILN_PY_TIER2, set by hatch_build.py) installing must invalidate its
+ *                        executors, and free-threaded builds stop the world to write it: the
+ *                        setter. 3.11/3.12: the setter (a plain store). */
+#if PY_VERSION_HEX >= 0x030D0000 && !defined(Py_GIL_DISABLED) && !defined(KILN_PY_TIER2)
+#define Py_BUILD_CORE 1
+#include <internal/pycore_interp.h>
+#undef Py_BUILD_CORE
+#define EVAL_FRAME_SET(interp, fn) \
+    ((interp)->eval_frame = (fn) == _PyEval_EvalFrameDefault ? NULL : (fn))
+#else
+#define EVAL_FRAME_SET(interp, fn) _PyInterpreterState_SetEvalFrameFunc((interp), (fn))
+#endif
+
 #if PY_VERSION_HEX >= 0x030D0000
 /* 3.13 made the optional-attribute lookup public and dropped the private spelling. */
 #define KILN_LOOKUP_ATTR PyObject_GetOptionalAttr
 #else
 #define KILN_LOOKUP_ATTR _PyObject_LookupAttr
 #endif
+
+/* The C++ module _tensorcheck's interface (_tensorcheck.h), loaded on first use; NULL where
+ * it was not built or is of another version. */
+#include "_tensorcheck.h"
+const KilnTensorCheckAPI *kiln_tensorcheck_api(void);
 
 /* TensorGuard's check on `value`: 1 match, 0 mismatch, -1 error. `guard` must be a
  * TensorGuard (kiln_is_tensorguard). */

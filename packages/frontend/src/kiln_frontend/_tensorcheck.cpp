@@ -2,10 +2,23 @@
 // dispatch keys, sizes and strides from the tensor's TensorImpl (tens of nanoseconds)
 // instead of six Python attribute reads and calls (about a microsecond).  Built only where
 // torch's headers are found (hatch_build.py); without it TensorGuard reads the same facts
-// through Python, with the same result.  Interface: _tensorcheck.h.
+// through Python, with the same result.  Also reads torch's global state (grad mode,
+// default dtype, ...) for the guard tree's global-state leaves, which would otherwise call
+// a torch._C getter per leaf on every guarded call.  Interface: _tensorcheck.h.
 #include <Python.h>
 
+#include <ATen/Context.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <cstring>
 
 #include "_tensorcheck.h"
 
@@ -71,7 +84,153 @@ int kiln_check(PyObject *obj, const KilnTensorFacts *expected, Py_ssize_t ndim,
     }
 }
 
-KilnTensorCheckAPI api = {KILN_TENSORCHECK_VERSION, kiln_facts, kiln_check};
+// ---- torch's global state ------------------------------------------------------------
+
+// A value a getter returns, as the integer its reader gives for the state that returns it;
+// false for a value no state returns (or one whose identity is not fixed by its value).
+using Encode = bool (*)(PyObject *value, int identity, int64_t *code);
+
+bool encode_bool(PyObject *value, int, int64_t *code) {
+    if (!PyBool_Check(value)) {
+        return false;
+    }
+    *code = value == Py_True;
+    return true;
+}
+
+bool encode_dtype(PyObject *value, int, int64_t *code) {
+    if (!THPDtype_Check(value)) {
+        return false;
+    }
+    auto scalar_type = reinterpret_cast<THPDtype *>(value)->scalar_type;
+    // the getter returns torch's one dtype object per ScalarType
+    if (reinterpret_cast<PyObject *>(torch::getTHPDtype(scalar_type)) != value) {
+        return false;
+    }
+    *code = static_cast<int64_t>(scalar_type);
+    return true;
+}
+
+bool encode_int(PyObject *value, int identity, int64_t *code) {
+    if (identity || !PyLong_CheckExact(value)) {
+        return false;  // `is` on ints depends on CPython's small-int cache: call it
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return false;
+    }
+    *code = v;
+    return true;
+}
+
+// torch._C._get_float32_matmul_precision's strings, by Float32MatmulPrecision
+bool encode_matmul_precision(PyObject *value, int identity, int64_t *code) {
+    if (identity || !PyUnicode_CheckExact(value)) {
+        return false;
+    }
+    const char *s = PyUnicode_AsUTF8(value);
+    if (s == nullptr) {
+        PyErr_Clear();
+        return false;
+    }
+    static const std::pair<const char *, at::Float32MatmulPrecision> names[] = {
+        {"highest", at::Float32MatmulPrecision::HIGHEST},
+        {"high", at::Float32MatmulPrecision::HIGH},
+        {"medium", at::Float32MatmulPrecision::MEDIUM}};
+    for (const auto &[name, precision] : names) {
+        if (std::strcmp(s, name) == 0) {
+            *code = static_cast<int64_t>(precision);
+            return true;
+        }
+    }
+    return false;
+}
+
+int64_t read_grad_mode() { return c10::GradMode::is_enabled(); }
+int64_t read_inference_mode() { return c10::InferenceMode::is_enabled(); }
+int64_t read_deterministic() { return at::globalContext().deterministicAlgorithms(); }
+int64_t read_default_dtype() {
+    return static_cast<int64_t>(c10::get_default_dtype_as_scalartype());
+}
+int64_t read_torch_function_stack() { return at::impl::PythonTorchFunctionTLS::stack_len(); }
+int64_t read_matmul_precision() {
+    return static_cast<int64_t>(at::globalContext().float32MatmulPrecision());
+}
+// autocast is on for a device while its Autocast key is not excluded (what
+// at::autocast::is_autocast_enabled reads); any device's key counts here, a superset of the
+// devices torch._C._is_any_autocast_enabled asks about: where they differ the reading
+// disagrees with the getter when the tree is built and the getter is called instead.
+int64_t read_any_autocast() {
+    return !c10::impl::tls_local_dispatch_key_set().excluded_.has_all(
+        c10::autocast_dispatch_keyset);
+}
+
+struct StateGetter {
+    const char *name;  // the function's name in torch._C
+    int64_t (*read)();
+    Encode encode;
+    PyObject *function;  // torch._C.<name>, found at the first call (strong)
+};
+
+StateGetter state_getters[] = {
+    {"is_grad_enabled", read_grad_mode, encode_bool, nullptr},
+    {"is_inference_mode_enabled", read_inference_mode, encode_bool, nullptr},
+    {"_get_deterministic_algorithms", read_deterministic, encode_bool, nullptr},
+    {"get_default_dtype", read_default_dtype, encode_dtype, nullptr},
+    {"_len_torch_function_stack", read_torch_function_stack, encode_int, nullptr},
+    {"_get_float32_matmul_precision", read_matmul_precision, encode_matmul_precision, nullptr},
+    {"_is_any_autocast_enabled", read_any_autocast, encode_bool, nullptr},
+};
+
+int find_state_getters() {
+    static bool found = false;
+    if (found) {
+        return 0;
+    }
+    PyObject *torch_c = PyImport_ImportModule("torch._C");
+    if (torch_c == nullptr) {
+        return -1;
+    }
+    for (auto &g : state_getters) {
+        g.function = PyObject_GetAttrString(torch_c, g.name);
+        if (g.function == nullptr) {
+            PyErr_Clear();  // another torch: that getter is called
+        }
+    }
+    Py_DECREF(torch_c);
+    found = true;
+    return 0;
+}
+
+int kiln_state_getter(PyObject *getter, PyObject *value, int identity, int64_t (**read)(),
+                      int64_t *code) {
+    if (find_state_getters() < 0) {
+        return -1;
+    }
+    for (const auto &g : state_getters) {
+        if (g.function == nullptr || g.function != getter) {
+            continue;
+        }
+        // the reading must agree with the getter now, and value must be one it returns
+        PyObject *now = PyObject_CallNoArgs(getter);
+        if (now == nullptr) {
+            return -1;
+        }
+        int64_t now_code = 0;
+        bool agrees = g.encode(now, identity, &now_code) && now_code == g.read();
+        Py_DECREF(now);
+        if (!agrees || !g.encode(value, identity, code)) {
+            return 0;
+        }
+        *read = g.read;
+        return 1;
+    }
+    return 0;
+}
+
+KilnTensorCheckAPI api = {KILN_TENSORCHECK_VERSION, kiln_facts, kiln_check, kiln_state_getter};
 
 PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_tensorcheck",

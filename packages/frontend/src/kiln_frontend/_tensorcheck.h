@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define KILN_TENSORCHECK_CAPSULE "kiln_frontend._tensorcheck.API"
-#define KILN_TENSORCHECK_VERSION 1
+#define KILN_TENSORCHECK_VERSION 2
 
 /* What a TensorGuard compares besides the class: the facts C++ reads directly. */
 typedef struct {
@@ -28,6 +28,13 @@ typedef struct {
     int (*check)(PyObject *tensor, const KilnTensorFacts *facts, Py_ssize_t ndim,
                  const int64_t *sizes, const int64_t *strides, const char *dynamic,
                  int check_strides);
+    /* torch's global-state getters (functions of torch._C taking no arguments: grad mode,
+     * default dtype, ...), read from their C++ state instead of called. 1 when `getter` is
+     * one of them, its C++ reading agrees with calling it now, and `value` is a value it
+     * returns: then `getter() is value` (identity) or `getter() == value` holds exactly
+     * when (*read)() == *code. 0 otherwise (the caller calls the getter), -1 on error. */
+    int (*state_getter)(PyObject *getter, PyObject *value, int identity,
+                        int64_t (**read)(void), int64_t *code);
 } KilnTensorCheckAPI;
 
 #endif
