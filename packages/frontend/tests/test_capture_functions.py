@@ -17,7 +17,6 @@ import operator
 import pytest
 import torch
 from _reference_cases import Cases
-from kiln_frontend.bytecode import versions
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
 
@@ -505,10 +504,7 @@ def isinstance_nn_module_types(C):
 
 # -- user classes ------------------------------------------------------------------------
 
-@case.program(xfail=None if versions.NULL_ABOVE_CALLABLE else
-      'a class statement in the frame (LOAD_BUILD_CLASS) is a graph break; torch.compile makes '
-      'one graph of the rest where kiln makes two (3.11/3.12: the NULL pushed before '
-      '__build_class__ is on the stack there, so no resume function; 3.13 pushes it after)')
+@case.program
 def class_made_in_frame(x):
     class Acc:
         def __init__(self):

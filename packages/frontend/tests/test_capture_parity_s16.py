@@ -381,6 +381,48 @@ def functools_wraps_applied_in_frame(x):
     return g(x), h(x), g.__name__, g.__doc__, h.__name__, h.__doc__, g.__wrapped__ is _plus_one
 
 
+# -- class statements in the frame ---------------------------------------------------------
+
+@case.program
+def class_statement_exception_hierarchy(x):
+    class Base(Exception):
+        pass
+
+    class Leaf(Base):
+        pass
+
+    try:
+        raise Leaf("leaf")
+    except Base as e:
+        return x + (type(e) is Leaf) + len(str(e))
+
+
+@case.program
+def class_statement_after_tensor_ops(x):
+    y = x * 2
+
+    class Acc:
+        def __init__(self):
+            self.total = 0
+
+        def add(self, v):
+            self.total = self.total + v
+            return self
+
+    return Acc().add(y).add(x).total
+
+
+@case.program
+def class_statement_module_with_closure(x):
+    k = 3
+
+    class Scale(nn.Module):
+        def forward(self, t):
+            return t * k
+
+    return Scale()(x) + 1
+
+
 # -- closures and comprehensions -----------------------------------------------------------
 
 @case.program

@@ -8,14 +8,25 @@ The NULL of a call sits below the callable on 3.11/3.12 (``[NULL, callable, *arg
 
 from __future__ import annotations
 
+import builtins
+
 from ...exc import Unsupported
 from ..registry import handler
 from ..variables import ConstDictVariable, NestedUserFunctionVariable, NullVariable, TupleVariable
+from ..variables.builtins import BuiltinVariable
 
 
 @handler("PUSH_NULL")
 def PUSH_NULL(tx, inst):
     tx.push(NullVariable())
+
+
+@handler("LOAD_BUILD_CLASS")
+def LOAD_BUILD_CLASS(tx, inst):
+    """``builtins.__build_class__``: calling it (a class statement) breaks the graph at the
+    CALL, where a break keeps the stack's NULL as any call's does (at this instruction
+    3.11/3.12 have the NULL below it and no resume function)."""
+    tx.push(BuiltinVariable(builtins.__build_class__))
 
 
 @handler("PRECALL", versions=(3, 11))
