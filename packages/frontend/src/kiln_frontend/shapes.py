@@ -426,14 +426,7 @@ class SymNodeVariable(VariableTracker):
         raise Unsupported(f"attribute {name!r} of a symbolic size")
 
     def reconstruct(self, codegen) -> None:
-        out = codegen.graph_outputs.get(self.node)
-        if out is not None:
-            codegen.load_fast(out)
-            return
-        if self.source is not None:
-            self.source.reconstruct(codegen)
-            return
-        raise Unsupported(f"{self.describe()} is neither a graph output nor reloadable")
+        codegen.load_graph_value(self)
 
     def describe(self) -> str:
         return f"SymNodeVariable({self.node.name}: {self.value})"

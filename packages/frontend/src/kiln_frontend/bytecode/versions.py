@@ -23,7 +23,7 @@ from __future__ import annotations
 import dis
 import opcode as _opcode
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 
@@ -272,34 +272,30 @@ def _opname(inst_or_name: InstructionLike | str) -> str:
     return inst_or_name if isinstance(inst_or_name, str) else inst_or_name.opname
 
 
-def is_jump(inst: InstructionLike | str) -> bool:
-    """Any instruction with a jump target (conditional or not, FOR_ITER and SEND included)."""
-    return _opname(inst) in JUMPS
+def _member_test(opnames: frozenset[str], name: str,
+                 doc: str) -> Callable[[InstructionLike | str], bool]:
+    """``name(inst)``: whether ``inst`` (an instruction or an opname) is one of ``opnames``."""
+
+    def test(inst: InstructionLike | str) -> bool:
+        return _opname(inst) in opnames
+
+    test.__name__ = test.__qualname__ = name
+    test.__doc__ = doc
+    return test
 
 
-def is_conditional_jump(inst: InstructionLike | str) -> bool:
-    return _opname(inst) in CONDITIONAL_JUMPS
-
-
-def is_unconditional_jump(inst: InstructionLike | str) -> bool:
-    return _opname(inst) in UNCONDITIONAL_JUMPS
-
-
-def is_backward_jump(inst: InstructionLike | str) -> bool:
-    return _opname(inst) in BACKWARD_JUMPS
-
-
-def is_return(inst: InstructionLike | str) -> bool:
-    return _opname(inst) in RETURNS
-
-
-def is_raise(inst: InstructionLike | str) -> bool:
-    return _opname(inst) in RAISES
-
-
-def is_terminator(inst: InstructionLike | str) -> bool:
-    """True when control never continues with the next instruction (jump, return, raise)."""
-    return _opname(inst) in TERMINATORS
+is_jump = _member_test(JUMPS, "is_jump", "Any instruction with a jump target (conditional or "
+                       "not, FOR_ITER and SEND included).")
+is_conditional_jump = _member_test(CONDITIONAL_JUMPS, "is_conditional_jump",
+                                   "A jump that may fall through to the next instruction.")
+is_unconditional_jump = _member_test(UNCONDITIONAL_JUMPS, "is_unconditional_jump",
+                                     "A jump that always jumps.")
+is_backward_jump = _member_test(BACKWARD_JUMPS, "is_backward_jump", "A jump to an earlier "
+                                "instruction (a loop's back edge).")
+is_return = _member_test(RETURNS, "is_return", "RETURN_VALUE, or RETURN_CONST where it exists.")
+is_raise = _member_test(RAISES, "is_raise", "RAISE_VARARGS or RERAISE.")
+is_terminator = _member_test(TERMINATORS, "is_terminator", "True when control never continues "
+                             "with the next instruction (jump, return, raise).")
 
 
 # --------------------------------------------------------------------------------------

@@ -142,15 +142,21 @@ class PyCodegen:
             self.load_fast(temp)
             return
         if isinstance(var, TensorVariable):
-            out = self.graph_outputs.get(var.node)
-            if out is not None:
-                self.load_fast(out)
-                return
-            if var.source is not None:
-                var.source.reconstruct(self)
-                return
-            raise Unsupported(f"{var.describe()} is neither a graph output nor reloadable")
+            self.load_graph_value(var)
+            return
         var.reconstruct(self)
+
+    def load_graph_value(self, var: VariableTracker) -> None:
+        """A value the graph computes (a tensor, a symbolic size): the local its graph output
+        was stored in, else its source reloaded."""
+        out = self.graph_outputs.get(var.node)
+        if out is not None:
+            self.load_fast(out)
+            return
+        if var.source is not None:
+            var.source.reconstruct(self)
+            return
+        raise Unsupported(f"{var.describe()} is neither a graph output nor reloadable")
 
     def store_in_temp(self, var: VariableTracker, name: str) -> None:
         """Rebuild ``var`` once into local ``name``; later uses load it."""

@@ -258,11 +258,7 @@ class OutputGraph:
             return aliased
         name = self._attr_names.get(id(value))
         if name is None:
-            name = _sanitize(source.short_name())
-            base, k = name, 1
-            while name in self.attr_tensors or name in self.nn_modules:
-                name = f"{base}_{k}"
-                k += 1
+            name = self._free_root_name(_sanitize(source.short_name()))
             self.attr_tensors[name] = value
             self._attr_names[id(value)] = name
         proxy = self.tracer.create_proxy("get_attr", name, (), {})
@@ -304,13 +300,18 @@ class OutputGraph:
                 self.guards.add(Guard(AttrTupleSource(path_source(source, module, path), names),
                                       GuardKind.CONSTANT_MATCH,
                                       tuple(getattr(sub, k) for k in names)))
-        name = _sanitize(source.short_name())
-        base, k = name, 1
+        name = self._free_root_name(_sanitize(source.short_name()))
+        self.nn_modules[name] = module
+        self._module_names[id(module)] = name
+        return name
+
+    def _free_root_name(self, base: str) -> str:
+        """``base``, or ``base_1``, ``base_2``... : the first name no tensor or module of
+        the root holds yet (they share the root's attribute namespace)."""
+        name, k = base, 1
         while name in self.nn_modules or name in self.attr_tensors:
             name = f"{base}_{k}"
             k += 1
-        self.nn_modules[name] = module
-        self._module_names[id(module)] = name
         return name
 
     def register_subgraph(self, prefix: str, gm: torch.fx.GraphModule) -> str:

@@ -21,7 +21,7 @@ from torch._higher_order_ops.map import map as map_api
 from torch._higher_order_ops.scan import scan as scan_api
 
 from ...exc import Unsupported
-from ..variables.base import NotConstant, VariableTracker
+from ..variables.base import VariableTracker, constant_or_break
 from ..variables.constant import ConstantVariable
 from ..variables.containers import BaseSequenceVariable, ListVariable, TupleVariable
 from ..variables.tensor import TensorVariable
@@ -56,10 +56,7 @@ def _step_inputs(tx, xs: list[TensorVariable], start: int) -> list[TensorVariabl
 
 
 def _constant(value: VariableTracker, what: str):
-    try:
-        return value.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"{what} is {value.describe()}, not a constant") from None
+    return constant_or_break(value, f"{what} is {value.describe()}, not a constant")
 
 
 # -- map --------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 
 from ...exc import Unsupported
 from ...layers import upper
-from .base import VariableTracker
+from .base import BoundMethodVariable, VariableTracker, constant_or_break
 from .raising import TracedException, raise_traced
 
 #: "not found" (None is a legitimate attribute value)
@@ -374,36 +374,36 @@ def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
     return True
 
 
-class AttributeSlotVariable(VariableTracker):
+class AttributeSlotVariable(BoundMethodVariable):
     """A slot of the attribute protocol bound to an object tracker, as ``super()`` reaches
     it from a class's own ``__getattribute__``/``__getattr__`` (``object.__getattribute__``,
     ``nn.Module.__getattr__``): called with a constant name, it runs that stage alone."""
 
+    owner = property(lambda self: self.obj, doc="the object tracker the slot is bound to")
+    what = property(lambda self: self.name,
+                    doc="the slot, as printed (``object.__getattribute__``)")
+
     def __init__(self, owner: VariableTracker, what: str,
                  lookup: Callable[[Any, str], VariableTracker]):
-        super().__init__()
-        self.owner = owner
-        self.what = what
+        super().__init__(owner, what)
         self.lookup = lookup
-
-    def children(self):
-        return [self.owner]
 
     def describe(self) -> str:
         return f"{self.what} of {self.owner.describe()}"
 
     def call_function(self, tx, args, kwargs):
-        from .base import NotConstant
-
         if kwargs or len(args) != 1:
             raise Unsupported(f"{self.what} with {len(args)} arguments")
-        try:
-            name = args[0].as_python_constant()
-        except NotConstant:
-            raise Unsupported(f"{self.what} with a non-constant name") from None
-        if not isinstance(name, str):
-            raise Unsupported(f"{self.what} with a {type(name).__name__} name")
-        return self.lookup(tx, name)
+        return self.lookup(tx, attribute_name(args[0], self.what))
+
+
+def attribute_name(arg: VariableTracker, what: str) -> str:
+    """The name a slot of the attribute protocol (``what``) was called with: a constant str,
+    or a graph break."""
+    name = constant_or_break(arg, f"{what} with a non-constant name")
+    if not isinstance(name, str):
+        raise Unsupported(f"{what} with a {type(name).__name__} name")
+    return name
 
 
 def object_getattribute(owner: AttributeOwner) -> AttributeSlotVariable:

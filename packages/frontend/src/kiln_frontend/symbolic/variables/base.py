@@ -111,6 +111,14 @@ class VariableTracker:
             return
         raise Unsupported(f"cannot rebuild {self.describe()} in generated code")
 
+    def reload_or_load(self, codegen: Codegen, value: Any) -> None:
+        """Push this value: reloaded from its source when it has one (so a guard on the
+        source keeps holding), else ``value`` itself as a constant of the generated code."""
+        if self.source is not None:
+            self.source.reconstruct(codegen)
+            return
+        codegen.load_const_object(value)
+
     # -- printing ---------------------------------------------------------------------
 
     def describe(self) -> str:
@@ -123,9 +131,13 @@ class VariableTracker:
 
 
 class BoundMethodVariable(VariableTracker):
-    """``obj.name`` loaded from a container-like tracker and not called yet: the one shape of
-    every such bound-method tracker (list, dict, set, deque, namedtuple, constant, model
-    output); subclasses give ``call_function``."""
+    """``obj.name`` loaded from a tracker and not called yet: the one shape of every such
+    bound-method tracker (list, dict, set, deque, namedtuple, constant, model output, ndarray,
+    generator, module); subclasses give ``call_function``, and ``owner_label`` (``"ndarray"``)
+    when they print as ``ndarray.name``."""
+
+    #: what ``describe`` prints before ``.name``; None keeps the tracker's plain description
+    owner_label: str | None = None
 
     def __init__(self, obj: VariableTracker, name: str):
         super().__init__()
@@ -134,6 +146,11 @@ class BoundMethodVariable(VariableTracker):
 
     def children(self):
         return [self.obj]
+
+    def describe(self) -> str:
+        if self.owner_label is None:
+            return super().describe()
+        return f"{self.owner_label}.{self.name}"
 
 
 class KnownCallableVariable(VariableTracker):
@@ -159,9 +176,7 @@ class KnownCallableVariable(VariableTracker):
         return f"{type(self).__name__}({self.name})"
 
     def reconstruct(self, codegen: Codegen) -> None:
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
+        self.reload_or_load(codegen, self.fn)
 
 
 # --------------------------------------------------------------------------------------
@@ -170,6 +185,15 @@ class KnownCallableVariable(VariableTracker):
 
 #: python type -> tracker class (whose ``wrap(builder, value)`` classmethod builds it)
 _TRACKERS: dict[type, type[VariableTracker]] = {}
+
+
+def constant_or_break(v: VariableTracker, why: str) -> Any:
+    """``v``'s Python value, where a rule needs a constant: a graph break saying ``why``
+    when it is known only at run time."""
+    try:
+        return v.as_python_constant()
+    except NotConstant:
+        raise Unsupported(why) from None
 
 
 def tracker_for(*types: type) -> Callable[[type[VariableTracker]], type[VariableTracker]]:

@@ -20,15 +20,12 @@ from typing import Any
 import torch
 
 from ...exc import Unsupported
-from .base import NotConstant, VariableTracker
+from .base import NotConstant, VariableTracker, constant_or_break
 from .constant import ConstantVariable
 
 
 def _const(v: VariableTracker, what: str) -> Any:
-    try:
-        return v.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"{what} with a non-constant argument") from None
+    return constant_or_break(v, f"{what} with a non-constant argument")
 
 
 class ContextManagerVariable(VariableTracker):

@@ -29,7 +29,7 @@ from typing import Any
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...layers import upper
-from .base import NotConstant, VariableTracker
+from .base import VariableTracker, constant_or_break
 
 __all__ = ["DistributedConstantVariable", "DTensorCallVariable", "PlacementClassVariable",
            "wrap_distributed", "dtensor_attribute"]
@@ -90,17 +90,12 @@ class DistributedConstantVariable(VariableTracker):
         return f"DistributedConstantVariable({self.value!r})"
 
     def reconstruct(self, codegen) -> None:
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.value)
+        self.reload_or_load(codegen, self.value)
 
 
 def _constant(tracker: VariableTracker, what: str) -> Any:
-    try:
-        return tracker.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"{what} with an argument that is neither a tensor nor a constant "
-                          f"({tracker.describe()})") from None
+    return constant_or_break(tracker, f"{what} with an argument that is neither a tensor nor "
+                                      f"a constant ({tracker.describe()})")
 
 
 class _Slot:
@@ -167,9 +162,7 @@ class DTensorCallVariable(VariableTracker):
             codegen(self.bound)
             codegen.load_attr(self.name.removeprefix("DTensor_"))
             return
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
+        self.reload_or_load(codegen, self.fn)
 
 
 class PlacementClassVariable(VariableTracker):
@@ -193,9 +186,7 @@ class PlacementClassVariable(VariableTracker):
         return f"PlacementClassVariable({self.cls.__qualname__})"
 
     def reconstruct(self, codegen) -> None:
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.cls)
+        self.reload_or_load(codegen, self.cls)
 
 
 def wrap_distributed(builder, value: Any) -> VariableTracker | None:

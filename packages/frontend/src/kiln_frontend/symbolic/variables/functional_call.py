@@ -16,7 +16,7 @@ from typing import Any
 
 from ...exc import Unsupported
 from ...layers import upper
-from .base import NotConstant, VariableTracker
+from .base import VariableTracker, constant_or_break
 
 
 def _signature_of_functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None,
@@ -30,10 +30,7 @@ _SIGNATURE = inspect.signature(_signature_of_functional_call)
 def _constant(v: VariableTracker | None, what: str, default: Any) -> Any:
     if v is None:
         return default
-    try:
-        return v.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"functional_call with a non-constant {what}") from None
+    return constant_or_break(v, f"functional_call with a non-constant {what}")
 
 
 def _dict_items(tx, v: VariableTracker) -> list[tuple[str, VariableTracker]]:

@@ -11,7 +11,7 @@ import types
 
 from ...exc import Unsupported
 from ...layers import upper
-from .base import VariableTracker
+from .base import BoundMethodVariable, VariableTracker
 from .constant import ConstantVariable
 from .containers import IteratorVariable, TupleVariable
 from .exceptions import as_exception
@@ -128,20 +128,12 @@ def _is_none(v: VariableTracker) -> bool:
     return isinstance(v, ConstantVariable) and v.value is None
 
 
-class GeneratorMethodVariable(VariableTracker):
+class GeneratorMethodVariable(BoundMethodVariable):
     """``gen.send`` / ``gen.throw`` / ``gen.close`` / ``gen.__next__`` of a traced
     generator."""
 
-    def __init__(self, gen: GeneratorVariable, name: str):
-        super().__init__()
-        self.gen = gen
-        self.name = name
-
-    def children(self):
-        return [self.gen]
-
-    def describe(self) -> str:
-        return f"generator.{self.name}"
+    owner_label = "generator"
+    gen = property(lambda self: self.obj, doc="the GeneratorVariable it is bound to")
 
     def call_function(self, tx, args, kwargs):
         gen, name = self.gen, self.name

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...exc import Unsupported
-from .base import BoundMethodVariable, NotConstant, VariableTracker
+from .base import BoundMethodVariable, NotConstant, VariableTracker, constant_or_break
 from .constant import ConstantVariable
 from .containers import IteratorVariable, ListIteratorVariable, ListVariable, TupleVariable
 from .stdlib import register_builtin, register_constructor
@@ -65,10 +65,7 @@ def _items(cell: list, vt: VariableTracker) -> Iterator[VariableTracker]:
 def _const(vt: VariableTracker | None, what: str) -> Any:
     if vt is None:
         return None
-    try:
-        return vt.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"itertools.{what} with a non-constant count") from None
+    return constant_or_break(vt, f"itertools.{what} with a non-constant count")
 
 
 def _tuple(t: tuple) -> VariableTracker:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...exc import Unsupported
 from ...layers import upper
-from .base import BoundMethodVariable, NotConstant, VariableTracker
+from .base import BoundMethodVariable, NotConstant, VariableTracker, constant_or_break
 from .constant import ConstantVariable
 
 
@@ -77,10 +77,7 @@ class ModelOutputVariable(VariableTracker):
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         from .containers import TupleVariable
 
-        try:
-            idx = index.as_python_constant()
-        except NotConstant:
-            raise Unsupported("indexing a ModelOutput with a non-constant") from None
+        idx = constant_or_break(index, "indexing a ModelOutput with a non-constant")
         if isinstance(idx, str):
             if idx not in self.keys():
                 raise Unsupported(f"KeyError: {idx!r}")

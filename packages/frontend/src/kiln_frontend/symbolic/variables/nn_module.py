@@ -26,7 +26,7 @@ from ...guards import GuardKind
 from ...layers import upper
 from ...sources import AttrSource, GetItemSource, NNModuleMemberSource, Source
 from .attributes import AttributeOwner
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import BoundMethodVariable, NotConstant, VariableTracker, constant_or_break, tracker_for
 from .constant import ConstantVariable
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList,
@@ -446,10 +446,7 @@ class NNModuleVariable(AttributeOwner, VariableTracker):
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         m = self.module
-        try:
-            idx = index.as_python_constant()
-        except NotConstant:
-            raise Unsupported("indexing a module container with a non-constant") from None
+        idx = constant_or_break(index, "indexing a module container with a non-constant")
         if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
             items = self.members(tx)
             if isinstance(idx, slice):
@@ -508,17 +505,13 @@ _CALL_FORWARDERS = _call_forwarders()
 _CALL_STAGES = {nn.Module.__call__: "wrapped_call_impl", nn.Module._call_impl: "call_impl"}
 
 
-class ModuleCallStageVariable(VariableTracker):
+class ModuleCallStageVariable(BoundMethodVariable):
     """``nn.Module.__call__`` or ``nn.Module._call_impl`` bound to a module (what an
-    override's ``super().__call__(...)`` calls)."""
+    override's ``super().__call__(...)`` calls); ``name`` is the NNModuleVariable method
+    that runs the stage."""
 
-    def __init__(self, module_var: NNModuleVariable, stage: str):
-        super().__init__()
-        self.module_var = module_var
-        self.stage = stage
-
-    def children(self):
-        return [self.module_var]
+    module_var = property(lambda self: self.obj, doc="the NNModuleVariable it is bound to")
+    stage = property(lambda self: self.name, doc="the NNModuleVariable method to run")
 
     def describe(self) -> str:
         return f"ModuleCallStageVariable({self.stage} of {self.module_var.describe()})"
@@ -531,18 +524,12 @@ def _is_none(v: VariableTracker) -> bool:
     return v.is_python_constant() and v.as_python_constant() is None
 
 
-class ModuleMethodVariable(VariableTracker):
+class ModuleMethodVariable(BoundMethodVariable):
     """``module.children`` / ``named_parameters`` / ``ModuleDict.items`` ...: evaluated on
     the real module at trace time (its structure is fixed by the NN_MODULE guards), each
     result reached through an attribute source."""
 
-    def __init__(self, module_var: NNModuleVariable, name: str):
-        super().__init__()
-        self.module_var = module_var
-        self.name = name
-
-    def children(self):
-        return [self.module_var]
+    module_var = property(lambda self: self.obj, doc="the NNModuleVariable it is bound to")
 
     def describe(self) -> str:
         return f"ModuleMethodVariable({self.name})"
@@ -622,10 +609,7 @@ class ModuleSliceVariable(VariableTracker):
         return list(self.items)
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
-        try:
-            idx = index.as_python_constant()
-        except NotConstant:
-            raise Unsupported("indexing a module container with a non-constant") from None
+        idx = constant_or_break(index, "indexing a module container with a non-constant")
         if isinstance(idx, slice):
             return ModuleSliceVariable(self.container, _compose(self.index, idx,
                                                                 len(self.container.module)),

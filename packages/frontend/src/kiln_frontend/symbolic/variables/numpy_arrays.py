@@ -25,7 +25,7 @@ import torch
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...layers import upper
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 
 try:
@@ -275,19 +275,11 @@ class NumpyNdarrayVariable(VariableTracker):
             codegen.binary_subscr()
 
 
-class NumpyMethodVariable(VariableTracker):
+class NumpyMethodVariable(BoundMethodVariable):
     """``array.method`` loaded but not called yet."""
 
-    def __init__(self, array: NumpyNdarrayVariable, name: str):
-        super().__init__()
-        self.array = array
-        self.name = name
-
-    def children(self):
-        return [self.array]
-
-    def describe(self) -> str:
-        return f"ndarray.{self.name}"
+    owner_label = "ndarray"
+    array = property(lambda self: self.obj, doc="the NumpyNdarrayVariable it is bound to")
 
     def call_function(self, tx, args, kwargs):
         if self.name in ("tolist", "item", "tobytes", "tofile", "dump", "dumps"):
@@ -342,9 +334,7 @@ class NumpyFunctionVariable(VariableTracker):
         return numpy_op(tx, NumpyCall.get("function", name, tnp_module), list(args), kwargs)
 
     def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.fn)
+        self.reload_or_load(codegen, self.fn)
 
 
 def _fold_on_constants(fn: Any, args, kwargs) -> VariableTracker | None:

@@ -221,9 +221,7 @@ class PythonModuleVariable(VariableTracker):
         return f"PythonModuleVariable({self.module.__name__})"
 
     def reconstruct(self, codegen):
-        if self.source is not None:
-            return self.source.reconstruct(codegen)
-        codegen.load_const_object(self.module)
+        self.reload_or_load(codegen, self.module)
 
 
 # -- torch's own Python helpers that models call: folded or handled, never inlined ---------
