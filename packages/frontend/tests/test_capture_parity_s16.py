@@ -6,6 +6,7 @@ eager and against torch.compile's graph count (``_reference_cases``)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -421,6 +422,35 @@ def class_statement_module_with_closure(x):
             return t * k
 
     return Scale()(x) + 1
+
+
+@case.program
+def frozen_dataclass_defined_in_frame_hashed(x):
+    @dataclasses.dataclass(frozen=True)
+    class Point:
+        a: int
+        b: int = 2
+
+    p, q = Point(1), Point(1)
+    return x * (p == q) + hash(p) % 7 + hash(Point(3)) % 5 + p.b
+
+
+class _HashOutOfRange:
+    def __init__(self, v):
+        self.v = v
+
+    def __hash__(self):
+        return self.v * 2 ** 70  # (hashed again: it does not fit a Py_hash_t)
+
+
+class _HashMinusOne:
+    def __hash__(self):
+        return -1  # (CPython gives -2)
+
+
+@case.program
+def user_hash_results_as_cpython_gives_them(x):
+    return x + 1, hash(_HashOutOfRange(5)), hash(_HashMinusOne())
 
 
 # -- closures and comprehensions -----------------------------------------------------------

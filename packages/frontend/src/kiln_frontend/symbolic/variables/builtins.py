@@ -643,6 +643,38 @@ for _fn in (any, all):
     BUILTIN_CALLS.add(_fn, _b_any_all(_fn))
 
 
+@builtin_handler(hash)
+def _b_hash(tx, args, kwargs):
+    """``hash(obj)`` of an object whose class defines ``__hash__`` in Python (a frozen
+    dataclass's): that function inlined on it, as the type slot calls it (an instance
+    attribute is not looked at), its int kept when it fits a Py_hash_t and hashed again
+    otherwise, -1 made -2, as CPython's ``slot_tp_hash`` does.  Constants fold as before."""
+    import inspect
+
+    if len(args) != 1 or kwargs:
+        return None
+    obj = tx.realize(args[0])
+    if obj.is_python_constant():
+        return None
+    try:
+        cls = obj.python_type()
+    except (Unsupported, NotImplementedError):
+        return None
+    slot = inspect.getattr_static(cls, "__hash__", None)
+    if not isinstance(slot, types.FunctionType):
+        return None
+    result = upper.method_of_pinned_class(tx, cls, "__hash__", slot, obj).call_function(
+        tx, [], {})
+    try:
+        value = result.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"{cls.__qualname__}.__hash__ returned {result.describe()}") from None
+    if not isinstance(value, int):  # (eager: TypeError)
+        raise Unsupported(f"{cls.__qualname__}.__hash__ returned a {type(value).__name__}")
+    h = int(value) if -(2 ** 63) <= value < 2 ** 63 else hash(int(value))
+    return ConstantVariable(-2 if h == -1 else h)
+
+
 @builtin_handler(id)
 def _b_id(tx, args, kwargs):
     if len(args) != 1 or kwargs:
