@@ -249,7 +249,10 @@ def _callgrind(version: str, path: str, n: int, out_dir: Path) -> dict:
     calls) and of ``partial_call``/``partial_vectorcall`` (the eager ones)."""
     out = out_dir / f"callgrind.{version}.{path}.out"
     srcs = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(srcs), "KILN_CALLGRIND_CONTROL": "1"}
+    # a fixed hash seed: str hashes otherwise change dict probe paths from run to run
+    # (measured: +-2k instructions on the module subject between two runs)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(srcs), "KILN_CALLGRIND_CONTROL": "1",
+           "PYTHONHASHSEED": "0"}
     subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no",
                     "--toggle-collect=starmap_next", f"--callgrind-out-file={out}",
                     str(PYTHONS[version]), __file__, "--child", "calls", "--path", path,
