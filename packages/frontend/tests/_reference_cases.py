@@ -19,6 +19,11 @@ import torch
 from _counting_backend import ON_REFERENCE_TORCH, CountingBackend
 
 
+def randn_input(*size):
+    """A case's example input: ``torch.randn`` of ``size``, a vector of 4 when none."""
+    return torch.randn(*(size or (4,)))
+
+
 class Cases:
     """A registry of named cases; ``xfail`` marks a case whose graph count is known to
     differ from torch.compile's (its eager agreement is still checked). ``example`` makes

@@ -12,15 +12,12 @@ import functools
 import pytest
 import torch
 from _reference_cases import Cases
+from _reference_cases import randn_input as _x
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_frontend"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
-
-
-def _x(*size):
-    return torch.randn(*(size or (4,)))
 
 
 case = Cases(_x)

@@ -17,12 +17,9 @@ import operator
 import pytest
 import torch
 from _reference_cases import Cases
+from _reference_cases import randn_input as _x
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
-
-
-def _x(*size):
-    return torch.randn(*(size or (4,)))
 
 
 case = Cases(_x)

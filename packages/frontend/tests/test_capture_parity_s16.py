@@ -14,13 +14,10 @@ import itertools
 import pytest
 import torch
 from _reference_cases import Cases
+from _reference_cases import randn_input as _x
 from torch import nn
 
 pytestmark = pytest.mark.usefixtures("fresh_frontend")
-
-
-def _x(*size):
-    return torch.randn(*(size or (4,)))
 
 
 case = Cases(_x)
