@@ -508,6 +508,14 @@ def _deps_ok(placements: list[_Placement], outer: list, cand: _Placement) -> str
 
 def _try_fuse(group: _Group, info: _Info) -> tuple[list[_Placement], list, _Placement] | str:
     """(new placements of the group, new outer, placement of info) or the reason it fails."""
+    res = _find_placement(group, info)
+    if not isinstance(res, str) and _row_starved(res[0] + [res[2]], res[1]):
+        return "a long row over few outputs stays one walk"
+    return res
+
+
+def _find_placement(group: _Group, info: _Info) -> tuple[list[_Placement], list, _Placement] | str:
+    """Where ``info`` fits in ``group`` by shape and memory dependencies, or why not."""
     options = [(list(group.placements), list(group.outer))]
     n_outer = len(info.dims) if info.kind == "reduction" else None
     if n_outer is not None and n_outer < len(group.outer):
@@ -702,10 +710,6 @@ def schedule(graph: LoopGraph) -> Schedule:
                 log.debug("%s not fused into %s: %s", b.name, g.name, res)
                 continue
             placements, outer, p = res
-            if _row_starved(placements + [p], outer):
-                log.debug("%s not fused into %s: a long row over few outputs stays one walk",
-                          b.name, g.name)
-                continue
             g.placements = placements + [p]
             g.outer = outer
             producer_step[b.name] = k
