@@ -9,8 +9,11 @@ what the compile made; ``gc.unfreeze()`` returns them at the end. Garbage the co
 is still collected.
 
 Nested and concurrent compiles share one freeze (a depth count). A program that froze
-objects itself (``gc.get_freeze_count() > 0``, e.g. before forking workers) or turned the
-collector off is left as it is: unfreezing would hand back its objects too.
+objects itself (e.g. before forking workers) or turned the collector off is left as it is:
+unfreezing would hand back its objects too. A program's own freeze holds its whole heap,
+hundreds of thousands of objects once torch is loaded; CPython 3.12's collector also moves
+the interpreter's immortal objects (a few hundred) to the permanent generation by itself, so
+a count below ``PROGRAM_FREEZE_MIN`` is the interpreter's, not the program's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import contextlib
 import gc
 import threading
 from collections.abc import Iterator
+
+#: fewer frozen objects than this are the interpreter's own (3.12: 375 immortal objects)
+PROGRAM_FREEZE_MIN = 10_000
 
 _lock = threading.Lock()
 _depth = 0
@@ -30,7 +36,7 @@ def user_heap_frozen() -> Iterator[None]:
     global _depth, _froze
     with _lock:
         if _depth == 0:
-            _froze = gc.isenabled() and gc.get_freeze_count() == 0
+            _froze = gc.isenabled() and gc.get_freeze_count() < PROGRAM_FREEZE_MIN
             if _froze:
                 gc.freeze()
         _depth += 1
