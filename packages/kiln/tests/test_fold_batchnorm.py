@@ -121,3 +121,23 @@ def test_an_in_place_write_after_the_fold_is_kept(how):
         got = kiln.compile(model)(x)
     kiln_frontend.reset()
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_folding_outside_a_frontend_compile_leaves_the_heap_unfrozen(monkeypatch):
+    """On CPython 3.12 the frozen count is never 0 (the collector moves immortal objects to the
+    permanent generation): a fold run outside the frontend's freeze (a hand-traced graph, as
+    here) must not take that count for a frozen heap and freeze the whole heap for good."""
+    import gc
+
+    model = ConvBn(functional=True).eval()
+    gm = torch.fx.symbolic_trace(model)
+    calls = []
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: 375)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
+    folded, guard = fold_conv_batchnorm(gm)
+    monkeypatch.undo()
+    assert guard.folded == 1 and calls == []
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), model(x), rtol=1e-5, atol=1e-5)

@@ -48,3 +48,9 @@ def user_heap_frozen() -> Iterator[None]:
             if _depth == 0 and _froze:
                 gc.unfreeze()
                 _froze = False
+
+
+def compile_froze_the_heap() -> bool:
+    """Whether a compile now in progress froze the heap (``gc.get_referrers`` does not scan
+    frozen objects: a pass that needs them unfreezes for the call and freezes again)."""
+    return _froze

@@ -25,6 +25,7 @@ backend's eager fallbacks still run it); the pass returns a new GraphModule.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 
 import torch
@@ -32,6 +33,7 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 from kiln_aotgrad.effects import runs_for_effect
+from kiln_frontend.collector import compile_froze_the_heap
 
 log = logging.getLogger("kiln")
 
@@ -151,9 +153,7 @@ def _referrers(objs: list) -> list:
     while a frame compiles (kiln_frontend.collector), and get_referrers does not scan the
     permanent generation: the modules owning the statistics were never found, so no
     functional BatchNorm (timm's BatchNormAct2d: EfficientNet, MobileNetV3, RegNet) folded."""
-    import gc
-
-    if gc.get_freeze_count() == 0:
+    if not compile_froze_the_heap():  # (on 3.12 the count is never 0: its immortal objects)
         return gc.get_referrers(*objs)
     gc.unfreeze()
     try:
