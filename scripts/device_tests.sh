@@ -19,6 +19,7 @@
 #     bash scripts/device_tests.sh cold_profile    # where a cold compile goes (cProfile;
 #         experiments/cold-compile-profile/cold_profile.py)
 #     bash scripts/device_tests.sh cuda            # the tests marked cuda
+#     bash scripts/device_tests.sh experiment experiments/<topic>/<script>.py [args]   # one experiment
 #     bash scripts/device_tests.sh sweep [benchmarks/model_sweep.py args...]   # results in $OUT
 #         (the correctness sweep on CUDA, e.g. `sweep --no-patterns --budget 480 --timeout 120`)
 # (bench_gpu: the OpInfo sweep on CUDA, cos+sin and softmax/layernorm against copy bandwidth,
@@ -48,8 +49,9 @@ case "$what" in
   profile) python3 -u experiments/gpu-kernel-profile/gpu_profile.py "$@" ;;
   cold_profile) python3 -u experiments/cold-compile-profile/cold_profile.py "$@" ;;
   sweep) python3 -u benchmarks/model_sweep.py --device cuda "$@" ;;
+  experiment) python3 -u "$@" ;;
   # the tests marked cuda (codegen-triton's suite is left out: its conftest turns the Triton
   # interpreter on for the whole session)
   cuda) python3 -m pytest -q -p no:cacheprovider -m cuda $(ls -d packages/*/tests | grep -v codegen-triton) "$@" ;;
-  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_models|bench_quantized|bench_flex|bench_distributed|bench_checkpoint|bench_regional|bench_train|bench_ddp|profile|cold_profile|sweep)" >&2; exit 2 ;;
+  *) echo "unknown target $what (frontend|all|cuda|bench_gpu|bench_runtime|bench_models|bench_quantized|bench_flex|bench_distributed|bench_checkpoint|bench_regional|bench_train|bench_ddp|profile|cold_profile|sweep|experiment)" >&2; exit 2 ;;
 esac
