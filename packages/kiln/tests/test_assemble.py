@@ -11,8 +11,8 @@ import pickle
 
 import kiln
 import kiln.assemble
-import kiln.backend
 import kiln.cache
+import kiln.graph_to_callable
 import kiln.stages
 import kiln_runtime
 import pytest
@@ -60,7 +60,7 @@ def assembled(monkeypatch):
         seen.append(artifact)
         return real(artifact, binding)
 
-    monkeypatch.setattr(kiln.backend, "assemble", recording)
+    monkeypatch.setattr(kiln.graph_to_callable, "assemble", recording)
     return seen
 
 

@@ -35,7 +35,7 @@ def compile_subgraph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
     """An ATen body -> a callable returning its outputs as a list."""
     import kiln_aotgrad
 
-    from .backend import compile_aten
+    from .graph_to_callable import compile_aten
 
     aten = kiln_aotgrad.trace_inference(gm, example_inputs)
     compiled = compile_aten(aten, current_body_options())
