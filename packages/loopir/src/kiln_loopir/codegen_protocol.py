@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .ir import ExternNode, FusedGroup, Schedule
+from .ir.schedule import ExternNode, FusedGroup, Schedule
 from .sizevars import pexpr
 
 __all__ = ["Codegen", "KernelDef", "KernelLaunch", "GeneratedModule"]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .ir import Buffer, ComputedBuffer, ExternKernel, MultiOutput, ScatterBuffer
+from .ir.values import Buffer, ComputedBuffer, ExternKernel, MultiOutput, ScatterBuffer
 
 __all__ = ["COLLECTIVES", "WAIT", "is_collective", "overlap_collectives",
            "pinned_by_collectives"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from .ir import ConstantBuffer, Layout
+from .ir.values import ConstantBuffer, Layout
 
 __all__ = ["DERIVATIONS", "THREAD_TUNED", "constant_reads", "derivation", "derive",
            "derived_constant", "derived_sources"]

@@ -41,16 +41,17 @@ import torch.utils._pytree as pytree
 from . import lowerings as _families  # noqa: F401  (importing the package registers every lowering)
 from .analysis import body_deps
 from .counters import counters
-from .ir import (
+from .ir.graph import LoopGraph
+from .ir.values import (
     ConstantBuffer,
     GenericView,
     InputBuffer,
     IRNode,
     Layout,
-    LoopGraph,
     Pointwise,
     Reduction,
 )
+from .ir.verify import verify_graph
 from .lowering import (
     LoweringBug,
     LoweringError,
@@ -240,7 +241,7 @@ class GraphLowering:
             # binds it at run time, so the graph cannot run compiled (the caller runs it eagerly)
             raise LoweringError(f"size symbols {sorted(map(str, unbound))} have no source (sizes "
                                 "computed from tensor data, e.g. t.item(), are not bound yet)")
-        self.graph.lint()
+        verify_graph(self.graph)
 
     # ---- node kinds ----------------------------------------------------------------------
     def new_constant_name(self) -> str:

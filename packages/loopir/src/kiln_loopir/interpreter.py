@@ -19,13 +19,9 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from .ir import (
-    ExternNode,
-    FusedGroup,
-    LoopGraph,
-    ReinterpretView,
-    Schedule,
-)
+from .ir.graph import LoopGraph
+from .ir.schedule import ExternNode, FusedGroup, Schedule
+from .ir.values import ReinterpretView
 from .ops_spec import OPS, reduction_identity
 from .scheduler import schedule
 from .sizevars import IndexEvaluator, index_symbol, reduction_symbol

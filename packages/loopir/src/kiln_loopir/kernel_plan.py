@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from .analysis import body_deps
-from .ir import FusedGroup, InputBuffer, MemoryDep, Schedule, dtype_str
+from .analysis import MemoryDep, body_deps
+from .ir.schedule import FusedGroup, Schedule
+from .ir.values import InputBuffer, dtype_str
 from .sizevars import (
     FloorDiv,
     ModularIndexing,

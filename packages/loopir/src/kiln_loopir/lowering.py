@@ -34,7 +34,7 @@ import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .counters import counters
-from .ir import (
+from .ir.values import (
     Buffer,
     ComputedBuffer,
     ExternKernel,

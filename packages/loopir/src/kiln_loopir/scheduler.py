@@ -46,28 +46,23 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from .analysis import DepsHandler
+from .analysis import DepsHandler, MemoryDep
 from .collective_order import is_collective, overlap_collectives, pinned_by_collectives
 from .counters import counters
-from .ir import (
-    Allocation,
+from .ir.graph import LoopGraph, collect_deps
+from .ir.printer import PrintHandler
+from .ir.schedule import Allocation, ExternNode, FusedGroup, SchedNode, Schedule
+from .ir.values import (
     Buffer,
     ComputedBuffer,
     ExternKernel,
-    ExternNode,
-    FusedGroup,
     Layout,
-    LoopGraph,
-    MemoryDep,
     MultiOutput,
-    PrintHandler,
     Reduction,
     ScatterBuffer,
-    SchedNode,
-    Schedule,
     body_indices,
-    collect_deps,
 )
+from .ir.verify import verify_enabled, verify_graph, verify_schedule
 from .sizevars import (
     index_symbol,
     reduction_symbol,
@@ -737,7 +732,10 @@ def schedule(graph: LoopGraph) -> Schedule:
     sched = Schedule(graph, out_steps)
     _internal_buffers(sched)
     _plan_memory(sched)
-    sched.lint()
+    deep = verify_enabled()  # KILN_VERIFY_IR=1: also the rules that trace bodies
+    if deep:
+        verify_graph(graph)
+    verify_schedule(sched, trace_bodies=deep)
     return sched
 
 

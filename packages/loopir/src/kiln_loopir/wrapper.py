@@ -37,15 +37,8 @@ import torch
 
 from .codegen_protocol import GeneratedModule, KernelDef
 from .codegen_registry import CodegenUnavailable, get_codegen
-from .ir import (
-    Buffer,
-    ConstantBuffer,
-    ExternNode,
-    FusedGroup,
-    Layout,
-    ReinterpretView,
-    Schedule,
-)
+from .ir.schedule import ExternNode, FusedGroup, Schedule
+from .ir.values import Buffer, ConstantBuffer, Layout, ReinterpretView
 from .sizevars import pexpr
 
 __all__ = ["generate_wrapper", "extern_call_source", "py_arg", "output_code"]

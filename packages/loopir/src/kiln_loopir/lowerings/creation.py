@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import Pointwise, compute_dtype
+from ..ir.values import Pointwise, compute_dtype
 from ..lowering import (
     LoweringError,
     aten_ops,

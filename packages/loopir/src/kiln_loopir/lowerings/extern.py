@@ -12,7 +12,7 @@ import torch
 import torch.fx
 
 from ..derived_constants import derived_constant
-from ..ir import Buffer, ConstantBuffer, GenericView, Layout, Pointwise, ReinterpretView
+from ..ir.values import Buffer, ConstantBuffer, GenericView, Layout, Pointwise, ReinterpretView
 from ..lowering import aten_ops, current, lowering, make_extern, meta_val, realize
 from ..sizevars import sympify
 from ..virtualized import ops

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import ComputedBuffer, Layout, Pointwise, ScatterBuffer
+from ..ir.values import ComputedBuffer, Layout, Pointwise, ScatterBuffer
 from ..lowering import (
     LoweringError,
     broadcast_loader,

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..ir import IRNode, Pointwise, compute_dtype
+from ..ir.values import IRNode, Pointwise, compute_dtype
 from ..lowering import LoweringError, lowering, make_pointwise, meta_val, realize, to_dtype
 from ..virtualized import ops
 from .reductions import _dims, make_reduction

@@ -10,7 +10,7 @@ import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K
 
-from ..ir import IRNode, Pointwise, compute_dtype
+from ..ir.values import IRNode, Pointwise, compute_dtype
 from ..lowering import (
     LoweringError,
     broadcast_loader,

@@ -11,7 +11,7 @@ import math
 import sympy
 import torch
 
-from ..ir import Pointwise, Reduction, compute_dtype
+from ..ir.values import Pointwise, Reduction, compute_dtype
 from ..lowering import LoweringError, current, lowering, meta_val, realize, to_dtype
 from ..sizevars import sympify
 from ..virtualized import ops

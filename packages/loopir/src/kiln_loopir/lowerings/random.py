@@ -31,7 +31,7 @@ import torch
 
 from ..codegen_registry import CodegenUnavailable, codegen_for_device_type
 from ..counters import counters
-from ..ir import Buffer, ExternKernel, IRNode, Layout, Pointwise, compute_dtype
+from ..ir.values import Buffer, ExternKernel, IRNode, Layout, Pointwise, compute_dtype
 from ..lowering import (
     LoweringError,
     aten_ops,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from ..ir import IRNode, Pointwise, Reduction, compute_dtype
+from ..ir.values import IRNode, Pointwise, Reduction, compute_dtype
 from ..lowering import (
     LoweringError,
     broadcast_loader,

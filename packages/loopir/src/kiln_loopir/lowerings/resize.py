@@ -14,7 +14,7 @@ import math
 import sympy
 import torch
 
-from ..ir import Pointwise, Reduction, compute_dtype
+from ..ir.values import Pointwise, Reduction, compute_dtype
 from ..lowering import LoweringError, lowering, realize, to_dtype
 from ..sizevars import FloorDiv, sympify
 from ..virtualized import ops

@@ -18,7 +18,7 @@ import math
 import sympy
 import torch
 
-from ..ir import IRNode, Pointwise, Reduction, compute_dtype
+from ..ir.values import IRNode, Pointwise, Reduction, compute_dtype
 from ..lowering import LoweringError, lowering, meta_val, realize, to_dtype
 from ..ops_spec import reduction_identity
 from ..virtualized import ops

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir import IRNode, Pointwise, Reduction, compute_dtype
+from ..ir.values import IRNode, Pointwise, Reduction, compute_dtype
 from ..lowering import LoweringError, lowering, realize, to_dtype
 from ..ops_spec import reduction_identity
 from ..sizevars import statically_known_equal, sympify

@@ -8,7 +8,7 @@ import math
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K
 
-from ..ir import compute_dtype
+from ..ir.values import compute_dtype
 from ..lowering import LoweringError, lowering, make_pointwise, promote
 from ..virtualized import ops
 from .views import slice_

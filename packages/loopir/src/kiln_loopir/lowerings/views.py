@@ -13,7 +13,7 @@ import sympy
 import torch
 import torch.fx
 
-from ..ir import GenericView, IRNode, Layout, Pointwise, ReinterpretView
+from ..ir.values import GenericView, IRNode, Layout, Pointwise, ReinterpretView
 from ..lowering import (
     LoweringError,
     as_storage_view,
