@@ -107,6 +107,40 @@ def test_training_runs_fused_forward_and_backward_kernels():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("strict, with_lse", [(False, True), (True, False)])
+def test_fused_backward_with_the_logsumexps_gradient_and_fully_masked_rows(strict, with_lse):
+    """The backward's delta kernel subtracts the logsumexp's own gradient (a loss that uses
+    ``return_lse``); a strictly causal mask leaves the first query row fully masked, whose
+    logsumexp is -inf (the kernels read it as 0: its probabilities are all 0)."""
+    def mask(b, h, m, n):
+        return m > n if strict else m >= n
+
+    bm = create_block_mask(mask, B, H, L, L, device="cpu", BLOCK_SIZE=16)
+
+    def f(q, k, v, block_mask):
+        out, lse = flex_attention(q, k, v, block_mask=block_mask, return_lse=True)
+        return out, lse
+
+    q, k, v = _inputs(seed=4, grad=True)
+    (out, lse), made = _fused_kernels_made(f, q, k, v, bm)
+    assert made == 2
+    ref, ref_lse2 = flex_hop(q, k, v, lambda s, b, h, m, n: s, bm.as_tuple()[:-1] + (mask,),
+                             1.0 / math.sqrt(D), {}, (), ())[:2]
+    ref_lse = ref_lse2 * math.log(2)  # (the operator's logsumexp is base 2, the API's natural)
+    torch.testing.assert_close(out, ref)
+    grad = torch.randn_like(out)
+    if with_lse:
+        torch.testing.assert_close(lse, ref_lse)
+        glse = torch.randn_like(lse)
+        got = torch.autograd.grad((out, lse), (q, k, v), (grad, glse))
+        want = torch.autograd.grad((ref, ref_lse), (q, k, v), (grad, glse))
+    else:
+        got = torch.autograd.grad(out, (q, k, v), grad)
+        want = torch.autograd.grad(ref, (q, k, v), grad)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_a_table_that_needs_grad_keeps_the_dense_rule():
     table = torch.randn(2 * L, requires_grad=True)
 

@@ -10,7 +10,7 @@ of one (batch, head) and walks only the key/value blocks its BlockMask row lists
 ``score_mod`` and ``mask_mod`` are the node's ATen subgraphs. Each is lowered by loopir like
 any graph (0-d inputs: the score, then int32 ``b, h, q_idx, kv_idx``, then its captured
 tensors) and its loop body is emitted inline by ``ModEmitter``, an ops handler speaking
-codegen-triton's pointwise formatting (``kernel._MATH``): the score becomes the
+codegen-triton's value ops and spellings (``ops.TritonOps``): the score becomes the
 ``[BLOCK_M, BLOCK_N]`` tile, ``q_idx`` a column ``[BLOCK_M, 1]``, ``kv_idx`` a row
 ``[1, BLOCK_N]``, so every op broadcasts to the tile and a captured table indexed by them
 (``bias[q_idx - kv_idx]``, ``slopes[h]``, ``doc[q_idx]``) is a gather from its pointer.
@@ -36,8 +36,9 @@ import torch
 from kiln_loopir.ir import ComputedBuffer, InputBuffer, Pointwise, ReinterpretView
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
-from .kernel import TVal, ValueOps, _next_pow2, interpreting
-from .launcher import TritonCompileError, _source_path
+from .kernel import _next_pow2, interpreting
+from .launcher import TemplateLauncher, TritonCompileError, _source_path
+from .ops import TritonOps, TVal
 from .printer import texpr
 
 __all__ = ["FlexAttentionKernel", "FlexModError", "unsupported_reason"]
@@ -94,9 +95,9 @@ def unsupported_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
 # ------------------------------------------------------------------------------- mod emission
 
 
-class ModEmitter(ValueOps):
+class ModEmitter(TritonOps):
     """Ops handler emitting one lowered mod's loop body as Triton lines over the tile (its
-    value ops are the kernel handler's, ``kernel.ValueOps``).
+    value ops are the kernel handler's, ``ops.TritonOps``).
 
     ``inputs`` names what the mod's first placeholders are in the kernel (the score tile,
     ``off_b``, ``off_h``, the query/key index vectors); later placeholders are captured
@@ -148,6 +149,12 @@ class ModEmitter(ValueOps):
         if mode is not None:
             raise FlexModError(f"store mode {mode!r} in a mod")
         self.registers[name] = value
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        raise MissingOpError("reduction", self)  # a mod is one 0-d pointwise value per buffer
+
+    def store_reduction(self, name: str, index, value):
+        raise MissingOpError("store_reduction", self)
 
 
 def _lower_mod(gm: torch.fx.GraphModule, example: list[torch.Tensor]):
@@ -518,7 +525,7 @@ class FlexAttentionKernel:
         fields.update(walk=block_walk(call, **walk), split_walk=block_walk(call, split=True, **walk))
         self.source = (_HEADER + _FORWARD_TILE + self.KERNELS).format(**fields)
         self.module, self.path = _load("flex_attention", self.source)
-        self.kernel = getattr(self.module, self.ENTRY)
+        self.kernel = TemplateLauncher(getattr(self.module, self.ENTRY), self.ENTRY, self.path)
 
     def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
         """(BLOCK_M, BLOCK_N, launch options) for these BlockMask block sizes."""
@@ -586,9 +593,39 @@ def _build(score_gm, mask_gm, score_tables, mask_tables, query, key, value) -> F
 # the probabilities from the forward's logsumexp, and the score gradient through score_mod by
 # the operator's joint graph (``_score_grad``: its inputs are the score, the indices and the
 # gradient of score_mod's output). ``delta = rowsum(dO * O)`` (minus the logsumexp's own
-# gradient) is computed by torch before them.
+# gradient) is one small kernel before them (``kiln_kernel_delta``).
 
 _BWD_TILES = '''
+
+@triton.jit
+def _natural_lse(lse2):
+    # the forward's base-2 logsumexp in natural log; 0 on fully masked rows (their
+    # probabilities are all 0)
+    lse = lse2 * {ln2!r}
+    return tl.where(lse == float("-inf"), 0.0, lse)
+
+
+@triton.jit
+def kiln_kernel_delta(O, DO, GLSE, DELTA, L, HQ, sob, soh, som, sod, sdb, sdh, sdm, sdd,
+                      DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+                      HAS_GLSE: tl.constexpr):
+    # delta = rowsum(dO * O) - d(logsumexp), in float32: one pass before both kernels
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = off_bh // HQ
+    off_h = off_bh % HQ
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    tile = (offs_m[:, None] < L) & (offs_dv[None, :] < DV)
+    o = tl.load(O + off_b * sob + off_h * soh + offs_m[:, None] * som + offs_dv[None, :] * sod,
+                tile, other=0.0).to(tl.float32)
+    do = tl.load(DO + off_b * sdb + off_h * sdh + offs_m[:, None] * sdm + offs_dv[None, :] * sdd,
+                 tile, other=0.0).to(tl.float32)
+    delta = tl.sum(o * do, 1)
+    if HAS_GLSE:
+        delta -= tl.load(GLSE + off_bh * L + offs_m, offs_m < L, other=0.0).to(tl.float32) / {ln2!r}
+    tl.store(DELTA + off_bh * L + offs_m, delta, offs_m < L)
+
 
 @triton.jit
 def _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs_d, offs_dv,
@@ -630,7 +667,7 @@ def _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h, off
                  (offs_m[None, :] < L) & (offs_d[:, None] < D), other=0.0)
     do = tl.load(DO + do_base + offs_m[:, None] * sdm + offs_dv[None, :] * sdd,
                  (offs_m[:, None] < L) & (offs_dv[None, :] < DV), other=0.0)
-    lse = tl.load(LSE + r_base + offs_m, offs_m < L, other=0.0)
+    lse = _natural_lse(tl.load(LSE + r_base + offs_m, offs_m < L, other=0.0))
     delta = tl.load(DELTA + r_base + offs_m, offs_m < L, other=0.0)
     if IEEE:
         qkT = tl.dot(k, qT, input_precision="ieee")
@@ -667,7 +704,7 @@ def kiln_kernel_dq(Q, K, V, DO, LSE, DELTA, DQ, KV_NUM, KV_IDX, FULL_NUM, FULL_I
     rows = offs_m[:, None] < L
     do = tl.load(DO + off_b * sdb + off_h * sdh + offs_m[:, None] * sdm + offs_dv[None, :] * sdd,
                  rows & (offs_dv[None, :] < DV), other=0.0)
-    lse = tl.load(LSE + off_bh * L + offs_m, offs_m < L, other=0.0)
+    lse = _natural_lse(tl.load(LSE + off_bh * L + offs_m, offs_m < L, other=0.0))
     delta = tl.load(DELTA + off_bh * L + offs_m, offs_m < L, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 {dq_walk}
@@ -746,7 +783,10 @@ class FlexAttentionBackwardKernel:
                                indent=8))
         self.source = (_HEADER + _SCORE_GRAD + _BWD_TILES).format(**fields)
         module, self.path = _load("flex_attention_backward", self.source)
-        self.kernel, self.dq_kernel = module.kiln_kernel, module.kiln_kernel_dq
+        self.kernel = TemplateLauncher(module.kiln_kernel, "kiln_kernel", self.path)
+        self.dq_kernel = TemplateLauncher(module.kiln_kernel_dq, "kiln_kernel_dq", self.path)
+        self.delta_kernel = TemplateLauncher(module.kiln_kernel_delta, "kiln_kernel_delta",
+                                             self.path)
 
     def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:
         return _tiles(self, gpu_bwd_tiles, sparse_q, sparse_kv)
@@ -760,13 +800,13 @@ class FlexAttentionBackwardKernel:
         if sparse_q % block_m or sparse_kv % block_n:
             raise ValueError(f"block sizes {(sparse_q, sparse_kv)} do not divide into "
                              f"tiles {(block_m, block_n)}")
-        # natural-log logsumexp, 0 on fully masked rows (their probabilities are all 0)
-        lse = lse.float() * _LN2
-        lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse).contiguous()
-        delta = (grad_out.float() * out.float()).sum(-1)
-        if grad_lse is not None:
-            delta = delta - grad_lse.float() / _LN2
-        delta = delta.contiguous()
+        lse = lse.contiguous()  # (the kernels take it to natural log: _natural_lse)
+        delta = torch.empty((B, HQ, L), dtype=torch.float32, device=query.device)
+        glse = grad_lse.contiguous() if grad_lse is not None else delta
+        rows = 16 if self.interpret else 64
+        self.delta_kernel[(triton_cdiv(L, rows), B * HQ)](
+            out, grad_out, glse, delta, L, HQ, *out.stride(), *grad_out.stride(), DV=DV,
+            BLOCK_M=rows, BLOCK_DV=max(16, _next_pow2(DV)), HAS_GLSE=grad_lse is not None)
         dq = torch.empty_like(query)
         dk = torch.empty((B, HKV, S, D), dtype=key.dtype, device=key.device)
         dv = torch.empty((B, HKV, S, DV), dtype=value.dtype, device=value.device)

@@ -38,6 +38,7 @@ from .flex_attention import (
     out_like,
     triton_cdiv,
 )
+from .launcher import TemplateLauncher
 
 __all__ = ["FlexDecodingKernel", "decode_tiles", "split_count"]
 
@@ -123,7 +124,7 @@ class FlexDecodingKernel(FlexAttentionKernel):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.combine = self.module.kiln_kernel_combine
+        self.combine = TemplateLauncher(self.module.kiln_kernel_combine, "kiln_kernel_combine", self.path)
         self.splits: int | None = None
 
     def tiles(self, sparse_q: int, sparse_kv: int) -> tuple[int, int, dict]:

@@ -319,16 +319,7 @@ class TritonLauncher:
             self._fast_device = key[0]
 
     def _first_launch(self, fn, args, grid, meta, opts):
-        """Triton's own path: compiles (or finds) ``fn``'s specialization for ``args``, launches
-        it once, and returns the compiled kernel with its handles loaded."""
-        try:
-            kernel = fn.run(*args, grid=grid, warmup=False, **meta, **opts)
-        except Exception as e:
-            if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
-                raise TritonCompileError(self.name, self.path, f"{type(e).__name__}: {e}") from e
-            raise
-        kernel._init_handles()
-        return kernel
+        return _first_launch(fn, self.name, self.path, args, grid, meta, opts)
 
     def _run_split(self, entry: _LaunchEntry, stream, args) -> None:
         """A split reduction's two launches (partials, then the final kernel), each through
@@ -446,6 +437,66 @@ class TritonLauncher:
                 compile_workers.load_handles(warmup())
         except Exception:
             pass  # reported by the timed launch
+
+
+def _first_launch(fn, name: str, path: str, args, grid, meta: dict, opts: dict):
+    """Triton's own path: compiles (or finds) ``fn``'s specialization for ``args``, launches
+    it once, and returns the compiled kernel with its handles loaded."""
+    try:
+        kernel = fn.run(*args, grid=grid, warmup=False, **meta, **opts)
+    except Exception as e:
+        if type(e).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+            raise TritonCompileError(name, path, f"{type(e).__name__}: {e}") from e
+        raise
+    kernel._init_handles()
+    return kernel
+
+
+#: Triton launch options among a launch's keyword arguments (the rest are constexprs)
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+
+
+class TemplateLauncher:
+    """A hand-written template kernel (FlexAttention's forward, backward and decoding kernels)
+    launched as the generated ones are: ``launcher[grid](*args, **constexprs, **options)``
+    goes through Triton's ``JITFunction.run`` once per (device, constexprs, options,
+    specialization), then through the compiled kernel's direct launch
+    (``DirectLaunch.general``). Triton's binder, cache key and global checks cost tens of
+    microseconds per launch over some fifty arguments; a FlexAttention training step makes
+    three launches and its kernels run about 0.1 ms each at length 1024."""
+
+    def __init__(self, fn, name: str, path: str):
+        self.fn, self.name, self.path = fn, name, path
+        self._launches: dict = {}
+
+    def __repr__(self) -> str:
+        return f"TemplateLauncher({self.name}, {len(self._launches)} compiled launches)"
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launch(grid, args, kw)
+
+    def launch(self, grid, args: tuple, kw: dict) -> None:
+        if not _lean_launch_enabled():
+            self.fn[grid](*args, **kw)
+            return
+        names = list(getattr(self.fn, "arg_names", ()))[len(args):]
+        opts = {k: kw[k] for k in _LAUNCH_OPTIONS if k in kw}
+        if not names or len(kw) != len(names) + len(opts) or not all(n in kw for n in names):
+            self.fn[grid](*args, **kw)  # defaults or unknown keywords: Triton's own binder
+            return
+        constexprs = tuple(kw[n] for n in names)
+        device = _DRIVER[0]()
+        key = (device, constexprs, tuple(opts.items()), _specialization_key(args))
+        grid = (tuple(grid) + (1, 1))[:3]
+        run = self._launches.get(key)
+        if run is not None:
+            run(*grid, _DRIVER[1](device), args)
+            return
+        kernel = _first_launch(self.fn, self.name, self.path, args, grid,
+                               {n: kw[n] for n in names}, opts)
+        if hasattr(kernel, "packed_metadata"):  # (another Triton: its own launch path only)
+            self._launches[key] = DirectLaunch.of(kernel, len(args) + len(names)).general(constexprs)
+            kiln_runtime.counters["triton_template_lean_launches"] += 1
 
 
 @dataclass
