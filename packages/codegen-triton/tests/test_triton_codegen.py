@@ -186,6 +186,18 @@ def test_integer_semantics():
     run(lambda a, b: (a // b, a % b, torch.fmod(a, b), a.div(b, rounding_mode="trunc")), a, b)
 
 
+def test_handlers_implement_every_op():
+    """A kernel plan's handler and a FlexAttention mod's are whole ops handlers: every op of
+    the spec is a method (a spelling of TritonOps' table, or their own memory ops); the
+    CLikeOpsHandler base refuses a class that lacks one."""
+    from kiln_codegen_triton.flex_attention import ModEmitter
+    from kiln_loopir.ops_spec import OPS, missing_ops
+
+    assert missing_ops(tk.TritonKernel) == []
+    assert missing_ops(ModEmitter) == []
+    assert all(callable(getattr(tk.TritonKernel, name)) for name in OPS)
+
+
 def test_mm_epilogue_fuses_into_the_next_kernel():
     c = run(lambda x, w, b: torch.relu(x @ w + b), torch.randn(8, 16), torch.randn(16, 4), torch.randn(4))
     assert len(c.module.kernels) == 1  # bias + relu in one Triton kernel after the aten mm

@@ -33,25 +33,19 @@ How a ``KernelPlan`` becomes Triton (``TritonKernel(plan).generate()``):
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
 import sympy
 import torch
 from kiln_loopir.kernel_plan import KernelPlan, is_outer_reduction
-from kiln_loopir.ops_spec import (
-    INFIX_OPS,
-    OPS,
-    WELFORD_TYPES,
-    reduction_identity,
-    result_dtype,
-)
+from kiln_loopir.ops_spec import WELFORD_TYPES, reduction_identity
 from kiln_loopir.sizevars import FloorDiv, ModularIndexing, symbol_kind
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
 from . import cooperative as coop
 from .online_rescale import OnlineSum, match_online_sum, replay, trace_body
+from .ops import TritonOps, TVal, literal, tl_dtype
 from .printer import texpr
 
 #: longest row a reduction keeps in registers (one block); longer rows loop over RBLOCK chunks
@@ -73,63 +67,39 @@ FINAL_NAME = "kiln_kernel_final"
 #: at most this many op names in a kernel's descriptive name (``kiln_red_exp_sub_max_sum``)
 NAME_OPS = 6
 
-TL_DTYPES: dict[torch.dtype, str] = {
-    torch.float32: "tl.float32",
-    torch.float64: "tl.float64",
-    torch.float16: "tl.float16",
-    torch.bfloat16: "tl.bfloat16",
-    torch.int8: "tl.int8",
-    torch.int16: "tl.int16",
-    torch.int32: "tl.int32",
-    torch.int64: "tl.int64",
-    torch.uint8: "tl.uint8",
-    torch.uint16: "tl.uint16",
-    torch.uint32: "tl.uint32",
-    torch.uint64: "tl.uint64",
-    torch.bool: "tl.int1",
-}
-
-
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
-def tl_dtype(dtype: torch.dtype) -> str:
-    if dtype not in TL_DTYPES:
-        raise MissingOpError(f"dtype {dtype} in a Triton kernel")
-    return TL_DTYPES[dtype]
-
-
-def literal(value, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "1" if value else "0"
-    if dtype.is_floating_point:
-        v = float(value)
-        if math.isnan(v):
-            return 'float("nan")'
-        if math.isinf(v):
-            return 'float("inf")' if v > 0 else 'float("-inf")'
-        return repr(v)
-    return str(int(value))
-
-
-HELPERS = '''
+def _nan_propagating(fn: str) -> str:
+    """``_kiln_max``/``_kiln_min``: ``tl.maximum``/``tl.minimum`` that propagate NaN, as
+    torch.amax/amin and torch.maximum/minimum do."""
+    return f'''
 @triton.jit
-def _kiln_max(a, b):
+def _kiln_{fn}(a, b):
     if a.dtype.is_floating():
-        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+        return tl.{fn}imum(a, b, propagate_nan=tl.PropagateNan.ALL)
     else:
-        return tl.maximum(a, b)
+        return tl.{fn}imum(a, b)
+
+'''
 
 
+def _arg_better(fn: str, compare: str) -> str:
+    """``_kiln_argmax``/``_kiln_argmin``: the combine of (value, index) pairs; a NaN beats
+    every number and the first index wins ties, as torch's."""
+    return f'''
 @triton.jit
-def _kiln_min(a, b):
-    if a.dtype.is_floating():
-        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-    else:
-        return tl.minimum(a, b)
+def _kiln_{fn}(av, ai, bv, bi):
+    a_nan = av != av
+    b_nan = bv != bv
+    take_a = (av {compare} bv) | (a_nan & ~b_nan) | ((av == bv) & (ai < bi)) | (a_nan & b_nan & (ai < bi))
+    return tl.where(take_a, av, bv), tl.where(take_a, ai, bi)
+'''
 
 
+#: the @triton.jit helpers every kernel source starts with
+HELPERS = _nan_propagating("max") + _nan_propagating("min") + '''
 @triton.jit
 def _kiln_prod(a, b):
     return a * b
@@ -149,35 +119,7 @@ def _kiln_randint64(seed, offset, low, high):
     r = r0.to(tl.uint64) | (r1.to(tl.uint64) << 32)
     return low + (r % (high - low).to(tl.uint64)).to(tl.int64)
 
-
-@triton.jit
-def _kiln_argmax(av, ai, bv, bi):
-    a_nan = av != av
-    b_nan = bv != bv
-    take_a = (av > bv) | (a_nan & ~b_nan) | ((av == bv) & (ai < bi)) | (a_nan & b_nan & (ai < bi))
-    return tl.where(take_a, av, bv), tl.where(take_a, ai, bi)
-
-
-@triton.jit
-def _kiln_argmin(av, ai, bv, bi):
-    a_nan = av != av
-    b_nan = bv != bv
-    take_a = (av < bv) | (a_nan & ~b_nan) | ((av == bv) & (ai < bi)) | (a_nan & b_nan & (ai < bi))
-    return tl.where(take_a, av, bv), tl.where(take_a, ai, bi)
-'''
-
-
-@dataclass
-class TVal:
-    """A value in the kernel: its variable, dtype and shape class ("s" scalar, "x" per outer
-    point, "xr" per (outer, inner) point)."""
-
-    name: str
-    dtype: torch.dtype
-    cls: str = "x"
-
-    def __str__(self) -> str:
-        return self.name
+''' + _arg_better("argmax", ">") + "\n" + _arg_better("argmin", "<")
 
 
 @dataclass
@@ -236,62 +178,7 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-class ValueOps:
-    """The ops handler's value ops (index values, constants, casts, where, the pointwise math
-    of ``_MATH``), shared by every handler that emits Triton lines: a kernel plan's
-    (``TritonKernel``) and a FlexAttention mod's (``flex_attention.ModEmitter``). A handler
-    provides ``value(expr, dtype, cls)``, ``join_cls``, ``_index``, ``_index_cls``, and the
-    dicts ``names``, ``ind_cls``, ``op_names`` and the counter ``_ind``."""
-
-    def index_expr(self, expr, dtype) -> TVal:
-        expr = sympy.sympify(expr)
-        cls = self._index_cls(expr)
-        text = self._index(expr)
-        if cls == "s":
-            return self.value(f"tl.full([], {text}, {tl_dtype(dtype)})", dtype, "s")
-        return self.value(f"({text}).to({tl_dtype(dtype)})", dtype, cls)
-
-    def indirect_indexing(self, x: TVal, size, check=True) -> sympy.Symbol:
-        sym = sympy.Symbol(f"ind{self._ind}", integer=True, nonnegative=True)
-        self._ind += 1
-        size_text = self._index(sympy.sympify(size))
-        v = self.value(f"tl.where({x.name} < 0, {x.name} + {size_text}, {x.name})", x.dtype, x.cls)
-        self.names[sym.name] = v.name
-        self.ind_cls[sym.name] = x.cls
-        return sym
-
-    def constant(self, value, dtype) -> TVal:
-        return self.value(f"tl.full([], {literal(value, dtype)}, {tl_dtype(dtype)})", dtype, "s")
-
-    def to_dtype(self, x: TVal, dtype, src_dtype=None) -> TVal:
-        if x.dtype == dtype:
-            return x
-        if dtype == torch.bool:
-            return self.value(f"{x.name} != 0", dtype, x.cls)
-        return self.value(f"{x.name}.to({tl_dtype(dtype)})", dtype, x.cls)
-
-    def where(self, cond: TVal, a: TVal, b: TVal) -> TVal:
-        return self.value(f"tl.where({cond.name}, {a.name}, {b.name})", a.dtype, self.join_cls(cond, a, b))
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name not in OPS:
-            raise AttributeError(name)
-        fmt = _MATH.get(name)
-        if fmt is None:
-            raise MissingOpError(f"Triton codegen has no op {name!r}")
-
-        def op(*args):
-            self.op_names[name] = None
-            vals = [a for a in args if isinstance(a, TVal)]
-            dtype = vals[0].dtype
-            out = result_dtype(name, [v.dtype for v in vals])
-            text = fmt(*[v.name for v in vals], dtype=dtype)
-            return self.value(text, out, self.join_cls(*vals))
-
-        return op
-
-
-class TritonKernel(ValueOps):
+class TritonKernel(TritonOps):
     """Generates the Triton source of one kernel plan (see the module docstring)."""
 
     def __init__(self, plan: KernelPlan, interpret: bool | None = None):
@@ -864,7 +751,7 @@ class TritonKernel(ValueOps):
         a, w_loc, term = terms
         dtype = term.dtype
         diff = self.sub(a, self._as(w_row, a.dtype))
-        key = f"{_MATH['exp'](diff.name, dtype=diff.dtype)}|{diff.dtype}"
+        key = f"{self.spell('exp', [diff.name], diff.dtype)}|{diff.dtype}"
         res = self.new_tmp()
         self.emit(f"{res} = tl.where({w_loc} == float('-inf'), tl.exp(float('-inf') - {w_row}), "
                   f"{term} * tl.exp({w_loc} - {w_row}))")
@@ -1136,135 +1023,3 @@ def _dtype_of(plan: KernelPlan, name: str) -> torch.dtype:
         if target is not None and target.name == name:
             return target.layout.dtype
     raise KeyError(f"dtype of buffer {name} in {plan.name}")
-
-
-# =============================================================================================
-# math ops: name -> formatter(*operand texts, dtype) (dtype: the first operand's dtype)
-# =============================================================================================
-
-
-def _is_float(dtype) -> bool:
-    return dtype.is_floating_point
-
-
-def _tl(fn):
-    return lambda x, dtype: f"tl.{fn}({x})" if _is_float(dtype) else x
-
-
-def _km(fn):
-    return lambda *xs, dtype: f"kmath.{fn}({', '.join(xs)})"
-
-
-def _floor_like(fn):
-    return lambda x, dtype: f"{fn}({x})" if _is_float(dtype) else x
-
-
-def _floordiv(a, b, dtype):
-    if _is_float(dtype):
-        return f"tl.floor({a} / {b})"
-    return (f"({a} // {b}) - ((({a} % {b}) != 0) & ((({a} < 0) ^ ({b} < 0)) != 0)).to({tl_dtype(dtype)})")
-
-
-def _remainder(a, b, dtype):
-    if _is_float(dtype):
-        return f"tl.where(((kmath.fmod({a}, {b}) != 0) & ((kmath.fmod({a}, {b}) < 0) != ({b} < 0))), " \
-               f"kmath.fmod({a}, {b}) + {b}, kmath.fmod({a}, {b}))"
-    return f"tl.where(((({a} % {b}) != 0) & ((({a} % {b}) < 0) != ({b} < 0))), ({a} % {b}) + {b}, {a} % {b})"
-
-
-def _fmod(a, b, dtype):
-    return f"kmath.fmod({a}, {b})" if _is_float(dtype) else f"{a} % {b}"
-
-
-def _sign(x, dtype):
-    if dtype == torch.bool:
-        return x
-    t = tl_dtype(dtype)
-    return f"(({x} > 0).to({t}) - ({x} < 0).to({t}))"
-
-
-def _maxmin(helper, tlfn):
-    return lambda a, b, dtype: f"{helper}({a}, {b})" if _is_float(dtype) else f"tl.{tlfn}({a}, {b})"
-
-
-def _pow(a, b, dtype):
-    if _is_float(dtype):
-        return f"kmath.pow({a}, {b})"
-    return f"kmath.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({tl_dtype(dtype)})"
-
-
-def _logical(op):
-    return lambda a, b, dtype: f"(({a} != 0) {op} ({b} != 0))"
-
-
-def _infix(op):
-    return lambda a, b, dtype: f"{a} {op} {b}"
-
-
-_MATH = {
-    "abs": lambda x, dtype: f"tl.abs({x})" if dtype != torch.bool else x,
-    "neg": lambda x, dtype: f"-{x}",
-    "reciprocal": lambda x, dtype: f"1.0 / {x}",
-    "sqrt": _tl("sqrt"),
-    "rsqrt": lambda x, dtype: f"1.0 / tl.sqrt({x})",
-    "exp": _tl("exp"),
-    "exp2": _km("exp2"),
-    "expm1": _km("expm1"),
-    "log": _tl("log"),
-    "log2": _km("log2"),
-    "log10": _km("log10"),
-    "log1p": _km("log1p"),
-    "sin": _tl("sin"),
-    "cos": _tl("cos"),
-    "tan": _km("tan"),
-    "asin": _km("asin"),
-    "acos": _km("acos"),
-    "atan": _km("atan"),
-    "sinh": _km("sinh"),
-    "cosh": _km("cosh"),
-    "tanh": _km("tanh"),
-    "asinh": _km("asinh"),
-    "acosh": _km("acosh"),
-    "atanh": _km("atanh"),
-    "sigmoid": lambda x, dtype: f"1.0 / (1.0 + tl.exp(-{x}))",
-    "erf": _km("erf"),
-    "erfc": _km("erfc"),
-    "erfinv": _km("erfinv"),
-    "lgamma": _km("lgamma"),
-    "sign": _sign,
-    "signbit": lambda x, dtype: f"kmath.signbit({x}) != 0" if _is_float(dtype) else f"{x} < 0",
-    "floor": _floor_like("tl.floor"),
-    "ceil": _floor_like("tl.ceil"),
-    "round": _floor_like("kmath.rint"),
-    "trunc": _floor_like("kmath.trunc"),
-    "isnan": lambda x, dtype: f"{x} != {x}",
-    "isinf": lambda x, dtype: f"tl.abs({x}) == float('inf')" if _is_float(dtype) else f"{x} != {x}",
-    "isfinite": lambda x, dtype: f"tl.abs({x}) < float('inf')" if _is_float(dtype) else f"{x} == {x}",
-    "relu": lambda x, dtype: f"tl.where({x} < 0, 0, {x})" if dtype != torch.bool else x,
-    **{name: _infix(op) for name, op in INFIX_OPS.items()},
-    # bools: torch's add and mul of bools are or and and
-    "add": lambda a, b, dtype: f"{a} + {b}" if dtype != torch.bool else f"{a} | {b}",
-    "mul": lambda a, b, dtype: f"{a} * {b}" if dtype != torch.bool else f"{a} & {b}",
-    "floordiv": _floordiv,
-    "truncdiv": lambda a, b, dtype: f"kmath.trunc({a} / {b})" if _is_float(dtype) else f"{a} // {b}",
-    "remainder": _remainder,
-    "fmod": _fmod,
-    "pow": _pow,
-    "atan2": _km("atan2"),
-    "hypot": _km("hypot"),
-    "copysign": _km("copysign"),
-    "maximum": _maxmin("_kiln_max", "maximum"),
-    "minimum": _maxmin("_kiln_min", "minimum"),
-    "logical_and": _logical("&"),
-    "logical_or": _logical("|"),
-    "logical_xor": _logical("^"),
-    "logical_not": lambda x, dtype: f"{x} == 0",
-    "bitwise_not": lambda x, dtype: f"~{x}" if dtype != torch.bool else f"{x} == 0",
-    "bitwise_left_shift": lambda a, b, dtype: f"{a} << {b}",
-    "bitwise_right_shift": lambda a, b, dtype: f"{a} >> {b}",
-    # philox random numbers (kiln_loopir.philox): the offset's low 32 bits are the counter
-    "rand": lambda seed, offset, dtype: f"tl.rand({seed}, ({offset}).to(tl.uint32))",
-    "randn": lambda seed, offset, dtype: f"tl.randn({seed}, ({offset}).to(tl.uint32))",
-    "randint64": lambda seed, offset, low, high, dtype:
-        f"_kiln_randint64({seed}, ({offset}).to(tl.uint32), {low}, {high})",
-}
