@@ -29,20 +29,19 @@ How a group becomes C++ (``CppKernel(group, name).generate()``):
   that a node computes per inner point and a later node over the same loop computes again is
   kept in a row by the first (``saved0``: softmax's ``exp(x - max)``, computed once). This
   needs a second generation pass: the first finds the shared values (structural value keys).
-* The ops handler (this class) emits one typed C++ statement per op (``float tmp3 = ...;``) with
-  common-subexpression elimination, placing each statement in the outermost loop level its
-  operands allow (loop-invariant code is hoisted; loads of buffers the group itself writes are
-  never hoisted; a non-affine address part, such as a pooling window's clamps, is hoisted out
-  of the innermost loop so GCC still vectorizes it).
+* The ops handler (this class; the op spellings are ``ops.CppOps``') emits one typed C++
+  statement per op (``float tmp3 = ...;``) with common-subexpression elimination, placing
+  each statement in the outermost loop level its operands allow (loop-invariant code is
+  hoisted; loads of buffers the group itself writes are never hoisted; a non-affine address
+  part, such as a pooling window's clamps, is hoisted out of the innermost loop so GCC still
+  vectorizes it).
 * float16/bfloat16 values are raw ``uint16_t`` bit patterns; ``to_dtype`` converts them to/from
   float (``kiln_h2f``/``kiln_f2h``/``kiln_bf2f``/``kiln_f2bf`` in the prelude).
 """
 
 from __future__ import annotations
 
-import math
 import re
-import struct
 from dataclasses import dataclass, field
 
 import sympy
@@ -54,13 +53,7 @@ from kiln_loopir.kernel_plan import (
     on_chip_buffers,
     transposed_loops,
 )
-from kiln_loopir.ops_spec import (
-    INFIX_OPS,
-    OPS,
-    WELFORD_TYPES,
-    reduction_identity,
-    result_dtype,
-)
+from kiln_loopir.ops_spec import WELFORD_TYPES, reduction_identity
 from kiln_loopir.sizevars import (
     FloorDiv,
     ModularIndexing,
@@ -72,6 +65,7 @@ from kiln_loopir.sizevars import (
 )
 from kiln_loopir.virtualized import MissingOpError, set_ops_handler
 
+from .ops import HALF, CppOps, CppValue, _from_float, _to_float, c_literal, ctype
 from .prelude import TRANSPOSE_WORDS, transpose_helper
 from .printer import cexpr
 
@@ -111,23 +105,6 @@ _COSTLY_CALL = re.compile(
 _TMP = re.compile(r"\btmp\d+\b")
 _NON_AFFINE = (sympy.Min, sympy.Max, sympy.Piecewise, FloorDiv, ModularIndexing)
 
-CTYPES: dict[torch.dtype, str] = {
-    torch.float32: "float",
-    torch.float64: "double",
-    torch.float16: "uint16_t",
-    torch.bfloat16: "uint16_t",
-    torch.int8: "int8_t",
-    torch.uint8: "uint8_t",
-    torch.int16: "int16_t",
-    torch.int32: "int32_t",
-    torch.int64: "int64_t",
-    torch.bool: "bool",
-    torch.uint16: "uint16_t",
-    torch.uint32: "uint32_t",
-    torch.uint64: "uint64_t",
-}
-HALF = (torch.float16, torch.bfloat16)
-
 
 def _cascade_decls(mid: str, count: str, vt: str, ident: str) -> list[str]:
     """The cascade's middle level: CASCADE_FANOUT block sums are added here before the lanes."""
@@ -145,66 +122,6 @@ def _cascade_up(blk: str, mid: str, lanes: str, count: str) -> list[str]:
 
 def _cascade_flush(mid: str, lanes: str) -> list[str]:
     return [f"for (int l = 0; l < {LANES}; l++) {{ {lanes}[l] = {lanes}[l] + {mid}[l]; }}"]
-
-
-def ctype(dtype: torch.dtype) -> str:
-    try:
-        return CTYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"the C++ codegen does not support dtype {dtype}") from None
-
-
-def _to_float(expr: str, dtype: torch.dtype) -> str:
-    return f"kiln_h2f({expr})" if dtype == torch.float16 else f"kiln_bf2f({expr})"
-
-
-def _from_float(expr: str, dtype: torch.dtype) -> str:
-    return f"kiln_f2h({expr})" if dtype == torch.float16 else f"kiln_f2bf({expr})"
-
-
-def c_literal(value, dtype: torch.dtype) -> str:
-    """An exactly typed C++ literal of ``value`` as ``dtype``."""
-    if dtype == torch.bool:
-        return "true" if value else "false"
-    if dtype in HALF:
-        bits = torch.tensor(float(value), dtype=dtype).view(torch.int16).item() & 0xFFFF
-        return f"((uint16_t)0x{bits:04x})"
-    if dtype.is_floating_point:
-        v = float(value)
-        single = dtype == torch.float32
-        if math.isnan(v):
-            return "NAN" if single else "((double)NAN)"
-        if math.isinf(v):
-            s = "INFINITY" if single else "((double)INFINITY)"
-            return s if v > 0 else f"(-{s})"
-        text = repr(v)
-        if not single:
-            return text if v >= 0 else f"({text})"
-        exact = struct.unpack("f", struct.pack("f", v))[0] == v
-        lit = f"{text}f" if exact else f"((float){text})"
-        return lit if v >= 0 else f"({lit})"
-    v = int(value)
-    t = ctype(dtype)
-    if t == "int32_t" and -(2**31) <= v < 2**31:
-        return str(v) if v >= 0 else f"({v})"
-    if t == "int64_t" and v == -(2**63):
-        return "(-INT64_C(9223372036854775807) - 1)"
-    if t == "uint64_t":
-        return f"UINT64_C({v})"
-    return f"(({t}){v}{'LL' if abs(v) >= 2**31 else ''})"
-
-
-@dataclass
-class CppValue:
-    """A typed C++ value: ``expr`` is a variable name or a literal; ``depth`` is the loop level
-    where it is defined (0 = before any loop)."""
-
-    expr: str
-    dtype: torch.dtype
-    depth: int = 0
-
-    def __str__(self) -> str:
-        return self.expr
 
 
 @dataclass
@@ -225,7 +142,7 @@ class _Reduction:
     acc: str = "acc"
 
 
-class CppKernel:
+class CppKernel(CppOps):
     """Generates the C++ function for one FusedGroup (see the module docstring)."""
 
     def __init__(self, group, name: str, buffer_dtypes: dict[str, torch.dtype],
@@ -1182,14 +1099,6 @@ class CppKernel:
 
         return (_TMP.sub(operand, expr), dtype, *operands)
 
-    def _value(self, x, like: CppValue | None = None) -> CppValue:
-        if isinstance(x, CppValue):
-            return x
-        if isinstance(x, bool):
-            return CppValue(c_literal(x, torch.bool), torch.bool)
-        dtype = like.dtype if like is not None else (torch.float32 if isinstance(x, float) else torch.int64)
-        return CppValue(c_literal(x, dtype), dtype)
-
     def _note_read(self, name: str) -> str:
         if name not in self.reads:
             self.reads.append(name)
@@ -1369,218 +1278,6 @@ class CppKernel:
         b = self._value(b, a)
         cond = self._value(cond)
         return self._emit(f"{cond} ? {a} : {b}", a.dtype, [cond, a, b])
-
-    # =========================================================================================
-    # the ops handler: math
-    # =========================================================================================
-    def _math(self, name: str, args, fmt) -> CppValue:
-        vals = []
-        like = next((a for a in args if isinstance(a, CppValue)), None)
-        for a in args:
-            vals.append(self._value(a, like))
-        dtype = vals[0].dtype
-        out_dtype = result_dtype(name, [v.dtype for v in vals])
-        if dtype in HALF:  # never produced by lowering; compute in float and round back
-            fvals = [CppValue(_to_float(v.expr, v.dtype), torch.float32, v.depth) for v in vals]
-            res = self._math(name, fvals, fmt)
-            return self.to_dtype(res, out_dtype) if out_dtype in HALF else res
-        expr = fmt(*[v.expr for v in vals], dtype=dtype) if callable(fmt) else fmt.format(*vals)
-        return self._emit(expr, out_dtype, vals)
-
-    def __getattr__(self, name):
-        spec = OPS.get(name)
-        if spec is None or name not in _MATH:
-            raise MissingOpError(name, self)
-        fmt = _MATH[name]
-
-        def op(*args):
-            return self._math(name, args, fmt)
-
-        op.__name__ = name
-        return op
-
-
-# =============================================================================================
-# math op table: name -> format string over the operands, or fn(*exprs, dtype) -> str
-# =============================================================================================
-
-
-def _fp(fn: str):
-    """A libm function: ``sinf`` for float, ``sin`` for double, via double for integers."""
-
-    def fmt(*xs, dtype):
-        if dtype == torch.float32:
-            return f"{fn}f({', '.join(xs)})"
-        if dtype == torch.float64:
-            return f"{fn}({', '.join(xs)})"
-        return f"{fn}({', '.join(f'(double){x}' for x in xs)})"
-
-    return fmt
-
-
-def _is_float(dtype) -> bool:
-    return dtype.is_floating_point
-
-
-def _abs(x, dtype):
-    return f"kiln_abs({x})" if dtype != torch.bool else x
-
-
-def _neg(x, dtype):
-    return f"-{x}"
-
-
-def _recip(x, dtype):
-    return f"1.0f / {x}" if dtype == torch.float32 else f"1.0 / {x}"
-
-
-def _rsqrt(x, dtype):
-    return f"1.0f / sqrtf({x})" if dtype == torch.float32 else f"1.0 / sqrt({x})"
-
-
-def _float_only(fn):
-    def fmt(*xs, dtype):
-        return fn(*xs, dtype=dtype) if _is_float(dtype) else xs[0]
-
-    return fmt
-
-
-def _sign(x, dtype):
-    return x if dtype == torch.bool else f"kiln_sign({x})"
-
-
-def _signbit(x, dtype):
-    if _is_float(dtype):
-        return f"__builtin_signbit({x}) != 0"
-    return "false" if dtype == torch.bool or not dtype.is_signed else f"{x} < 0"
-
-
-def _isnan(x, dtype):
-    return f"{x} != {x}" if _is_float(dtype) else "false"
-
-
-def _magnitude_vs_infinity(compare: str, otherwise: str):
-    """isinf (``==``) / isfinite (``<``): ``|x|`` against infinity for float32 and float64;
-    ``otherwise`` for dtypes without infinities."""
-    def fmt(x, dtype):
-        if dtype == torch.float32:
-            return f"fabsf({x}) {compare} INFINITY"
-        if dtype == torch.float64:
-            return f"fabs({x}) {compare} (double)INFINITY"
-        return otherwise
-
-    return fmt
-
-
-_isinf = _magnitude_vs_infinity("==", "false")
-_isfinite = _magnitude_vs_infinity("<", "true")
-
-
-def _relu(x, dtype):
-    if dtype == torch.bool:
-        return x
-    zero = c_literal(0, dtype)
-    return f"{x} < {zero} ? {zero} : {x}"
-
-
-def _sigmoid(x, dtype):
-    return f"kiln_sigmoid({x})"
-
-
-def _binop(op):
-    return "{0} " + op + " {1}"
-
-
-def _float_or(fn_float: str, fn_int: str):
-    def fmt(a, b, dtype):
-        if dtype == torch.float32:
-            return f"{fn_float}f({a}, {b})" if fn_float else f"{fn_int}({a}, {b})"
-        if dtype == torch.float64:
-            return f"{fn_float}({a}, {b})" if fn_float else f"{fn_int}({a}, {b})"
-        return f"{fn_int}({a}, {b})"
-
-    return fmt
-
-
-def _logical(op):
-    def fmt(a, b, dtype):
-        return f"(bool){a} {op} (bool){b}"
-
-    return fmt
-
-
-def _bitwise_not(x, dtype):
-    return f"!{x}" if dtype == torch.bool else f"~{x}"
-
-
-def _no_philox(name: str):
-    def fmt(*operands, dtype):
-        raise MissingOpError(name)
-
-    return fmt
-
-
-_MATH = {
-    "abs": _abs,
-    "neg": _neg,
-    "reciprocal": _recip,
-    "sqrt": _fp("sqrt"),
-    "rsqrt": _rsqrt,
-    "exp": _fp("exp"),
-    "exp2": _fp("exp2"),
-    "expm1": _fp("expm1"),
-    "log": _fp("log"),
-    "log2": _fp("log2"),
-    "log10": _fp("log10"),
-    "log1p": _fp("log1p"),
-    "sin": _fp("kiln_sin"),  # not builtins: see prelude.NOT_BUILTIN
-    "cos": _fp("kiln_cos"),
-    "tan": _fp("tan"),
-    "asin": _fp("asin"),
-    "acos": _fp("acos"),
-    "atan": _fp("atan"),
-    "sinh": _fp("sinh"),
-    "cosh": _fp("cosh"),
-    "tanh": _fp("tanh"),
-    "asinh": _fp("asinh"),
-    "acosh": _fp("acosh"),
-    "atanh": _fp("atanh"),
-    "sigmoid": _sigmoid,
-    "erf": lambda x, dtype: f"kiln_erf({x})" if dtype == torch.float32 else _fp("erf")(x, dtype=dtype),
-    "erfc": _fp("erfc"),
-    "erfinv": lambda x, dtype: f"kiln_erfinv({x})",
-    "lgamma": _fp("lgamma"),
-    "sign": _sign,
-    "signbit": _signbit,
-    "floor": _float_only(_fp("floor")),
-    "ceil": _float_only(_fp("ceil")),
-    "round": _float_only(_fp("nearbyint")),
-    "trunc": _float_only(_fp("trunc")),
-    "isnan": _isnan,
-    "isinf": _isinf,
-    "isfinite": _isfinite,
-    "relu": _relu,
-    **{name: _binop(op) for name, op in INFIX_OPS.items()},
-    "floordiv": lambda a, b, dtype: f"kiln_floordiv({a}, {b})",
-    "truncdiv": lambda a, b, dtype: f"kiln_truncdiv({a}, {b})",
-    "remainder": lambda a, b, dtype: f"kiln_remainder({a}, {b})",
-    "fmod": lambda a, b, dtype: f"kiln_fmod({a}, {b})",
-    "pow": lambda a, b, dtype: f"kiln_pow({a}, {b})",
-    "atan2": _fp("atan2"),
-    "hypot": _fp("hypot"),
-    "copysign": _fp("copysign"),
-    "maximum": lambda a, b, dtype: f"kiln_maximum({a}, {b})",
-    "minimum": lambda a, b, dtype: f"kiln_minimum({a}, {b})",
-    "logical_and": _logical("&&"),
-    "logical_or": _logical("||"),
-    "logical_xor": _logical("!="),
-    "logical_not": lambda x, dtype: f"!(bool){x}",
-    "bitwise_not": _bitwise_not,
-    "bitwise_left_shift": lambda a, b, dtype: f"kiln_shl({a}, {b})",
-    "bitwise_right_shift": lambda a, b, dtype: f"kiln_shr({a}, {b})",
-    # no philox here: on CPU, random ops call eager's generator (kiln_loopir.lowerings.random)
-    **{name: _no_philox(name) for name in ("rand", "randn", "randint64")},
-}
 
 
 def _stride(index: sympy.Expr, sym: sympy.Symbol):
