@@ -142,6 +142,10 @@ def test_mods_are_inlined_into_the_kernel():
                      _docs, (SLOPES[:H],), (DOCS[:L],), bm, 1.0)
     src = kernel.source
     assert "kmath.tanh(" in src and "tl.load(ST0 + (" in src and "tl.load(MT0 + (" in src
+    # slopes[h] is one load per program (the head is the program's), documents[m] a gather
+    slope_load = next(ln for ln in src.splitlines() if "tl.load(ST0 + (" in ln)
+    doc_load = next(ln for ln in src.splitlines() if "tl.load(MT0 + (" in ln)
+    assert "tile0" not in slope_load and "tile0" in doc_load
     assert src.count("tl.dot(") == 4  # q k^T and p v, each with and without IEEE precision
 
 

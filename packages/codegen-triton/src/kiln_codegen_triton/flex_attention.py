@@ -52,12 +52,12 @@ MAX_HEAD_DIM = 256
 
 def gpu_tiles(dtype: torch.dtype, head_dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_M query rows, BLOCK_N keys, warps, pipeline stages) on a GPU, by what fits an
-    H100/H200's registers and shared memory (torch's flex defaults for sm_90 are alike):
-    128 x 64 tiles for 16-bit inputs up to head dim 128, smaller for float32 and dim 256."""
+    H100/H200's registers and shared memory: 64 x 128 tiles for 16-bit inputs up to head dim
+    64, 128 x 64 up to 128, smaller for float32 and dim 256."""
     if dtype == torch.float32:
         return 64, 32, 4, 2
-    if head_dim <= 64:
-        return 128, 64, 4, 3
+    if head_dim <= 64:  # (experiments/flex-attention: best or near it at L 1024 and 4096)
+        return 64, 128, 4, 3
     if head_dim <= 128:
         return 128, 64, 8, 3
     return 64, 32, 4, 2
@@ -139,11 +139,13 @@ class ModEmitter(TritonOps):
             raise FlexModError(f"load of {name}, which the mod does not have")
         ptr, dtype = self.tables[name]
         index = sympy.sympify(index)
-        if index.free_symbols:
-            # (``tile0``: zeros as wide as the tile, so a gather by ``h`` alone is masked too)
-            return self.value(f"tl.load({ptr} + ({self._index(index)}) + tile0, {self.valid}, "
-                              "other=0)", dtype)
-        return self.value(f"tl.load({ptr} + ({self._index(index)}))", dtype)
+        if all(self.ind_cls.get(s.name) == "s" for s in index.free_symbols):
+            # by the batch and head alone (ALiBi's ``slopes[h]``): one value per program,
+            # always in range; a gather of the whole tile from one address cost 5x the kernel
+            return self.value(f"tl.load({ptr} + ({self._index(index)}))", dtype, "s")
+        # (``tile0``: zeros as wide as the tile, so a gather of a padded row is masked)
+        return self.value(f"tl.load({ptr} + ({self._index(index)}) + tile0, {self.valid}, "
+                          "other=0)", dtype)
 
     def store(self, name: str, index, value: TVal, mode=None) -> None:
         if mode is not None:
@@ -459,7 +461,7 @@ def emit_mods(score_gm, mask_gm, score_tables: Sequence, mask_tables: Sequence,
     ``MT<i>`` mask tables, then the constants (the joint graph reads score_mod's tables)."""
     s_ptrs = [f"ST{i}" for i in range(len(score_tables))]
     m_ptrs = [f"MT{i}" for i in range(len(mask_tables))]
-    grid = [TVal("off_b", torch.int32), TVal("off_h", torch.int32),
+    grid = [TVal("off_b", torch.int32, "s"), TVal("off_h", torch.int32, "s"),
             TVal("q_idx", torch.int32), TVal("kv_idx", torch.int32)]
     i32 = torch.zeros((), dtype=torch.int32)
     score = TVal("score", torch.float32)
