@@ -5,6 +5,7 @@ stand-in compiled kernels record what a launch would pass."""
 from __future__ import annotations
 
 import pickle
+import types
 
 import kiln_codegen_triton.compile_workers as W
 import kiln_codegen_triton.launcher as L
@@ -429,3 +430,39 @@ def test_the_parents_triton_warm_up_starts_once(monkeypatch):
     from triton.compiler import compiler
 
     assert W._triton_key() is getattr(compiler, "triton_key", None) or W._triton_key().__module__ == "triton.runtime.cache"
+
+
+class OutOfResources(Exception):
+    """Triton's error when a kernel's tiles need more shared memory than the GPU has (the
+    launcher tells it by name: Triton's module for it moves between versions)."""
+
+
+class _TemplateJit:
+    """A stand-in for a ``@triton.jit`` template that fits only at ``fits`` stages or fewer."""
+
+    arg_names = ["X", "BLOCK"]
+
+    def __init__(self, fits: int, error=OutOfResources):
+        self.fits, self.error, self.tried = fits, error, []
+
+    def run(self, *args, grid, warmup, **kw):
+        self.tried.append(kw["num_stages"])
+        if kw["num_stages"] > self.fits:
+            raise self.error("out of resource: shared memory")
+        return types.SimpleNamespace(_init_handles=lambda: None)
+
+
+def test_a_template_that_needs_more_shared_memory_runs_with_fewer_stages():
+    fn = _TemplateJit(fits=1)
+    L.TemplateLauncher(fn, "kiln_kernel", "k.py")._first_launch(
+        (object(),), (1, 1, 1), {"BLOCK": 64}, {"num_warps": 4, "num_stages": 3})
+    assert fn.tried == [3, 2, 1]
+    fn = _TemplateJit(fits=0)  # fits nowhere: the error is the user's to see
+    with pytest.raises(OutOfResources):
+        L.TemplateLauncher(fn, "kiln_kernel", "k.py")._first_launch(
+            (object(),), (1, 1, 1), {"BLOCK": 64}, {"num_warps": 4, "num_stages": 3})
+    fn = _TemplateJit(fits=1, error=ValueError)  # any other error is not retried
+    with pytest.raises(ValueError):
+        L.TemplateLauncher(fn, "kiln_kernel", "k.py")._first_launch(
+            (object(),), (1, 1, 1), {"BLOCK": 64}, {"num_warps": 4, "num_stages": 3})
+    assert fn.tried == [3]

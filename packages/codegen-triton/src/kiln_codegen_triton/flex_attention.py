@@ -52,12 +52,12 @@ MAX_HEAD_DIM = 256
 
 def gpu_tiles(dtype: torch.dtype, head_dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_M query rows, BLOCK_N keys, warps, pipeline stages) on a GPU, by what fits an
-    H100/H200's registers and shared memory: 128 x 64 tiles for 16-bit inputs up to head dim
-    128, smaller for float32 and dim 256."""
+    H100/H200's registers and shared memory: 64 x 128 tiles for 16-bit inputs up to head dim
+    64, 128 x 64 up to 128, smaller for float32 and dim 256."""
     if dtype == torch.float32:
         return 64, 32, 4, 2
-    if head_dim <= 64:  # (64 x 128 ran faster on a causal mask but a table-gathering mask
-        return 128, 64, 4, 3  # needed more shared memory than an H200 has: flex_train_sweep)
+    if head_dim <= 64:  # (experiments/flex-attention/flex_train_sweep.py; a mod that needs
+        return 64, 128, 4, 3  # more shared memory runs with fewer stages: TemplateLauncher)
     if head_dim <= 128:
         return 128, 64, 8, 3
     return 64, 32, 4, 2

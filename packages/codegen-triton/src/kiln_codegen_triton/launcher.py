@@ -492,11 +492,25 @@ class TemplateLauncher:
         if run is not None:
             run(*grid, _DRIVER[1](device), args)
             return
-        kernel = _first_launch(self.fn, self.name, self.path, args, grid,
-                               {n: kw[n] for n in names}, opts)
+        kernel = self._first_launch(args, grid, {n: kw[n] for n in names}, opts)
         if hasattr(kernel, "packed_metadata"):  # (another Triton: its own launch path only)
             self._launches[key] = DirectLaunch.of(kernel, len(args) + len(names)).general(constexprs)
             kiln_runtime.counters["triton_template_lean_launches"] += 1
+
+    def _first_launch(self, args, grid, meta: dict, opts: dict):
+        """The first launch of a specialization; where its tiles need more shared memory than
+        the GPU has (a mod that gathers from tables keeps more in flight), with fewer pipeline
+        stages until it fits: a template's tiles are chosen before its mods are known."""
+        while True:
+            try:
+                return _first_launch(self.fn, self.name, self.path, args, grid, meta, opts)
+            except Exception as e:
+                stages = opts.get("num_stages", 3)
+                if type(e).__name__ != "OutOfResources" or stages <= 1:
+                    raise
+                log.debug("kiln: %s needs more shared memory than the GPU has at %d pipeline "
+                          "stages (%s); trying %d", self.name, stages, e, stages - 1)
+                opts = {**opts, "num_stages": stages - 1}
 
 
 @dataclass
