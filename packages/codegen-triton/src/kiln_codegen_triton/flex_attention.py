@@ -139,10 +139,18 @@ class ModEmitter(TritonOps):
             raise FlexModError(f"load of {name}, which the mod does not have")
         ptr, dtype = self.tables[name]
         index = sympy.sympify(index)
-        if all(self.ind_cls.get(s.name) == "s" for s in index.free_symbols):
+        dims = {self.ind_cls.get(s.name) for s in index.free_symbols} - {"s"}
+        if not dims:
             # by the batch and head alone (ALiBi's ``slopes[h]``): one value per program,
             # always in range; a gather of the whole tile from one address cost 5x the kernel
             return self.value(f"tl.load({ptr} + ({self._index(index)}))", dtype, "s")
+        if dims in ({"q"}, {"kv"}):
+            # by the query or the key position alone (a document id per position): one
+            # vector along that side of the tile, masked where it runs past the sequence
+            side = dims.pop()
+            bound = "q_idx < L" if side == "q" else "kv_idx < S"
+            return self.value(f"tl.load({ptr} + ({self._index(index)}), {bound}, other=0)",
+                              dtype, side)
         # (``tile0``: zeros as wide as the tile, so a gather of a padded row is masked)
         return self.value(f"tl.load({ptr} + ({self._index(index)}) + tile0, {self.valid}, "
                           "other=0)", dtype)
@@ -248,7 +256,7 @@ def _scores(score, q_idx, kv_idx, off_b, off_h, L, S, {tables} APPLY_MASK: tl.co
 _SCORE_GRAD = '''
 
 @triton.jit
-def _score_grad(score, grad, q_idx, kv_idx, off_b, off_h, valid, {tables}):
+def _score_grad(score, grad, q_idx, kv_idx, off_b, off_h, L, S, valid, {tables}):
     # the gradient of the score through score_mod (its joint graph), 0 where masked
     tile0 = q_idx * 0 + kv_idx * 0
 {joint_mod}
@@ -462,7 +470,7 @@ def emit_mods(score_gm, mask_gm, score_tables: Sequence, mask_tables: Sequence,
     s_ptrs = [f"ST{i}" for i in range(len(score_tables))]
     m_ptrs = [f"MT{i}" for i in range(len(mask_tables))]
     grid = [TVal("off_b", torch.int32, "s"), TVal("off_h", torch.int32, "s"),
-            TVal("q_idx", torch.int32), TVal("kv_idx", torch.int32)]
+            TVal("q_idx", torch.int32, "q"), TVal("kv_idx", torch.int32, "kv")]
     i32 = torch.zeros((), dtype=torch.int32)
     score = TVal("score", torch.float32)
     s_examples = list(map(_example, score_tables))
@@ -650,7 +658,7 @@ def _dq_tile(q, do, lse, delta, K, V, k_base, v_base, off_b, off_h, offs_m, offs
     kv_idx = offs_n[None, :]
     s, valid = _scores(score, q_idx, kv_idx, off_b, off_h, L, S, {table_args} APPLY_MASK)
     p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
-    g = _score_grad(score, p * (dp - delta[:, None]), q_idx, kv_idx, off_b, off_h, valid,
+    g = _score_grad(score, p * (dp - delta[:, None]), q_idx, kv_idx, off_b, off_h, L, S, valid,
                     {table_args})
     if IEEE:
         dq += tl.dot(g.to(kT.dtype), tl.trans(kT), input_precision="ieee")
@@ -682,7 +690,7 @@ def _kv_tile(k, v, Q, DO, LSE, DELTA, q_base, do_base, r_base, off_b, off_h, off
     kv_idx = offs_n[:, None]
     s, valid = _scores(score, q_idx, kv_idx, off_b, off_h, L, S, {table_args} APPLY_MASK)
     pT = tl.where(valid, tl.exp(s - lse[None, :]), 0.0)
-    g = _score_grad(score, pT * (dpT - delta[None, :]), q_idx, kv_idx, off_b, off_h, valid,
+    g = _score_grad(score, pT * (dpT - delta[None, :]), q_idx, kv_idx, off_b, off_h, L, S, valid,
                     {table_args})
     if IEEE:
         dv += tl.dot(pT.to(do.dtype), do, input_precision="ieee")
