@@ -26,6 +26,8 @@ from kiln_frontend.sources import (
 pytestmark = pytest.mark.skipif(G.GuardTree is None, reason="C extension not built")
 
 #: 3.13 writes attributes of an object with inline values past its __dict__'s version tag
+#: 3.13: an instance __dict__ sharing its object's inline values has no trustworthy version
+#: tag; the memo holds such an object's attributes by slot (_guardtree.c, "Memo")
 INLINE_VALUES_UNVERSIONED = sys.version_info >= (3, 13)
 
 
@@ -430,7 +432,7 @@ def test_module_memo_sees_a_setting_change():
     check = tree(module_guards(m), ["m"])
     for _ in range(3):  # the second call on is answered from the memo
         assert agree(check, m)
-    assert check.memo_hits == (0 if INLINE_VALUES_UNVERSIONED else 2)
+    assert check.memo_hits == 2
     m.eval()
     assert not agree(check, m)
     m.train()
@@ -505,12 +507,12 @@ def test_memo_of_items_of_an_attribute():
 
 
 def test_memo_answers_on_this_python():
-    """The memo answers from the second call on where the value's __dict__ has a version tag
-    that follows its changes: 3.13 stopped setting Py_TPFLAGS_VALID_VERSION_TAG (a zero tag
-    alone means unversioned), and testing the flag there made every type look unversioned,
-    so no memo ever answered.  On 3.13 an instance __dict__ sharing its object's inline
-    values is written by ``o.v = 2`` with no new tag (the tests above would fail if the memo
-    trusted it): such an object is always checked in full."""
+    """The memo answers from the second call on: 3.13 stopped setting
+    Py_TPFLAGS_VALID_VERSION_TAG (a zero tag alone means unversioned), and testing the flag
+    there made every type look unversioned, so no memo ever answered.  On 3.13 an instance
+    __dict__ sharing its object's inline values is written by ``o.v = 2`` with no new tag
+    (the tests above would fail if the memo trusted it): such an object's memo holds each
+    attribute's value slot instead."""
     hooks = torch.nn.modules.module
     check = tree([Guard(AttrSource(GlobalSource("M"), n), GuardKind.DICT_KEYS,
                         (type(getattr(hooks, n)), ())) for n in G.GLOBAL_MODULE_HOOK_DICTS],
@@ -523,7 +525,10 @@ def test_memo_answers_on_this_python():
     check = tree([Guard(AttrSource(LocalSource("o"), "v"), GuardKind.CONSTANT_MATCH, 1)], ["o"])
     for _ in range(3):
         assert agree(check, o)
-    assert check.memo_hits == (0 if INLINE_VALUES_UNVERSIONED else 2)
+    assert check.memo_hits == 2
+    o.v = 2
+    assert not agree(check, o)
+    o.v = 1
     o.__dict__[0] = 0  # a key that is not a str: a combined table, versioned on 3.13 too
     check = tree([Guard(AttrSource(LocalSource("o"), "v"), GuardKind.CONSTANT_MATCH, 1)], ["o"])
     for _ in range(3):
@@ -531,6 +536,97 @@ def test_memo_answers_on_this_python():
     assert check.memo_hits == 2
     o.v = 2
     assert not agree(check, o)
+
+
+def _store_v(o, value):
+    o.v = value  # (run often: the specialized STORE_ATTR)
+
+
+@pytest.mark.parametrize("how", ["setattr", "object_setattr", "specialized", "dict_item",
+                                 "delete_readd", "same_value_new_object", "swap_attrs"])
+def test_memo_sees_every_way_an_attribute_changes(how):
+    """The memo of an object's attributes (by slot on 3.13, by the __dict__'s tag before)
+    misses after each way of changing one between two checks, and then answers again."""
+    o = Obj()
+    o.v, o.w = 1000.5, 2000.5
+    ident = o.w
+    check = tree([Guard(AttrSource(LocalSource("o"), "v"), GuardKind.CONSTANT_MATCH, 1000.5),
+                  Guard(AttrSource(LocalSource("o"), "w"), GuardKind.ID_MATCH, id(ident))],
+                 ["o"])
+    for _ in range(3):
+        assert agree(check, o)
+    assert check.memo_hits == 2
+    if how == "setattr":  # (the name in a variable: builtins.setattr, not STORE_ATTR)
+        name = "v"
+        setattr(o, name, 1.5)
+    elif how == "object_setattr":
+        object.__setattr__(o, "v", 1.5)
+    elif how == "specialized":
+        for _ in range(64):
+            _store_v(o, 1.5)
+    elif how == "dict_item":
+        vars(o)["v"] = 1.5
+    elif how == "delete_readd":
+        del o.v
+        assert not agree(check, o)
+        o.v = 1.5
+    elif how == "same_value_new_object":  # == still holds, identity does not
+        o.w = float("2000.5")
+        assert o.w == ident and o.w is not ident
+        assert not agree(check, o)
+        o.w = ident
+        assert agree(check, o)
+        return
+    elif how == "swap_attrs":
+        o.v, o.w = o.w, o.v
+    assert not agree(check, o)
+    o.v, o.w = 1000.5, ident
+    hits = check.memo_hits
+    for _ in range(3):
+        assert agree(check, o)
+    assert check.memo_hits >= hits + 2
+
+
+def test_memo_by_slot_is_not_fooled_by_another_object_of_the_type():
+    """Two objects of one class share the keys of their split tables: the memo of one
+    answers for the other only where every memoized slot holds the same object."""
+    shared = object()
+    o, p = Obj(), Obj()
+    o.v = p.v = shared
+    o.x, p.x = 1, 2
+    check = tree([Guard(AttrSource(LocalSource("o"), "v"), GuardKind.ID_MATCH, id(shared)),
+                  Guard(AttrSource(LocalSource("o"), "x"), GuardKind.CONSTANT_MATCH, 1)], ["o"])
+    for _ in range(3):
+        assert agree(check, o)
+    assert not agree(check, p)
+    p.x = 1
+    assert agree(check, p)
+
+
+def test_memo_of_a_compiled_module_sees_mutation_between_calls():
+    """A compiled LeakyReLU module: its settings are answered from the memo (on 3.13 too),
+    and a setting changed between calls recompiles and gives eager's result."""
+    import kiln_frontend
+
+    kiln_frontend.reset()
+    m = torch.nn.LeakyReLU(0.1)
+    compiled = kiln_frontend.optimize("eager")(m)
+    x = torch.randn(8)
+    for _ in range(4):
+        torch.testing.assert_close(compiled(x), m(x))
+    from kiln_frontend.eval_frame import cache_entries
+
+    entries = cache_entries(type(m).forward.__code__)
+    assert entries and sum(e[0].memo_hits for e in entries) > 0
+    for slope in (0.3, 0.5, 0.1):
+        for _ in range(64):
+            _set_slope(m, slope)
+        torch.testing.assert_close(compiled(x), torch.nn.functional.leaky_relu(x, slope))
+        torch.testing.assert_close(compiled(x), m(x))
+
+
+def _set_slope(m, slope):
+    m.negative_slope = slope
 
 
 def test_memo_on_replaced_dict():

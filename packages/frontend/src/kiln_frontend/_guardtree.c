@@ -11,6 +11,10 @@
  * A walk shared by many guards (self -> _modules -> layer1 -> _parameters -> weight) is thus
  * done once per call. The root's value is the frame's argument array.
  *
+ * A dict key known by identity (a module) is held by a weak reference (weak_item nodes, the
+ * keys leaf's flagged items): a cache entry does not keep a model alive, and a read of a key
+ * that died is a miss (no object alive can be that key).
+ *
  * tree(*args) -> True when every leaf passes. Like the generated Python check it replaces,
  * an exception (a missing attribute, a changed type) is a miss (False), except for
  * non-Exception BaseExceptions (KeyboardInterrupt), which propagate.
@@ -30,12 +34,28 @@
 
 #include "_kiln_internal.h"
 
+#if KILN_PY313
+/* the split-table layout (ma_values, the shared keys' entries) that the 3.13 memo reads */
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#define KILN_UNDEF_BUILD_CORE 1
+#endif
+#include <internal/pycore_dict.h>
+#ifdef KILN_UNDEF_BUILD_CORE
+#undef Py_BUILD_CORE
+#undef KILN_UNDEF_BUILD_CORE
+#endif
+#endif
+
 typedef enum {
-    ACC_ROOT, ACC_ARG, ACC_GLOBAL, ACC_CLOSURE, ACC_CONST, ACC_ATTR, ACC_ITEM, ACC_COUNT
+    ACC_ROOT, ACC_ARG, ACC_GLOBAL, ACC_CLOSURE, ACC_CONST, ACC_ATTR, ACC_ITEM,
+    ACC_WEAK_ITEM, /* an item whose key (a module) the node holds by a weak reference */
+    ACC_DICT_KEY,  /* list(v.keys())[index] */
+    ACC_COUNT
 } Accessor;
 
 static const char *const accessor_names[ACC_COUNT] = {
-    "root", "arg", "global", "closure", "const", "attr", "item",
+    "root", "arg", "global", "closure", "const", "attr", "item", "weak_item", "dict_key",
 };
 
 typedef enum {
@@ -47,7 +67,8 @@ typedef enum {
     LEAF_NAN,      /* bool(v != v) */
     LEAF_LEN,      /* len(v) == a */
     LEAF_FALSY,    /* not v */
-    LEAF_KEYS,     /* list(v.keys()) == a (a list) */
+    LEAF_KEYS,     /* list(v.keys()) == a (a list; where b, a tuple of flags, says so,
+                    * a's item is a weak reference to the key) */
     LEAF_HASATTR,  /* hasattr(v, a) is b */
     LEAF_TENSOR,   /* TensorGuard a matches v */
     LEAF_CALL_IS,  /* a() is b */
@@ -95,6 +116,14 @@ typedef struct Node {
     int cand;
     PyObject *memo_value;
     uint64_t memo_value_tag;
+    /* 3.13, a value whose __dict__ is a split table (see "Memo"): as a parent, memo_slots
+     * says the memo holds by slot, and memo_keys is the table's keys; as a candidate, its
+     * name's entry index in those keys and the object read at the last full pass (strong:
+     * while held, no other object can have its address). */
+    int memo_slots;
+    void *memo_keys;
+    Py_ssize_t slot;
+    PyObject *memo_ref;
     Py_ssize_t memo_hits; /* calls whose candidates the memo answered (GuardTree.memo_hits) */
     Py_ssize_t nleaves, nchildren;
     Leaf *leaves;
@@ -115,6 +144,24 @@ typedef struct {
 /* ------------------------------------------------------------------------------------ */
 /* Checking                                                                              */
 /* ------------------------------------------------------------------------------------ */
+
+/* A new reference to weak reference r's object, or NULL without an exception once it died
+ * (a guard reading a dead key fails: nothing alive can be that key). */
+static PyObject *
+weak_get(PyObject *r)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(r, &o) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o;
+#else
+    PyObject *o = PyWeakref_GET_OBJECT(r);
+    return o == Py_None ? NULL : Py_NewRef(o);
+#endif
+}
 
 /* d's version tag, or 0 (never equal to a remembered tag: nothing is skipped) where the
  * tag does not follow d's changes (DICT_VERSION_TRUSTED, _kiln_internal.h). */
@@ -160,8 +207,16 @@ keys_match(Leaf *l, PyObject *v)
             if (i >= PyList_GET_SIZE(expected)) {
                 return 0; /* the dict grew while a key compared */
             }
+            int weak = l->b != Py_None && PyTuple_GET_ITEM(l->b, i) == Py_True;
             PyObject *e = PyList_GET_ITEM(expected, i++);
-            if (k != e) {
+            if (weak) { /* an identity key: the object itself, or a miss once it died */
+                PyObject *obj = weak_get(e);
+                Py_XDECREF(obj);
+                if (obj != k) {
+                    return 0;
+                }
+            }
+            else if (k != e) {
                 Py_INCREF(k);
                 Py_INCREF(e);
                 int eq = PyObject_RichCompareBool(k, e, Py_EQ);
@@ -189,6 +244,28 @@ keys_match(Leaf *l, PyObject *v)
     Py_DECREF(keys);
     if (list == NULL) {
         return -1;
+    }
+    if (l->b != Py_None) { /* the live keys, in place of their weak references */
+        PyObject *live = PySequence_List(expected);
+        if (live == NULL) {
+            Py_DECREF(list);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(live); i++) {
+            if (PyTuple_GET_ITEM(l->b, i) == Py_True) {
+                PyObject *obj = weak_get(PyList_GET_ITEM(live, i));
+                if (obj == NULL) {
+                    Py_DECREF(live);
+                    Py_DECREF(list);
+                    return 0;
+                }
+                PyList_SetItem(live, i, obj); /* (steals obj) */
+            }
+        }
+        int eq = truth_of(PyObject_RichCompare(list, live, Py_EQ));
+        Py_DECREF(live);
+        Py_DECREF(list);
+        return eq;
     }
     int eq = truth_of(PyObject_RichCompare(list, expected, Py_EQ));
     Py_DECREF(list);
@@ -376,6 +453,45 @@ fetch(Node *n, PyObject *parent, PyObject *const *args, PyObject *globals, int *
                                                         : PyTuple_GET_ITEM(parent, i));
         }
         return PyObject_GetItem(parent, n->key);
+    case ACC_DICT_KEY: {
+        if (PyDict_CheckExact(parent)) {
+            Py_ssize_t pos = 0, i = 0;
+            PyObject *k, *val;
+            while (PyDict_Next(parent, &pos, &k, &val)) {
+                if (i++ == n->index) {
+                    return Py_NewRef(k);
+                }
+            }
+            return NULL;
+        }
+        PyObject *keys = PyObject_CallMethod(parent, "keys", NULL);
+        if (keys == NULL) {
+            return NULL;
+        }
+        PyObject *list = PySequence_List(keys);
+        Py_DECREF(keys);
+        if (list == NULL) {
+            return NULL;
+        }
+        v = n->index < PyList_GET_SIZE(list) ? Py_NewRef(PyList_GET_ITEM(list, n->index)) : NULL;
+        Py_DECREF(list);
+        return v;
+    }
+    case ACC_WEAK_ITEM: {
+        PyObject *key = weak_get(n->key);
+        if (key == NULL) {
+            return NULL;
+        }
+        if (PyDict_CheckExact(parent)) {
+            v = PyDict_GetItemWithError(parent, key);
+            Py_XINCREF(v);
+        }
+        else {
+            v = PyObject_GetItem(parent, key);
+        }
+        Py_DECREF(key);
+        return v;
+    }
     default:
         PyErr_Format(PyExc_SystemError, "GuardTree: bad accessor %d", (int)n->acc);
         return NULL;
@@ -399,9 +515,19 @@ fetch(Node *n, PyObject *parent, PyObject *const *args, PyObject *globals, int *
  * its own version tag (dict contents changed without its owner's __dict__ changing). The
  * remembered pointers are borrowed: they are only compared, or read while the unchanged
  * owning dict keeps them alive. Version tags are never reused (types: a global counter;
- * dicts: PEP 509), so a freed object whose address is reused cannot match. On 3.13 an
- * instance __dict__ that shares its object's inline values has no trustworthy tag
- * (dict_version() 0): such an object's attributes are read and checked on every call.
+ * dicts: PEP 509), so a freed object whose address is reused cannot match.
+ *
+ * On 3.13 an instance __dict__ that shares its object's inline values (a split table) has
+ * no trustworthy tag (dict_version() 0): `o.x = v` writes the shared values with neither a
+ * new tag nor a dict-watcher event. There the memo holds by slot instead: after a full pure
+ * pass, each candidate remembers the entry index of its name in the table's keys and holds
+ * (strongly) the object it read. A later value of the same type (same version tag) whose
+ * __dict__ is a split table with the same keys object, where each candidate's entry still
+ * names it and the value slot at that index still holds that very object, would give the
+ * same object to every attribute read (the unchanged type still reads them from the
+ * __dict__), so the checks pass again. An attribute stored, deleted or replaced changes the
+ * slot; a dict replaced by a combined one, or another keys object, is a miss; the strong
+ * reference rules out an address reused by another object.
  */
 enum { CAND_NONE, CAND_IDENTITY, CAND_VALUE, CAND_DICT };
 
@@ -516,13 +642,86 @@ instance_dict(PyObject *v)
     return dictptr != NULL ? *dictptr : NULL;
 }
 
+#if KILN_PY313
+/* v's __dict__ as a split table (NULL: none, or a combined table). */
+static PyDictObject *
+split_dict(PyObject *v)
+{
+    PyObject *d = instance_dict(v);
+    return d != NULL && PyDict_CheckExact(d) && ((PyDictObject *)d)->ma_values != NULL
+               ? (PyDictObject *)d
+               : NULL;
+}
+
+/* The slot memo of n (see "Memo"): each candidate's slot still holds the object it read. */
+static int
+memo_slots_hit(Node *n, PyObject *v)
+{
+    PyDictObject *d = split_dict(v);
+    if (d == NULL || (void *)d->ma_keys != n->memo_keys) {
+        return 0;
+    }
+    PyDictKeysObject *keys = d->ma_keys;
+    PyDictValues *values = d->ma_values;
+    if (keys->dk_kind != DICT_KEYS_SPLIT) {
+        return 0;
+    }
+    PyDictUnicodeEntry *entries = DK_UNICODE_ENTRIES(keys);
+    for (Py_ssize_t i = 0; i < n->ncand; i++) {
+        Node *c = &n->children[i];
+        Py_ssize_t ix = c->slot;
+        if (ix < 0 || ix >= keys->dk_nentries || ix >= values->capacity ||
+            entries[ix].me_key != c->key || values->values[ix] != c->memo_ref) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* After a full pure pass over n's candidates on v, whose __dict__ d is a split table: the
+ * slot memo, or 0 where a candidate's name has no entry holding what was read. */
+static int
+memo_slots_record(Node *n, PyDictObject *d)
+{
+    PyDictKeysObject *keys = d->ma_keys;
+    if (keys->dk_kind != DICT_KEYS_SPLIT) {
+        return 0;
+    }
+    PyDictUnicodeEntry *entries = DK_UNICODE_ENTRIES(keys);
+    for (Py_ssize_t i = 0; i < n->ncand; i++) {
+        Node *c = &n->children[i];
+        Py_CLEAR(c->memo_ref);
+        c->slot = -1;
+        for (Py_ssize_t ix = 0; ix < keys->dk_nentries && ix < d->ma_values->capacity; ix++) {
+            if (entries[ix].me_key == c->key) {
+                c->slot = ix;
+                break;
+            }
+        }
+        if (c->slot < 0 || d->ma_values->values[c->slot] != c->memo_value) {
+            return 0;
+        }
+        c->memo_ref = Py_NewRef(c->memo_value);
+    }
+    n->memo_keys = (void *)keys;
+    return 1;
+}
+#endif
+
 static int
 memo_hit(Node *n, PyObject *v)
 {
     PyTypeObject *tp = Py_TYPE(v);
-    return n->memo_dict != NULL && tp == n->memo_type && TYPE_VERSION_VALID(tp) &&
-           tp->tp_version_tag == n->memo_type_version && instance_dict(v) == n->memo_dict &&
-           dict_version(n->memo_dict) == n->memo_dict_tag;
+    if (n->memo_dict == NULL || tp != n->memo_type || !TYPE_VERSION_VALID(tp) ||
+        tp->tp_version_tag != n->memo_type_version) {
+        return 0;
+    }
+#if KILN_PY313
+    if (n->memo_slots) {
+        return memo_slots_hit(n, v);
+    }
+#endif
+    return instance_dict(v) == n->memo_dict && dict_version(n->memo_dict) == n->memo_dict_tag;
 }
 
 static int node_check(Node *n, PyObject *v, PyObject *const *args, Py_ssize_t nargs,
@@ -589,6 +788,10 @@ node_check(Node *n, PyObject *v, PyObject *const *args, Py_ssize_t nargs, PyObje
             PyObject *dict = instance_dict(v);
             uint64_t dict_tag = dict != NULL && PyDict_CheckExact(dict) ? dict_version(dict) : 0;
             int pure = dict_tag != 0;
+#if KILN_PY313
+            PyDictObject *split = dict_tag == 0 ? split_dict(v) : NULL;
+            pure = pure || split != NULL;
+#endif
             n->memo_dict = NULL;
             for (; i < n->ncand; i++) {
                 int r = child_check(&n->children[i], v, args, nargs, globals, &pure);
@@ -597,12 +800,20 @@ node_check(Node *n, PyObject *v, PyObject *const *args, Py_ssize_t nargs, PyObje
                 }
             }
             PyTypeObject *tp = Py_TYPE(v);
-            if (pure && instance_dict(v) == dict && dict_version(dict) == dict_tag &&
-                TYPE_VERSION_VALID(tp)) {
-                n->memo_type = tp;
-                n->memo_type_version = tp->tp_version_tag;
-                n->memo_dict = dict;
-                n->memo_dict_tag = dict_tag;
+            if (pure && instance_dict(v) == dict && TYPE_VERSION_VALID(tp)) {
+                int memo = dict_tag != 0 && dict_version(dict) == dict_tag;
+#if KILN_PY313
+                n->memo_slots = 0;
+                if (!memo && split != NULL && (PyObject *)split == dict) {
+                    memo = n->memo_slots = memo_slots_record(n, split);
+                }
+#endif
+                if (memo) {
+                    n->memo_type = tp;
+                    n->memo_type_version = tp->tp_version_tag;
+                    n->memo_dict = dict;
+                    n->memo_dict_tag = dict_tag;
+                }
             }
         }
     }
@@ -650,6 +861,7 @@ node_free(Node *n)
     for (Py_ssize_t i = 0; i < n->nchildren; i++) {
         node_free(&n->children[i]);
     }
+    Py_CLEAR(n->memo_ref);
     PyMem_Free(n->leaves);
     PyMem_Free(n->children);
     Py_CLEAR(n->key);
@@ -662,6 +874,7 @@ static int
 node_traverse(Node *n, visitproc visit, void *arg)
 {
     Py_VISIT(n->key);
+    Py_VISIT(n->memo_ref);
     for (Py_ssize_t i = 0; i < n->nleaves; i++) {
         Py_VISIT(n->leaves[i].a);
         Py_VISIT(n->leaves[i].b);
@@ -753,6 +966,21 @@ leaf_build(GuardTree *t, Leaf *l, PyObject *spec)
             PyErr_SetString(PyExc_TypeError, "GuardTree: a keys leaf needs a list");
             return -1;
         }
+        if (l->b != Py_None) {
+            if (!PyTuple_CheckExact(l->b) || PyTuple_GET_SIZE(l->b) != PyList_GET_SIZE(l->a)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "GuardTree: a keys leaf's b is None or a flag per key");
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(l->b); i++) {
+                if (PyTuple_GET_ITEM(l->b, i) == Py_True &&
+                    !PyWeakref_CheckRef(PyList_GET_ITEM(l->a, i))) {
+                    PyErr_SetString(PyExc_TypeError,
+                                    "GuardTree: a weak key of a keys leaf is a weakref.ref");
+                    return -1;
+                }
+            }
+        }
         break;
     case LEAF_HASATTR:
         if (!PyUnicode_Check(l->a) || (l->n = PyObject_IsTrue(l->b)) < 0) {
@@ -802,6 +1030,7 @@ node_build(GuardTree *t, Node *n, PyObject *spec, int level)
     n->acc = (Accessor)acc;
     n->key = Py_NewRef(PyTuple_GET_ITEM(spec, 1));
     n->index = PY_SSIZE_T_MIN;
+    n->slot = -1;
     /* the root reads nothing; its children read the frame; the nodes below read their
      * parent's value */
     int top = acc == ACC_ARG || acc == ACC_GLOBAL || acc == ACC_CLOSURE || acc == ACC_CONST;
@@ -810,12 +1039,12 @@ node_build(GuardTree *t, Node *n, PyObject *spec, int level)
                      level);
         return -1;
     }
-    if (acc == ACC_ARG || acc == ACC_CLOSURE) {
+    if (acc == ACC_ARG || acc == ACC_CLOSURE || acc == ACC_DICT_KEY) {
         n->index = PyLong_AsSsize_t(n->key);
         if (n->index == -1 && PyErr_Occurred()) {
             return -1;
         }
-        if (n->index < 0 || (acc == ACC_ARG && n->index >= t->nargs)) {
+        if (n->index < 0 || (acc == ACC_ARG && n->index >= t->nargs)) { /* (a key's too) */
             PyErr_Format(PyExc_ValueError, "GuardTree: %s slot %zd out of range",
                          accessor_names[acc], n->index);
             return -1;
@@ -830,6 +1059,11 @@ node_build(GuardTree *t, Node *n, PyObject *spec, int level)
             PyErr_Clear(); /* a huge int: generic item access */
             n->index = PY_SSIZE_T_MIN;
         }
+    }
+    else if (acc == ACC_WEAK_ITEM && !PyWeakref_CheckRef(n->key)) {
+        PyErr_Format(PyExc_TypeError, "GuardTree: a weak_item key is a weakref.ref, not %R",
+                     n->key);
+        return -1;
     }
     else if (acc == ACC_ATTR) {
         if (!PyUnicode_CheckExact(n->key)) {

@@ -41,7 +41,8 @@
  *                        3.13 only for a combined table. A split table there (an instance
  *                        __dict__ sharing the object's inline values) is written through
  *                        the object by `o.x = v` with neither a new version tag nor a dict
- *                        watcher event (measured on 3.13.0), so its tag proves nothing. */
+ *                        watcher event (measured on 3.13.0), so its tag proves nothing
+ *                        (the guard tree's memo holds such a table by slot instead). */
 #if PY_VERSION_HEX >= 0x030D0000
 #define KILN_PY313 1
 #define TYPE_VERSION_VALID(tp) ((tp)->tp_version_tag != 0)

@@ -33,17 +33,21 @@ from typing import Any
 import torch
 
 from .sources import (
-    GUARD_CONSTANTS,
     GUARDED_FUNCTION,
     AttrSource,
     AttrTupleSource,
     ClosureSource,
+    DictKeySource,
     GetItemSource,
     GlobalSource,
     LocalSource,
     ModuleSource,
     NNModuleMemberSource,
     Source,
+    WeakKey,
+    bind_guard_constants,
+    strong_key,
+    weak_key,
 )
 
 # --------------------------------------------------------------------------------------
@@ -243,6 +247,11 @@ class Guard:
     #: a readable name of what was seen at compile time (for messages)
     what: str = ""
 
+    def __post_init__(self) -> None:
+        if self.kind is GuardKind.DICT_KEYS:  # identity keys (modules) held weakly
+            typ, keys = self.expected
+            self.expected = (typ, tuple(weak_key(k) for k in keys))
+
     @property
     def key(self) -> tuple:
         if self.kind is GuardKind.SHAPE_ENV:
@@ -339,17 +348,39 @@ def _length_failure(g: Guard, name: str, value: Any) -> str:
         f"len({name}) == {g.expected[1]} (actual {len(value)})"
 
 
+class _LiveKeys:
+    """A DICT_KEYS guard's keys as a list, made when the check runs: a weakly held key
+    (``WeakKey``) that died raises ``ReferenceError`` (the check fails)."""
+
+    def __init__(self, keys: Sequence[Any]):
+        self.keys = tuple(keys)
+
+    def __call__(self) -> list[Any]:
+        return [strong_key(k) for k in self.keys]
+
+
 def _keys_expr(g: Guard, ns: _Namespace, x: str) -> str:
     typ, keys = g.expected
     t = ns.add("type", typ)
     if not keys:  # most of a module tree's hook dicts: no list built
         return f"type({x}) is {t} and not {x}"
+    if any(type(k) is WeakKey for k in keys):
+        return f"type({x}) is {t} and list({x}.keys()) == {ns.add('keys', _LiveKeys(keys))}()"
     return f"type({x}) is {t} and list({x}.keys()) == {ns.add('keys', list(keys))}"
 
 
 def _keys_failure(g: Guard, name: str, value: Any) -> str:
     return _typed_container_failure(g, name, value) or \
         f"list({name}.keys()) == {list(g.expected[1])!r} (actual {list(value.keys())!r})"
+
+
+def _weak_key_leaf_args(keys: Sequence[Any]) -> tuple[list[Any], tuple[bool, ...] | None]:
+    """A ``keys`` leaf's (a, b): the keys, a ``WeakKey``'s as its weak reference, flagged
+    in b (None: no weak key)."""
+    flags = tuple(type(k) is WeakKey for k in keys)
+    if not any(flags):
+        return list(keys), None
+    return [k.ref if type(k) is WeakKey else k for k in keys], flags
 
 
 #: callables that are a NEW object at every attribute access (``ctxvar.reset``,
@@ -532,7 +563,9 @@ class _TreeBuilder:
     def python_leaf(self, guard: Guard) -> None:
         expr = guard.expr(self.ns)
         self.scope.update(self.ns.values)
-        fn = eval(compile(f"lambda {self.params}: ({expr})", self.filename, "eval"), self.scope)
+        code = compile(f"lambda {self.params}: ({expr})", self.filename, "eval")
+        bind_guard_constants(code, self.scope)
+        fn = eval(code, self.scope)
         self.late.append(TreeLeaf("python", fn, None, f"python: {expr}  [{guard.kind}]"))
 
     def finish(self) -> TreeNode:
@@ -583,7 +616,19 @@ def _attr_node(b: _TreeBuilder, src: AttrSource) -> TreeNode | None:
 @_register(_SOURCE_NODES, GetItemSource)
 def _item_node(b: _TreeBuilder, src: GetItemSource) -> TreeNode | None:
     base = b.node_of(src.base_source)
-    return None if base is None else base.child("item", src.index, f"[{src.index!r}]")
+    if base is None:
+        return None
+    if type(src.index) is WeakKey:  # a module key: held weakly, a miss once it died
+        return base.child("weak_item", src.index.ref, f"[{src.index!r}]")
+    return base.child("item", src.index, f"[{src.index!r}]")
+
+
+@_register(_SOURCE_NODES, DictKeySource)
+def _dict_key_node(b: _TreeBuilder, src: DictKeySource) -> TreeNode | None:
+    base = b.node_of(src.base_source)
+    if base is None:
+        return None
+    return base.child("dict_key", src.index, f"key {src.index}")
 
 
 @_register(_SOURCE_NODES, NNModuleMemberSource)
@@ -683,7 +728,7 @@ def _keys_leaves(node: TreeNode, g: Guard) -> None:
     typ, keys = g.expected
     _add_type(node, typ)
     if keys:
-        node.add("keys", list(keys), None, f"keys == {_short(list(keys))}")
+        node.add("keys", *_weak_key_leaf_args(keys), f"keys == {_short(list(keys))}")
     else:
         node.add("falsy", None, None, "empty")
 
@@ -853,7 +898,6 @@ def build_check_fn(guards: Iterable[Guard], arg_names: Sequence[str],
     for g in guard_list:
         builder.add(g)
     root = builder.finish()
-    scope.update(GUARD_CONSTANTS)  # (registered while the expressions above were made)
     check = GuardTree(len(arg_names), f_globals, root.spec())
     nodes, leaves = root.count()
     header = (f"def {name}({', '.join(arg_names)}):  # guard tree checked in C: {nodes} "
@@ -875,15 +919,19 @@ def _failure_reason_fn(guard_list: list[Guard], arg_names: Sequence[str],
         ns = _Namespace()
         exprs = [g.expr(ns) for g in guard_list]
         own = {**scope, **ns.values}
+        def make(text: str) -> Callable:
+            code = compile(f"lambda {params}: {text}", filename, "eval")
+            bind_guard_constants(code, own)
+            return eval(code, own)
+
         for g, e in zip(guard_list, exprs, strict=True):
-            ok_fn = eval(compile(f"lambda {params}: ({e})", filename, "eval"), own)
+            ok_fn = make(f"({e})")
             val_fn = None
             if g.source is not None:
-                val_fn = eval(compile(f"lambda {params}: ({g.source.guard_expr()})", filename,
-                                      "eval"), own)
+                val_fn = make(f"({g.source.guard_expr()})")
             elif g.kind is GuardKind.SHAPE_ENV:  # the sizes it reads, by name
                 pairs = ", ".join(f"{text!r}: {code}" for text, code in g.expected.symbols)
-                val_fn = eval(compile(f"lambda {params}: {{{pairs}}}", filename, "eval"), own)
+                val_fn = make(f"{{{pairs}}}")
             per_guard.append((g, ok_fn, val_fn))
 
     def failure_reason(*args: Any) -> str | None:

@@ -19,6 +19,8 @@ import importlib
 import keyword
 import re
 import types
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 #: prefix of the globals kiln installs in a frame's globals (modules reached by inlined code)
@@ -247,18 +249,93 @@ def importable_name(obj: Any) -> str | None:
     return f"{module}.{name}" if found is obj else None
 
 
+def is_weak_key(obj: Any) -> bool:
+    """A dict key known by identity (a module: ``object``'s ``__hash__`` and ``__eq__``)
+    that a weak reference can hold.  Guards hold such keys weakly: a cache entry must not
+    keep a model alive, and a guard that reads a key that died fails."""
+    tp = type(obj)
+    return (tp.__hash__ is object.__hash__ and tp.__eq__ is object.__eq__ and
+            not isinstance(obj, (type, types.ModuleType)) and tp.__weakrefoffset__ != 0)
+
+
+class WeakKey:
+    """An identity-keyed dict key held weakly (``is_weak_key``): hashes and compares as the
+    object did, ``get()`` is the object, or raises ``ReferenceError`` once it died (a guard
+    reading it then fails instead of matching an object that reuses its id)."""
+
+    __slots__ = ("ref", "ident", "type_name")
+
+    def __init__(self, obj: Any):
+        self.ref = weakref.ref(obj)
+        self.ident = id(obj)
+        self.type_name = type(obj).__name__
+
+    @property
+    def text(self) -> str:
+        return f"<{self.type_name} at {self.ident:#x}>"
+
+    def get(self) -> Any:
+        obj = self.ref()
+        if obj is None:
+            raise ReferenceError(f"guarded dict key {self.text} no longer exists")
+        return obj
+
+    __call__ = get  # (check expressions read it as ``___key_Linear()``)
+
+    def __hash__(self) -> int:
+        return self.ident
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WeakKey) and (other.ref is self.ref or (
+            other.ident == self.ident and other.ref() is self.ref() is not None))
+
+    def __repr__(self) -> str:
+        obj = self.ref()
+        return self.text if obj is None else repr(obj)
+
+
+def weak_key(obj: Any) -> Any:
+    """``obj`` as guards hold it: a ``WeakKey`` for a weakly held key, else itself."""
+    return WeakKey(obj) if is_weak_key(obj) else obj
+
+
+def strong_key(key: Any) -> Any:
+    """The object a (possibly weak) key stands for (``ReferenceError`` once it died)."""
+    return key.get() if type(key) is WeakKey else key
+
+
 #: objects a guard expression names (a class used as a dict key, the module a torch state
-#: query is read from), by the name check functions see them under: every check function's
-#: scope holds them, so a check imports and looks up nothing per call (an ``__import__(m,
-#: fromlist=[...])`` in the expression ran importlib's Python, and for a package searched
-#: the import path for a submodule, at every call).  The objects are held: each is reachable
-#: from its module anyway, and its id stays its own.
+#: query is read from), by the name check functions see them under, so a check imports and
+#: looks up nothing per call (an ``__import__(m, fromlist=[...])`` in the expression ran
+#: importlib's Python, and for a package searched the import path for a submodule, at every
+#: call).  A check's scope gets only the names its expressions use (``bind_guard_constants``).
+#: Classes and modules are held (each is reachable from its module anyway); an identity key
+#: (a module used as a dict key) is held weakly, as a ``WeakKey`` the expression calls
+#: (``d[___key_Linear()]``), and its entry is dropped when it dies.
 GUARD_CONSTANTS: dict[str, Any] = {}
 _guard_constant_names: dict[int, str] = {}
 
 
+def _forget_guard_constant(name: str, ident: int) -> Callable[[Any], None]:
+    def forget(_ref: Any) -> None:
+        GUARD_CONSTANTS.pop(name, None)
+        if _guard_constant_names.get(ident) == name:
+            del _guard_constant_names[ident]
+
+    return forget
+
+
 def guard_constant(obj: Any, hint: str) -> str:
-    """The name check functions see ``obj`` under (``___key_torch_Tensor``), made once."""
+    """The expression check functions read ``obj`` with (``___key_torch_Tensor``, or
+    ``___key_Linear()`` for a weakly held key), its name made once per object."""
+    if type(obj) is WeakKey:
+        live = obj.ref()
+        if live is None:  # it died: an expression that raises ReferenceError (a miss)
+            name = f"___dead_key_{obj.ident:x}"
+            GUARD_CONSTANTS[name] = obj
+            return f"{name}()"
+        obj = live
+    weak = is_weak_key(obj)
     name = _guard_constant_names.get(id(obj))
     if name is None:
         base = "___" + re.sub(r"\W", "_", hint)
@@ -266,19 +343,38 @@ def guard_constant(obj: Any, hint: str) -> str:
         while name in GUARD_CONSTANTS:
             n += 1
             name = f"{base}_{n}"
-        GUARD_CONSTANTS[name] = obj
+        if weak:
+            key = WeakKey(obj)
+            # (the callback runs before the id can be reused: a later object gets a new name)
+            key.ref = weakref.ref(obj, _forget_guard_constant(name, id(obj)))
+            GUARD_CONSTANTS[name] = key
+        else:
+            GUARD_CONSTANTS[name] = obj
         _guard_constant_names[id(obj)] = name
-    return name
+    return f"{name}()" if weak else name
+
+
+def bind_guard_constants(code: types.CodeType, scope: dict[str, Any]) -> None:
+    """Put into ``scope`` the ``GUARD_CONSTANTS`` that ``code`` (and the code nested in it)
+    reads, and no others."""
+    for name in code.co_names:
+        if name.startswith("___") and name in GUARD_CONSTANTS:
+            scope[name] = GUARD_CONSTANTS[name]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            bind_guard_constants(const, scope)
 
 
 def index_expr(index: Any) -> str:
     """A dict key as a Python expression: its repr, or the bound name of a class key."""
+    if type(index) is WeakKey:  # a key known by identity (a module), weakly held
+        return guard_constant(index, f"key_{index.type_name}")
     if isinstance(index, (str, int, float, bool, bytes, type(None), tuple)):
         return repr(index)
     name = importable_name(index)
     if name is None:
         if type(index).__hash__ is object.__hash__ and type(index).__eq__ is object.__eq__:
-            # a key known by identity (a module): the object itself, held
+            # a key known by identity: weakly held where it can be (guard_constant)
             return guard_constant(index, f"key_{type(index).__name__}")
         return repr(index)
     return guard_constant(index, f"key_{name}")
@@ -286,9 +382,15 @@ def index_expr(index: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class GetItemSource(ChainedSource):
-    """``base[index]`` for a constant index (int, str, ...)."""
+    """``base[index]`` for a constant index (int, str, ...).  A key known by identity (a
+    module) is held weakly (``WeakKey``): a guard on a dict of modules does not keep them
+    alive."""
 
     index: Any
+
+    def __post_init__(self) -> None:
+        if is_weak_key(self.index):
+            object.__setattr__(self, "index", WeakKey(self.index))
 
     def name(self) -> str:
         return f"{self.base_source.name()}[{self.index!r}]"
@@ -301,6 +403,37 @@ class GetItemSource(ChainedSource):
 
     def reconstruct(self, codegen: Any) -> None:
         self.base_source.reconstruct(codegen)
+        if type(self.index) is WeakKey:  # the generated code holds it weakly too
+            codegen.push_null()
+            codegen.load_const_object(self.index)
+            codegen.call_function(0)
+        else:
+            codegen.load_const(self.index)
+        codegen.binary_subscr()
+
+
+@dataclasses.dataclass(frozen=True)
+class DictKeySource(ChainedSource):
+    """``list(base.keys())[index]``: a dict key known by identity (a module), reached from
+    its dict instead of pinned as a global, so that nothing but the dict keeps it alive (the
+    dict's DICT_KEYS guard fixes which object is at ``index``)."""
+
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base_source.name()}.keys())[{self.index}]"
+
+    def short_name(self) -> str:
+        return f"list({self.base_source.short_name()}.keys())[{self.index}]"
+
+    def guard_expr_on(self, base: str) -> str:
+        return f"list({base}.keys())[{self.index}]"
+
+    def reconstruct(self, codegen: Any) -> None:
+        codegen.push_null()
+        codegen.load_const_object(list)
+        self.base_source.reconstruct(codegen)
+        codegen.call_function(1)
         codegen.load_const(self.index)
         codegen.binary_subscr()
 
@@ -430,10 +563,16 @@ __all__ = [
     "AttrSource",
     "AttrTupleSource",
     "GetItemSource",
+    "DictKeySource",
     "NNModuleMemberSource",
     "IdentitySource",
     "GUARD_CONSTANTS",
     "guard_constant",
+    "bind_guard_constants",
+    "WeakKey",
+    "is_weak_key",
+    "weak_key",
+    "strong_key",
     "module_global_name",
     "cell_contents_source",
     "defaults_source",

@@ -8,7 +8,7 @@ from typing import Any
 from ...exc import Unsupported
 from ...guards import GuardKind
 from ...layers import upper
-from ...sources import GetItemSource
+from ...sources import DictKeySource, GetItemSource
 from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable
 from .raising import raise_traced, raise_traced_from
@@ -314,9 +314,12 @@ class ConstDictVariable(VariableTracker):
         builder.install_guard(GuardKind.DICT_KEYS, (type(value), tuple(value.keys())))
         src = builder.source
         items = {}
-        for k, v in value.items():
+        for i, (k, v) in enumerate(value.items()):
             if is_identity_key(k):
-                key_tracker = builder.child(builder.tx.output.pinned_source(k))(k)
+                # (reached from the dict, not pinned as a global: nothing kiln keeps holds it)
+                key_src = DictKeySource(src, i) if src is not None else \
+                    builder.tx.output.pinned_source(k)
+                key_tracker = builder.child(key_src)(k)
                 key = ItemById(k, key_tracker)
             else:
                 key = k
