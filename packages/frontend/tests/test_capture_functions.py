@@ -1217,7 +1217,7 @@ def tensor_requires_grad_branch(C):
     return g(_x()), g(_x().requires_grad_()).detach()
 
 
-@case.program(xfail='torch.compile breaks the graph at .backward() and captures the read of x.grad in a second graph; kiln runs it in Python')
+@case.program
 def tensor_backward_inside_frame(x):
     x = x.detach().requires_grad_()
     y = (x * x).sum()

@@ -579,7 +579,15 @@ def generator_expression_passed_in(C):
     return C(f)((v * 2 for v in xs), _x())
 
 
-@case(xfail='torch.compile runs a returned generator to its end inside the frame (items computed in the graph, a list_iterator returned: stale items when the generator reads state the caller changes before consuming it); kiln returns a real generator as eager (rebuilt unstarted by calling its function: the frame has no op, 0 graphs)')
+#: torch.compile runs a returned generator to its end inside the frame (its items computed in
+#: the graph, a list_iterator returned): stale items when the generator reads state the
+#: caller changes before consuming it (generator_returned_reads_state_changed_later: a wrong
+#: result under torch.compile); kiln returns a real generator, as eager
+_RETURNED_GENERATOR = "a returned generator stays lazy, as in eager"
+
+
+@case(eager_semantics=(0, _RETURNED_GENERATOR + " (rebuilt unstarted by calling its function: "
+                          "the frame has no op)"))
 def generator_returned(C):
     def f(x):
         def gen():
@@ -590,7 +598,8 @@ def generator_returned(C):
     return list(C(f)(_x()))
 
 
-@case(xfail='torch.compile runs a returned generator to its end inside the frame (items computed in the graph, a list_iterator returned: stale items when the generator reads state the caller changes before consuming it); kiln returns a real generator as eager (one paused at a yield cannot be rebuilt: under fullgraph an error, else the frame runs eagerly)')
+@case(eager_semantics=(0, _RETURNED_GENERATOR + " (one paused at a yield cannot be rebuilt: "
+                          "the frame runs eagerly)"))
 def generator_returned_after_next(C):
     def gen(x):
         yield x + 1
@@ -604,6 +613,20 @@ def generator_returned_after_next(C):
 
     first, g = C(f)(_x())
     return first, list(g)
+
+
+@case(eager_semantics=(0, _RETURNED_GENERATOR))
+def generator_returned_reads_state_changed_later(C):
+    def f(x, scale):
+        def gen():
+            yield x * scale[0]
+            yield x + scale[0]
+        return gen()
+
+    scale = [2.0]
+    g = C(f)(_x(), scale)
+    scale[0] = 3.0  # eager's generator reads it when consumed
+    return list(g)
 
 
 @case  # kiln returns a real generator, as eager; its graph passes the input tensors through

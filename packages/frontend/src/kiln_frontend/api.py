@@ -131,6 +131,24 @@ def _wrap_callable(fn: Callable[..., Any], ctx: _HookContext) -> Callable[..., A
     return wrapper
 
 
+def _call_module(mod: Any, *args: Any, **kwargs: Any) -> Any:
+    return mod(*args, **kwargs)
+
+
+def _hooked_call_root(mod: Any, ctx: _HookContext) -> Callable[..., Any]:
+    """The root frame of a compiled module that has forward hooks or pre-hooks of its own:
+    ``mod(*args)``, so that the hooks are inlined with ``forward`` into one graph (rooted
+    at ``forward``, they would run outside the captured frame, each hook a frame and graph
+    of its own). Each compiled module gets its own copy of the code, so its cache entries
+    are its own, as ``forward``'s are."""
+    code = _call_module.__code__.replace()
+    fn = types.FunctionType(code, _call_module.__globals__, _call_module.__name__)
+    if ctx.kind == "optimize":
+        eval_frame.add_root_code(code)
+        eval_frame.add_capture_root(code, f"{type(mod).__qualname__} (its call with its hooks)")
+    return fn
+
+
 _OptimizedModule: type | None = None
 
 
@@ -153,10 +171,12 @@ def _optimized_module_class() -> type:
         """
 
         #: attributes of the wrapper itself, never forwarded
-        _own_attributes = frozenset({"_orig_mod", "_kiln_context", "__dict__", "__class__"})
+        _own_attributes = frozenset({"_orig_mod", "_kiln_context", "_kiln_hooked_call",
+                                     "__dict__", "__class__"})
 
         def __init__(self, mod: torch.nn.Module, ctx: _HookContext):
             object.__setattr__(self, "_kiln_context", ctx)
+            object.__setattr__(self, "_kiln_hooked_call", None)  # made at the first hooked call
             super().__init__()
             self._orig_mod = mod
 
@@ -185,7 +205,15 @@ def _optimized_module_class() -> type:
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             prev = set_eval_frame(self._kiln_context.callback)
             try:
-                return self._orig_mod(*args, **kwargs)
+                mod = self._orig_mod
+                if mod._forward_hooks or mod._forward_pre_hooks:
+                    # its own hooks run in the captured frame, as torch.compile's do
+                    call = self._kiln_hooked_call
+                    if call is None:
+                        call = _hooked_call_root(mod, self._kiln_context)
+                        object.__setattr__(self, "_kiln_hooked_call", call)
+                    return call(mod, *args, **kwargs)
+                return mod(*args, **kwargs)
             finally:
                 set_eval_frame(prev)
 

@@ -30,7 +30,7 @@ from .collector import user_heap_frozen
 from .exc import InternalError, KilnError, Unsupported
 from .guards import Guard, GuardKind, build_check_fn
 from .logging_utils import INTERNAL_ERRORS, counters, emit
-from .symbolic import InstructionTranslator, RestartAnalysis
+from .symbolic import InstructionTranslator, RequiresGradRestart, RestartAnalysis
 from .symbolic.translator import num_argument_slots
 
 log = logging.getLogger("kiln.capture")
@@ -182,16 +182,25 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
     break_points: dict[int, Unsupported] = {}
     tracer: InstructionTranslator | None = None
     use_shape_env = dynamic is True
+    refuse_requires_grad_ = False
     for _attempt in range(MAX_RESTARTS + 1):
         tracer = InstructionTranslator(frame_info, compiler_fn=compiler_fn, nopython=nopython,
                                        break_points=break_points, dynamic=dynamic,
-                                       frame_state=frame_state, use_shape_env=use_shape_env)
+                                       frame_state=frame_state, use_shape_env=use_shape_env,
+                                       refuse_requires_grad_=refuse_requires_grad_)
         try:
             tracer.run()
         except NeedsShapeEnv:
             if use_shape_env:  # pragma: no cover - cannot happen twice
                 raise
             use_shape_env = True
+            continue
+        except RequiresGradRestart as restart:
+            if refuse_requires_grad_:  # pragma: no cover - would loop
+                reasons.append(restart.reason)
+                return None
+            log.debug("graph break in %s: %s", code.co_name, restart.reason)
+            refuse_requires_grad_ = True
             continue
         except RestartAnalysis as restart:
             if restart.index in break_points:  # pragma: no cover - would loop

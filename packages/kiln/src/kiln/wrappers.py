@@ -169,13 +169,41 @@ def inference_only(gm, compiled: Callable) -> Callable:
     )
 
     is_grad_enabled = torch.is_grad_enabled
+    inputs_returned: list[int] | None = None  # output positions that are an input, once known
 
     def call(*args: Any):
+        nonlocal inputs_returned
         if is_grad_enabled() and (
             params_need_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         ):
             return gm(*args)
-        return compiled(*args)
+        outs = compiled(*args)
+        if inputs_returned is None:
+            inputs_returned = _inputs_returned(outs, args)
+        if inputs_returned:
+            outs = _fresh_aliases(outs, inputs_returned, args)
+        return outs
 
     call.compiled = compiled
     return call
+
+
+def _inputs_returned(outs: Any, args: Sequence) -> list[int]:
+    """Positions of the outputs that are input tensors themselves: the compiled code drops
+    an alias op (``x.detach()``, ``x[:]``, ``x.reshape(x.shape)``) and hands the input back,
+    where eager returns a new tensor (its metadata, ``requires_grad_()`` and ``.grad`` its
+    own; the graph's inputs are never its outputs: the frontend reloads those)."""
+    if not isinstance(outs, (tuple, list)):
+        return []
+    ids = {id(a) for a in args if isinstance(a, torch.Tensor)}
+    return [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and id(o) in ids]
+
+
+def _fresh_aliases(outs: Any, positions: list[int], args: Sequence) -> Any:
+    """``outs`` with each of those positions' input a new tensor over the same memory."""
+    fixed = list(outs)
+    for i in positions:
+        o = fixed[i]
+        if any(o is a for a in args):
+            fixed[i] = o.detach()
+    return type(outs)(fixed) if isinstance(outs, tuple) else fixed

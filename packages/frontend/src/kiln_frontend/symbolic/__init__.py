@@ -30,6 +30,7 @@ from .translator import (
     InliningInstructionTranslator,
     InstructionTranslator,
     InstructionTranslatorBase,
+    RequiresGradRestart,
     RestartAnalysis,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "InstructionTranslatorBase",
     "InliningInstructionTranslator",
     "OutputGraph",
+    "RequiresGradRestart",
     "RestartAnalysis",
     "handler",
     "lookup",

@@ -158,6 +158,26 @@ class OutputGraph:
         #: (id(module), parameter or buffer name) -> the tracker read in its place while
         #: ``torch.func.functional_call`` is traced (variables/functional_call.py)
         self.state_overrides: dict[tuple[int, str], VariableTracker] = {}
+        #: nodes of intermediates that ``requires_grad_()`` made require grad: a graph may
+        #: not return them or what derives from them (``leaks_requires_grad``)
+        self.requires_grad_roots: list[torch.fx.Node] = []
+        #: set on the trace that follows such a leak: ``requires_grad_()`` of an
+        #: intermediate then breaks the graph (variables/tensor.py)
+        self.refuse_requires_grad_ = False
+
+    def leaks_requires_grad(self, outputs: list[VariableTracker]) -> bool:
+        """Whether a graph output requires grad because of a ``requires_grad_()`` of an
+        intermediate in the graph: a backend's functional trace drops that flag (kiln's
+        own refuses the graph), so torch.compile breaks the graph at the call instead."""
+        if not self.requires_grad_roots:
+            return False
+        tainted = set(self.requires_grad_roots)
+        for node in self.graph.nodes:
+            if node not in tainted and any(a in tainted for a in node.all_input_nodes):
+                tainted.add(node)
+        return any(isinstance(getattr(v, "node", None), torch.fx.Node) and v.node in tainted
+                   and getattr(v.node.meta.get("example_value"), "requires_grad", False)
+                   for v in outputs)
 
     @contextlib.contextmanager
     def overriding_module_state(self, overrides: dict[tuple[int, str], VariableTracker]):

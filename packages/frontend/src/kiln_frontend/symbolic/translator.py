@@ -91,6 +91,14 @@ class RestartAnalysis(Exception):
         self.reason = reason
 
 
+class RequiresGradRestart(RestartAnalysis):
+    """Trace the frame again with ``requires_grad_()`` of an intermediate breaking the
+    graph (``OutputGraph.leaks_requires_grad``); it has no instruction of its own."""
+
+    def __init__(self, reason: Unsupported):
+        super().__init__(-1, reason)
+
+
 def num_argument_slots(code: types.CodeType) -> int:
     import inspect
 
@@ -432,7 +440,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def __init__(self, frame_info: Any, *, compiler_fn, nopython: bool,
                  break_points: dict[int, Unsupported] | None = None,
                  dynamic: bool | None = None, frame_state: dict | None = None,
-                 use_shape_env: bool = False):
+                 use_shape_env: bool = False, refuse_requires_grad_: bool = False):
         code = frame_info.code
         f_builtins = frame_info.builtins
         if isinstance(f_builtins, types.ModuleType):
@@ -440,6 +448,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         output = OutputGraph(f_globals=frame_info.globals, compiler_fn=compiler_fn,
                              code_name=code.co_name, dynamic=dynamic,
                              frame_state=frame_state, use_shape_env=use_shape_env)
+        output.refuse_requires_grad_ = refuse_requires_grad_
         nslots = num_argument_slots(code)
         arg_names = code.co_varnames[:nslots]
         args = tuple(frame_info.args)
@@ -654,6 +663,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         store its outputs.  Called once the rest of the code was generated without error."""
         if self.output.count_calls() == 0 and not outputs:
             return []
+        if self.output.leaks_requires_grad(outputs):
+            reason = Unsupported("the graph would return a tensor that requires grad through "
+                                 "requires_grad_() of an intermediate (a backend's functional "
+                                 "trace drops that flag); call .detach() before returning it")
+            if self.nopython:
+                raise reason
+            raise RequiresGradRestart(reason)
         name = self.output.compile_graph(outputs)
         cg = self.new_codegen()
         cg.extend(builders.load_global_native(name))
@@ -1174,6 +1190,7 @@ __all__ = [
     "InstructionTranslatorBase",
     "InstructionTranslator",
     "InliningInstructionTranslator",
+    "RequiresGradRestart",
     "RestartAnalysis",
     "num_argument_slots",
 ]

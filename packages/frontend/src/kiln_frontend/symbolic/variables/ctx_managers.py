@@ -15,6 +15,7 @@ context.  User context managers with Python ``__enter__``/``__exit__`` are inlin
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ import torch
 from ...exc import Unsupported
 from .base import NotConstant, VariableTracker, constant_or_break
 from .constant import ConstantVariable
+from .raising import TracedException
 
 
 def _const(v: VariableTracker, what: str) -> Any:
@@ -174,8 +176,50 @@ class GradModeVariable(ContextManagerVariable):
         codegen.load_const_object(self.cls)
         codegen.call_function(0)
 
+    def call_function(self, tx, args, kwargs):
+        """``torch.no_grad()(fn)``: a decorator applied in the frame (``@torch.no_grad()``
+        on a local function): the function that runs ``fn`` in the mode."""
+        if self.applied_on_create or len(args) != 1 or kwargs or \
+                not callable_tracker(args[0]):
+            raise Unsupported(f"call to {self.describe()}")
+        return GradModeFunctionVariable(self.target, self.cls, args[0])
+
     def describe(self) -> str:
         return f"GradModeVariable({self.cls.__name__}, {self.target})"
+
+
+def callable_tracker(v: VariableTracker) -> bool:
+    """A traced Python function (not a class: torch's decorator wraps classes otherwise)."""
+    try:
+        return v.python_type() is types.FunctionType
+    except Exception:  # noqa: BLE001 - a tracker that cannot say: not a function
+        return False
+
+
+class GradModeFunctionVariable(VariableTracker):
+    """A function decorated in the frame with ``torch.no_grad()``/``enable_grad()``: each
+    call enters the mode, inlines the function and leaves the mode (also when it raises),
+    as torch's ``decorate_context`` does."""
+
+    def __init__(self, target: bool, cls: type, fn: VariableTracker):
+        super().__init__()
+        self.target = target
+        self.cls = cls
+        self.fn = fn
+
+    def children(self):
+        return [self.fn]
+
+    def call_function(self, tx, args, kwargs):
+        return call_in_context(tx, GradModeVariable(self.target, self.cls), self.fn, args,
+                               kwargs)
+
+    def reconstruct(self, codegen):
+        raise Unsupported(f"cannot rebuild a function decorated with {self.cls.__name__}() "
+                          "in the frame")
+
+    def describe(self) -> str:
+        return f"GradModeFunctionVariable({self.cls.__name__}, {self.fn.describe()})"
 
 
 class AutocastVariable(ContextManagerVariable):
@@ -470,6 +514,8 @@ def decorated_context_call(tx, fn, source, args, kwargs) -> VariableTracker | No
     import torch.utils._contextlib as ctxlib
 
     code = _decorate_context_code(ctxlib)
+    if fn.__code__ is _decorate_autocast_code():
+        return _autocast_decorated_call(tx, fn, source, args, kwargs)
     if code is None or fn.__code__ is not code:
         return None
     cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
@@ -500,10 +546,53 @@ def decorated_context_call(tx, fn, source, args, kwargs) -> VariableTracker | No
     index = fn.__code__.co_freevars.index("func")
     func_src = cell_contents_source(source, index) if source is not None else None
     func = tx.wrap_value(cells["func"].cell_contents, func_src)
-    var.enter(tx)
-    result = tx.call_function(func, list(args), dict(kwargs))
-    var.exit(tx)
+    return call_in_context(tx, var, func, args, kwargs)
+
+
+def call_in_context(tx, ctx: ContextManagerVariable, fn: VariableTracker, args, kwargs):
+    """``fn(*args, **kwargs)`` inlined inside ``ctx``, as ``with ctx: return fn(...)``: the
+    context is left also when the call raises (to a handler of the frame; before, a caught
+    exception left the grad mode switched for the rest of the graph and after it)."""
+    ctx.enter(tx)
+    try:
+        result = tx.call_function(fn, list(args), dict(kwargs))
+    except TracedException:
+        ctx.exit(tx)
+        raise
+    ctx.exit(tx)
     return result
+
+
+def _wrapped_func(tx, fn, source) -> VariableTracker:
+    """The function a decorator wrapper holds in its ``func`` cell, with its source."""
+    from ...sources import cell_contents_source
+
+    index = fn.__code__.co_freevars.index("func")
+    func_src = cell_contents_source(source, index) if source is not None else None
+    return tx.wrap_value(fn.__closure__[index].cell_contents, func_src)
+
+
+def _autocast_decorated_call(tx, fn, source, args, kwargs) -> VariableTracker:
+    """A ``@torch.autocast(...)``-decorated function (torch's ``decorate_autocast``: ``with
+    autocast_instance: return func(...)``): the call inlined inside that autocast."""
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
+    if "autocast_instance" not in cells or "func" not in cells:
+        raise Unsupported("a decorate_autocast wrapper without its cells")
+    ctx = cells["autocast_instance"].cell_contents
+    if not isinstance(ctx, torch.amp.autocast):
+        raise Unsupported(f"function decorated with {type(ctx).__qualname__}")
+    var = AutocastVariable(type(ctx), ctx.device, ctx.fast_dtype, ctx._enabled,
+                           getattr(ctx, "_cache_enabled", None))
+    return call_in_context(tx, var, _wrapped_func(tx, fn, source), args, kwargs)
+
+
+def _decorate_autocast_code() -> Any:
+    from torch.amp import autocast_mode
+
+    for const in autocast_mode.autocast_decorator.__code__.co_consts:
+        if getattr(const, "co_name", None) == "decorate_autocast":
+            return const
+    return None
 
 
 _DECORATE_CODE: list = []

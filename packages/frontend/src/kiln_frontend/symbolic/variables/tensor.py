@@ -251,6 +251,8 @@ class TensorMethodVariable(VariableTracker):
             raise Unsupported(UNSUPPORTED_METHODS[name])
         if name == "numpy":
             return self.as_numpy(args, kwargs)
+        if name == "requires_grad_":
+            return self.requires_grad_(tx, args, kwargs)
         if name in CONSTANT_METHODS:
             fake = self.tensor.example_value
             try:
@@ -268,6 +270,21 @@ class TensorMethodVariable(VariableTracker):
                     "call_method", name, (self.tensor.proxy, *cargs), ckwargs), value)
             return ConstantVariable.create(value)
         return tx.output.create_graph_op("call_method", name, [self.tensor, *args], kwargs)
+
+    def requires_grad_(self, tx, args, kwargs) -> VariableTracker:
+        """``t.requires_grad_()`` in the graph; on an intermediate it is remembered
+        (``OutputGraph.leaks_requires_grad``), or breaks the graph on the trace after a
+        leak, as torch.compile does."""
+        tensor = self.tensor
+        before = tensor.example_value.requires_grad
+        out = tx.output
+        if tensor.source is None and not before and out.refuse_requires_grad_:
+            raise Unsupported("requires_grad_() of an intermediate whose gradient leaves "
+                              "the graph")
+        result = out.create_graph_op("call_method", "requires_grad_", [tensor, *args], kwargs)
+        if tensor.source is None and not before and tensor.example_value.requires_grad:
+            out.requires_grad_roots.append(tensor.node)
+        return result
 
     def as_numpy(self, args, kwargs) -> VariableTracker:
         """``t.numpy()``: the array sharing ``t``'s memory (numpy_arrays.py)."""
