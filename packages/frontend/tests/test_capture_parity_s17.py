@@ -904,6 +904,29 @@ def ft_lru_cache_local_function(x):
     return x + fib(10)
 
 
+# -- requires_grad_() of intermediates -----------------------------------------------------
+
+@case.program
+def grad_leaf_made_in_frame_returned(x):
+    w = torch.ones(4).requires_grad_()
+    y = (x * w).sum()
+    return y, w, y.requires_grad, w.is_leaf
+
+
+def _as_leaf(v):
+    return v.detach().requires_grad_()
+
+
+@case.program(xfail="the requires_grad_() break inside an inlined function breaks the graph at "
+                     "the root frame's call, and the callee's own frame compiles its detach() "
+                     "as a graph of its own (3 graphs); torch.compile breaks inside the "
+                     "inlined frame (2 graphs)")
+def grad_leaf_made_in_inlined_call(x):
+    w = _as_leaf(x * 2)
+    out = w * 3
+    return out, out.requires_grad, out.grad_fn is not None
+
+
 # -- string formatting of shapes -----------------------------------------------------------
 
 @case.program
