@@ -12,6 +12,9 @@ Recipes (``describe``), by graph constant name:
   tie to the module: then the artifact is valid only for these weights);
 - ``("derived", derivation, source, args)``: made by a registered derivation from graph
   constant ``source`` (``kiln_loopir.derived_constants``: a weight packed for MKL's GEMM).
+- ``("computed", (subgraph, names), stride)``: a weight-only subgraph's result
+  (``kiln.passes.fold_weight_subgraphs``: DeBERTa's projected position table), computed
+  again by running ``subgraph`` (a GraphModule) on the live tensors ``names``.
 
 A constant computed from a weight in any other way has no recipe (``None``): its artifact
 runs from its value in this process and is not cached.
@@ -28,6 +31,7 @@ from kiln_loopir.derived_constants import THREAD_TUNED, derive
 
 from .names import GraphNames
 from .passes.fold_batchnorm import folded_value
+from .passes.fold_weight_subgraphs import recompute
 
 log = logging.getLogger("kiln.cache")
 
@@ -39,11 +43,14 @@ class NoRecipe(Exception):
 
 
 def describe(constant_buffers, values: dict, gm, names: GraphNames, folded: dict,
-             trace_constants: frozenset[str]) -> tuple[dict[str, tuple], bool]:
+             trace_constants: frozenset[str], computed: dict | None = None
+             ) -> tuple[dict[str, tuple], bool]:
     """(recipe by constant name, whether a stored tensor may hold weight values). Raises
     ``NoRecipe``. ``constant_buffers``: the loop graph's; ``values``: the module's constants;
     ``folded``: the batchnorm fold's recipes by buffer name; ``trace_constants``: constants
-    the trace made (it saw fake weights: they hold none)."""
+    the trace made (it saw fake weights: they hold none); ``computed``: the weight-subgraph
+    fold's recipes by buffer name."""
+    computed = computed or {}
     targets = {b.name: b.target for b in constant_buffers}
     derivations = {b.name: b.recipe for b in constant_buffers if getattr(b, "recipe", None)}
     recipes, weight_valued = {}, False
@@ -55,6 +62,12 @@ def describe(constant_buffers, values: dict, gm, names: GraphNames, folded: dict
             recipes[name] = ("derived", derivation, source, tuple(args))
             continue
         target = targets.get(name)
+        if target in computed and isinstance(value, torch.Tensor):
+            try:
+                recipes[name] = _computed(name, value, computed[target], gm, names)
+                continue
+            except NoRecipe as e:  # stored, valid for these weights only
+                log.debug("kiln: computed constant %s stored as is: %s", name, e)
         if target in folded and isinstance(value, torch.Tensor):
             try:
                 recipes[name] = _folded(name, value, folded[target], gm, names)
@@ -107,6 +120,8 @@ def _bound(name: str, kind: str, ref, rest: list, gm, names: GraphNames) -> Any:
         return ref
     if kind == "folded":
         return _fold_again(ref, gm, names, tuple(rest[0]))
+    if kind == "computed":
+        return _compute_again(ref, gm, names, tuple(rest[0]))
     value = names.resolve(gm, ref)
     if not isinstance(value, torch.Tensor):
         raise LookupError(f"constant {name} ({ref}) is not a tensor here")
@@ -134,6 +149,35 @@ def _folded(name: str, value: torch.Tensor, recipe: tuple, gm, names: GraphNames
             or not torch.equal(again, value)):
         raise NoRecipe(f"constant {name} does not match its fold recipe")
     return ("folded", recipe, tuple(value.stride()))
+
+
+def _computed(name: str, value: torch.Tensor, recipe: tuple, gm, names: GraphNames) -> tuple:
+    sub_gm, targets = recipe
+    norms = tuple(names.normalize(t) for t in targets)
+    if any(n is None for n in norms):
+        raise NoRecipe(f"constant {name} is computed from tensors outside the graph's names")
+    recipe = (sub_gm, norms)
+    try:
+        again = _compute_again(recipe, gm, names, tuple(value.stride()))
+    except Exception as e:
+        raise NoRecipe(f"constant {name} cannot be computed again ({type(e).__name__}: {e})"
+                       ) from e
+    if (again.shape != value.shape or again.dtype != value.dtype or again.device != value.device
+            or not torch.equal(again, value)):
+        raise NoRecipe(f"constant {name} does not match its recipe")
+    return ("computed", recipe, tuple(value.stride()))
+
+
+def _compute_again(recipe: tuple, gm, names: GraphNames, stride: tuple) -> torch.Tensor:
+    sub_gm, norms = recipe
+    tensors = [names.resolve(gm, n) for n in norms]
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise LookupError(f"a source of a computed constant ({norms}) is not a tensor here")
+    value = recompute(recipe, tensors)
+    if tuple(value.stride()) != stride:
+        value = torch.empty_strided(value.shape, stride, dtype=value.dtype,
+                                    device=value.device).copy_(value)
+    return value
 
 
 def _fold_again(recipe: tuple, gm, names: GraphNames, stride: tuple) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """From a torch-level graph to an ``Artifact``: a table of named stages run by one loop.
 
-    fold constants -> trace -> lower -> schedule -> codegen -> compile kernels -> describe
+    fold constants -> trace -> fold weight subgraphs -> lower -> schedule -> codegen
+        -> compile kernels -> describe
 
 Each stage is one call into its package, reading and writing named fields of the compile's
 state (``Compile``). ``run`` times each stage (``KILN_LOGS=perf``: phase ``<stage>``), writes
@@ -39,8 +40,9 @@ from .codegens import codegen_for_device, random_policy
 from .debug import NO_TRACE, DebugTrace
 from .names import GraphNames, graph_names
 from .options import Options, body_options
-from .passes import fold_conv_batchnorm
+from .passes import fold_conv_batchnorm, fold_weight_subgraphs
 from .passes.fold_batchnorm import FoldedParams
+from .passes.fold_weight_subgraphs import RECIPES as WEIGHT_FOLD_RECIPES
 from .recording import compiling
 from .stats import counters
 from .wrappers import graph_facts, out_structure
@@ -108,6 +110,17 @@ def trace(c: Compile) -> None:
         c.aten_gm = kiln_aotgrad.trace_inference(c.folded_gm, c.example_inputs)
 
 
+def fold_weights(c: Compile) -> None:
+    """Weight-only subgraphs of the ATen graph computed once (``kiln.passes``); their
+    sources are guarded with the BatchNorm fold's."""
+    info = getattr(c.aten_gm, "meta", {}).get("kiln")
+    made = set(getattr(info, "trace_constants", ()))
+    weights = {n.target for n in c.aten_gm.graph.nodes
+               if n.op == "get_attr" and n.target not in made}
+    guard = fold_weight_subgraphs(c.aten_gm, weights)
+    c.folded.sources.extend(guard.sources)
+
+
 def lower(c: Compile) -> None:
     """loopir's lowering; higher-order operators' bodies it meets compile with this compile's
     Options (``kiln.options.body_options``)."""
@@ -171,7 +184,8 @@ def describe(c: Compile) -> None:
         recipes = getattr(c.folded_gm, "meta", {}).get("kiln_folded_recipes") or {}
         artifact.constants, weight_valued = constants.describe(
             c.schedule.graph.constant_buffers, values, c.gm, names, recipes,
-            frozenset(getattr(info, "trace_constants", ())))
+            frozenset(getattr(info, "trace_constants", ())),
+            getattr(c.aten_gm, "meta", {}).get(WEIGHT_FOLD_RECIPES))
     except constants.NoRecipe as e:
         artifact.constants = dict.fromkeys(values)
         artifact.unstorable = artifact.unstorable or str(e)
@@ -212,6 +226,7 @@ def _output_code(c: Compile) -> None:
 KILN: tuple[Stage, ...] = (
     Stage("fold constants", "kiln.passes.fold_conv_batchnorm", fold_constants),
     Stage("trace", "kiln_aotgrad.trace_inference", trace, ("aten_graph.txt", "aten_gm")),
+    Stage("fold weight subgraphs", "kiln.passes.fold_weight_subgraphs", fold_weights),
     Stage("lower", "kiln_loopir.lower", lower, ("ir_pre_fusion.txt", "graph")),
     Stage("schedule", "kiln_loopir.schedule", schedule, ("ir_post_fusion.txt", "schedule")),
     Stage("codegen", "kiln_loopir.generate_wrapper", codegen, _output_code),
@@ -219,11 +234,11 @@ KILN: tuple[Stage, ...] = (
     Stage("describe", "kiln.stages.describe", describe),
 )
 #: the ``loopir_interpret`` backend's: the same front, then loopir's interpreter
-INTERPRET: tuple[Stage, ...] = (*KILN[:4], Stage("interpret", "kiln_loopir.interpret", interpret),
+INTERPRET: tuple[Stage, ...] = (*KILN[:5], Stage("interpret", "kiln_loopir.interpret", interpret),
                                 KILN[-1])
 #: what a hit runs again when it needs the ATen graph or the schedule (profiling, the
 #: interpreter fallback)
-FRONT: tuple[Stage, ...] = KILN[:4]
+FRONT: tuple[Stage, ...] = KILN[:5]
 
 
 def run(table: Sequence[Stage], c: Compile, *, first: str | None = None,
