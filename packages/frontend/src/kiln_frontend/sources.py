@@ -199,13 +199,25 @@ class ChainedSource(Source):
     def base(self) -> Source:
         return self.base_source
 
+    def text_on(self, base: str) -> str:
+        """How this value is written given its base's text: its ``name`` over the base's
+        name, its ``short_name`` over the base's short name and, unless a subclass says
+        otherwise, its guard expression."""
+        raise NotImplementedError
+
+    def name(self) -> str:
+        return self.text_on(self.base_source.name())
+
+    def short_name(self) -> str:
+        return self.text_on(self.base_source.short_name())
+
     def guard_expr(self) -> str:
         return self.guard_expr_on(self.base_source.guard_expr())
 
     def guard_expr_on(self, base: str) -> str:
         """The guard expression with ``base`` standing for the base source's value (check
         functions evaluate each source once into a local and reuse it)."""
-        raise NotImplementedError
+        return self.text_on(base)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,15 +226,10 @@ class AttrSource(ChainedSource):
 
     member: str
 
-    def name(self) -> str:
+    def text_on(self, base: str) -> str:
         if _is_identifier(self.member):
-            return f"{self.base_source.name()}.{self.member}"
-        return f"getattr({self.base_source.name()}, {self.member!r})"
-
-    def short_name(self) -> str:
-        if _is_identifier(self.member):
-            return f"{self.base_source.short_name()}.{self.member}"
-        return f"getattr({self.base_source.short_name()}, {self.member!r})"
+            return f"{base}.{self.member}"
+        return f"getattr({base}, {self.member!r})"
 
     def guard_expr_on(self, base: str) -> str:
         if _is_identifier(self.member) and not self.member.startswith("__"):
@@ -392,11 +399,8 @@ class GetItemSource(ChainedSource):
         if is_weak_key(self.index):
             object.__setattr__(self, "index", WeakKey(self.index))
 
-    def name(self) -> str:
-        return f"{self.base_source.name()}[{self.index!r}]"
-
-    def short_name(self) -> str:
-        return f"{self.base_source.short_name()}[{self.index!r}]"
+    def text_on(self, base: str) -> str:
+        return f"{base}[{self.index!r}]"
 
     def guard_expr_on(self, base: str) -> str:
         return f"{base}[{index_expr(self.index)}]"
@@ -420,13 +424,7 @@ class DictKeySource(ChainedSource):
 
     index: int
 
-    def name(self) -> str:
-        return f"list({self.base_source.name()}.keys())[{self.index}]"
-
-    def short_name(self) -> str:
-        return f"list({self.base_source.short_name()}.keys())[{self.index}]"
-
-    def guard_expr_on(self, base: str) -> str:
+    def text_on(self, base: str) -> str:
         return f"list({base}.keys())[{self.index}]"
 
     def reconstruct(self, codegen: Any) -> None:
@@ -444,14 +442,11 @@ class FromNumpySource(ChainedSource):
     memory.  The array is a graph input read afresh at every call (never a constant), so
     writing into it between calls cannot leave a stale answer."""
 
-    def name(self) -> str:
-        return f"torch.from_numpy({self.base_source.name()})"
+    def text_on(self, base: str) -> str:
+        return f"torch.from_numpy({base})"  # (check functions' scope holds torch)
 
     def short_name(self) -> str:
         return f"from_numpy({self.base_source.short_name()})"
-
-    def guard_expr_on(self, base: str) -> str:
-        return f"torch.from_numpy({base})"  # (check functions' scope holds torch)
 
     def reconstruct(self, codegen: Any) -> None:
         import torch
@@ -527,11 +522,8 @@ class AttrTupleSource(ChainedSource):
 
     members: tuple[str, ...]
 
-    def name(self) -> str:
-        return f"{self.base_source.name()}.{{{', '.join(self.members)}}}"
-
-    def short_name(self) -> str:
-        return f"{self.base_source.short_name()}.{{{', '.join(self.members)}}}"
+    def text_on(self, base: str) -> str:
+        return f"{base}.{{{', '.join(self.members)}}}"
 
     def guard_expr_on(self, base: str) -> str:
         return "(" + "".join(f"{base}.{m}, " for m in self.members) + ")"

@@ -41,14 +41,11 @@ def traceable_subclass(cls: type) -> bool:
 class FlattenContextSource(ChainedSource):
     """``base.__tensor_flatten__()[1]``: a subclass's flatten metadata (guarded only)."""
 
-    def name(self) -> str:
-        return f"{self.base_source.name()}.__tensor_flatten__()[1]"
+    def text_on(self, base: str) -> str:
+        return f"{base}.__tensor_flatten__()[1]"
 
     def short_name(self) -> str:
         return f"{self.base_source.short_name()}_flatten_ctx"
-
-    def guard_expr_on(self, base: str) -> str:
-        return f"{base}.__tensor_flatten__()[1]"
 
     def reconstruct(self, codegen: Any) -> None:  # pragma: no cover - guard-only source
         raise Unsupported("the flatten metadata of a tensor subclass is not a value")
