@@ -19,6 +19,17 @@ import torch
 from _counting_backend import ON_REFERENCE_TORCH, CountingBackend
 
 
+class ScaledLinear(torch.nn.Module):
+    """A case's small module: a torch-defined leaf (``nn.Linear(4, 4)``) and one op after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
 def randn_input(*size):
     """A case's example input: ``torch.randn`` of ``size``, a vector of 4 when none."""
     return torch.randn(*(size or (4,)))

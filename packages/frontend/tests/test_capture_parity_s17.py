@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import pytest
 import torch
-from _reference_cases import Cases
+from _reference_cases import Cases, ScaledLinear
 from _reference_cases import randn_input as _x
 from torch import nn
 
@@ -757,16 +757,9 @@ def cls_classmethod_super_staticmethod(x):
     return c.apply(x), type(c).__name__
 
 
-class _Scaled(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.lin(x) * 2
 
 
-class _Shifted(_Scaled):
+class _Shifted(ScaledLinear):
     def forward(self, x):
         return super().forward(x) + 1
 

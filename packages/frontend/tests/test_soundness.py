@@ -27,6 +27,7 @@ from typing import Any
 import kiln_frontend
 import pytest
 import torch
+from _reference_cases import ScaledLinear
 from kiln_frontend.eval_frame import counters
 from torch import nn
 from torch.testing import assert_close
@@ -272,18 +273,9 @@ def _():
     return Case(m, (_x(),), [replace(5.0), replace(-2.0)], recompile=False, restore=restore)
 
 
-class _Scaled(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.lin(x) * 2
-
-
 @case("module_forward_monkeypatched", "method")
 def _():
-    m = _Scaled()
+    m = ScaledLinear()
 
     def patch(k):
         def go():
@@ -1024,7 +1016,7 @@ def _():
 
 @case("leaf_module_weight_replaced", "parameter")
 def _():
-    m = _Scaled()  # self.lin is a torch-defined leaf: one call_module node
+    m = ScaledLinear()  # self.lin is a torch-defined leaf: one call_module node
     return Case(m, (_x(),), [_set_attr(m.lin, "weight", nn.Parameter(torch.randn(4, 4)))],
                 backend=_baking_backend)
 
@@ -1072,7 +1064,7 @@ def _():
 
 @case("leaf_module_requires_grad_toggled", "parameter")
 def _():
-    m = _Scaled()
+    m = ScaledLinear()
 
     compiled = kiln_frontend.compile(m, backend=_graph_backend)
     return Case(_with_requires_grad(m), (_x(),), [lambda: m.lin.requires_grad_(False)],

@@ -42,6 +42,22 @@ class NoRecipe(Exception):
     """A constant has no recipe; the message says why."""
 
 
+def _fold_recipe(name: str, value, target, gm, names: GraphNames, folds) -> tuple | None:
+    """The recipe of a constant one of ``folds`` made (``(kind, its recipes by buffer name,
+    the recipe maker)``: the weight-subgraph fold's, the batchnorm fold's), or None: not a
+    fold's, or one whose recipe cannot be written (then it is stored, valid for these
+    weights only)."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    for kind, made, recipe_of in folds:
+        if target in made:
+            try:
+                return recipe_of(name, value, made[target], gm, names)
+            except NoRecipe as e:
+                log.debug("kiln: %s constant %s stored as is: %s", kind, name, e)
+    return None
+
+
 def describe(constant_buffers, values: dict, gm, names: GraphNames, folded: dict,
              trace_constants: frozenset[str], computed: dict | None = None
              ) -> tuple[dict[str, tuple], bool]:
@@ -62,18 +78,11 @@ def describe(constant_buffers, values: dict, gm, names: GraphNames, folded: dict
             recipes[name] = ("derived", derivation, source, tuple(args))
             continue
         target = targets.get(name)
-        if target in computed and isinstance(value, torch.Tensor):
-            try:
-                recipes[name] = _computed(name, value, computed[target], gm, names)
-                continue
-            except NoRecipe as e:  # stored, valid for these weights only
-                log.debug("kiln: computed constant %s stored as is: %s", name, e)
-        if target in folded and isinstance(value, torch.Tensor):
-            try:
-                recipes[name] = _folded(name, value, folded[target], gm, names)
-                continue
-            except NoRecipe as e:  # stored, valid for these weights only
-                log.debug("kiln: folded constant %s stored as is: %s", name, e)
+        recipe = _fold_recipe(name, value, target, gm, names,
+                              (("computed", computed, _computed), ("folded", folded, _folded)))
+        if recipe is not None:
+            recipes[name] = recipe
+            continue
         norm = names.normalize(target) if target else None
         live = None
         if norm is not None:
