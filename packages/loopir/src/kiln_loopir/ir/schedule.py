@@ -18,7 +18,7 @@ from ..analysis import MemoryDep
 from ..sizevars import free_size_symbols, index_symbol
 from .graph import LoopGraph
 from .printer import extern_text, group_text, sched_node_text, schedule_text
-from .values import ComputedBuffer, ExternKernel, InputBuffer, Layout, MultiOutput, Reduction
+from .values import ComputedBuffer, ExternKernel, Layout, MultiOutput, Reduction
 from .verify import verify_schedule
 
 
@@ -172,6 +172,14 @@ class ExternNode(_ScheduleStep):
         return extern_text(self, indent)
 
 
+
+
+def _of_graph(field: str) -> property:
+    """A read-only view of the scheduled graph's ``field`` on the Schedule."""
+    return property(lambda self: getattr(self.graph, field),
+                    doc=f"the scheduled graph's {field}")
+
+
 @dataclass
 class Schedule:
     """Ordered steps (FusedGroup | ExternNode) + memory plan, for one LoopGraph."""
@@ -187,21 +195,11 @@ class Schedule:
     def externs(self) -> list[ExternNode]:
         return [s for s in self.steps if isinstance(s, ExternNode)]
 
-    @property
-    def inputs(self) -> list[InputBuffer]:
-        return self.graph.inputs
-
-    @property
-    def outputs(self) -> list:
-        return self.graph.outputs
-
-    @property
-    def sizevars(self) -> dict:
-        return self.graph.sizevars
-
-    @property
-    def device(self) -> torch.device:
-        return self.graph.device
+    # what a schedule reads of the graph it orders, by the graph's own names
+    inputs = _of_graph("inputs")
+    outputs = _of_graph("outputs")
+    sizevars = _of_graph("sizevars")
+    device = _of_graph("device")
 
     def lint(self) -> None:
         """Check the schedule: ``verify.verify_schedule`` (raises ``IRVerifyError``)."""
