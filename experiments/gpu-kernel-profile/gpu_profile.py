@@ -66,6 +66,18 @@ def _bert_train_fp16():
     return work.make_model(), work.make_batch(), work.loss
 
 
+def _suite_model(name: str):
+    """A model of benchmarks/gpu_models.py as its suite runs it: bf16 inference, the suite's
+    batch and shapes (case ``suite:<name>``)."""
+    import gpu_models
+    import torch
+
+    model, make_inputs = gpu_models.BY_NAME[name].build(False)
+    model = model.eval().to("cuda", torch.bfloat16)
+    inputs = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in make_inputs("cuda"))
+    return model, inputs, None
+
+
 CASES = {
     "resnet18_b1": lambda: _inference("resnet18"),
     "bert_small_b1": lambda: _inference("bert_small"),
@@ -99,7 +111,7 @@ def profile_one(case: str, compiler: str, calls: int = 5, host_profile: bool = F
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    model, inputs, loss = CASES[case]()
+    model, inputs, loss = _suite_model(case[6:]) if case.startswith("suite:") else CASES[case]()
     if loss is None:
         model = model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
