@@ -15,9 +15,18 @@ partitioner what each forward node must do:
   (``policy(ctx, op, *args, **kwargs)`` on the node's fake values).
 
 Random ops inside a region are never recomputed: their outputs are saved when the backward
-needs them, so the recompute sees the forward's values. A region's output read by forward
-nodes outside the region (the next region, a residual add) is an ordinary node: otherwise
-adjacent regions would chain their recomputation back to the graph's inputs.
+needs them, so the recompute sees the forward's values. An op torch tags random only for its
+dropout (the SDPA kernels: ``dropout_p``) is random only when that probability is not zero
+(``DROPOUT_ARGUMENTS``): with it 0 it draws nothing and is recomputed like the rest of its
+region, as torch's partitioner does. A region's output read by forward nodes outside the
+region (the next region, a residual add) is ``SAVE`` when another region depends on it:
+computed in the forward and kept when the backward reads it, never recomputed. Were it
+recomputable, its recompute would cost the cut next to nothing (the region's nodes recompute
+for free), so the cut would recompute it, and the next region's recompute would chain back
+through every region to the graph's inputs: the backward would rebuild all activations at
+once (torch keeps such outputs too, ``cleanup_recompute_tags``). The output of a region that
+no later region depends on (the last block, read by the final norm) is an ordinary node: the
+cut may recompute it, as torch does.
 """
 
 from __future__ import annotations
@@ -32,7 +41,10 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
 
-__all__ = ["tagged", "interpreted", "run_interpreted", "decisions", "RECOMPUTE", "SAVE"]
+__all__ = [
+    "tagged", "interpreted", "run_interpreted", "decisions", "draws_random", "RECOMPUTE", "SAVE",
+    "DROPOUT_ARGUMENTS",
+]
 
 RECOMPUTE = "recompute"
 SAVE = "save"
@@ -85,42 +97,65 @@ def _policy_decision(node: torch.fx.Node, policy: Any) -> str:
     return RECOMPUTE if policy in _RECOMPUTE_POLICIES else SAVE
 
 
-def _random(node: torch.fx.Node) -> bool:
+#: ops tagged ``nondeterministic_seeded`` whose only randomness is a dropout: the name of
+#: its probability argument, per overload packet. With the probability 0 they draw nothing.
+DROPOUT_ARGUMENTS: dict[Any, str] = {}
+
+
+def _dropout_argument(packet: Any, name: str) -> None:
+    if packet in DROPOUT_ARGUMENTS:
+        raise ValueError(f"{packet} has a dropout argument registered twice")
+    DROPOUT_ARGUMENTS[packet] = name
+
+
+for _name in ("_scaled_dot_product_flash_attention_for_cpu",
+              "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+              "_scaled_dot_product_cudnn_attention"):
+    _packet = getattr(torch.ops.aten, _name, None)
+    if _packet is not None:
+        _dropout_argument(_packet, "dropout_p")
+
+
+def _argument(node: torch.fx.Node, name: str) -> Any:
+    """The value of ``node``'s argument ``name`` (positional, keyword or the default)."""
+    for i, arg in enumerate(node.target._schema.arguments):
+        if arg.name == name:
+            if not arg.kwarg_only and i < len(node.args):
+                return node.args[i]
+            return node.kwargs.get(name, arg.default_value)
+    raise KeyError(f"{node.target} has no argument {name!r}")
+
+
+def draws_random(node: torch.fx.Node) -> bool:
+    """Does ``node`` draw random numbers (a tagged op, unless its dropout is 0)?"""
     target = node.target
-    return isinstance(target, torch._ops.OpOverload) and \
-        torch.Tag.nondeterministic_seeded in target.tags
-
-
-def _forward_live(outputs: list[Any]) -> set[torch.fx.Node]:
-    """Nodes the forward outputs depend on (not the tangent-free parts of backward formulas,
-    such as GELU's derivative, which autograd adds untagged among the forward nodes)."""
-    live: set[torch.fx.Node] = set()
-    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
-    while stack:
-        n = stack.pop()
-        if n not in live:
-            live.add(n)
-            stack.extend(n.all_input_nodes)
-    return live
+    if not isinstance(target, torch._ops.OpOverload) or \
+            torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    dropout = DROPOUT_ARGUMENTS.get(target.overloadpacket)
+    return dropout is None or _argument(node, dropout) != 0
 
 
 def decisions(nodes: list[torch.fx.Node], backward: set[torch.fx.Node],
-              fw_outputs: list[Any]) -> dict[torch.fx.Node, str]:
-    """What each tagged forward node must do (module docstring); untagged nodes are absent."""
+              live: set[torch.fx.Node]) -> dict[torch.fx.Node, str]:
+    """What each tagged forward node must do (module docstring); untagged nodes are absent.
+    ``live``: the nodes the forward outputs depend on (not the tangent-free parts of backward
+    formulas, such as GELU's derivative, which autograd adds untagged among the forward
+    nodes)."""
     out: dict[torch.fx.Node, str] = {}
     if not any("recompute" in n.meta for n in nodes):
         return out
-    live = _forward_live(fw_outputs)
     for n in nodes:
         if n in backward or n.op != "call_function" or "recompute" not in n.meta:
             continue
-        if _random(n):
+        if draws_random(n):
             out[n] = SAVE
             continue
         out[n] = _policy_decision(n, n.meta["recompute"])
     for n in nodes:  # a getitem follows the op whose output it picks
         if n in out and n.target is operator.getitem and n.args[0] in out:
             out[n] = out[n.args[0]]
+    downstream = _regions_downstream(nodes, live)
     for n, d in list(out.items()):
         if d != RECOMPUTE:
             continue
@@ -129,6 +164,25 @@ def decisions(nodes: list[torch.fx.Node], backward: set[torch.fx.Node],
             if user.op == "output" or user not in live:
                 continue
             if "recompute" not in user.meta or user.meta.get("ac_graph_id") != region:
-                del out[n]  # a region boundary: an ordinary node
+                if downstream[n] - {region}:
+                    out[n] = SAVE  # a region boundary that another region depends on
+                else:
+                    del out[n]  # the last region's output: an ordinary node
                 break
     return out
+
+
+def _regions_downstream(nodes: list[torch.fx.Node],
+                        live: set[torch.fx.Node]) -> dict[torch.fx.Node, frozenset]:
+    """Per forward node, the checkpoint regions of the live nodes that depend on it."""
+    empty: frozenset = frozenset()
+    below: dict[torch.fx.Node, frozenset] = {}
+    for n in reversed(nodes):
+        regions = empty
+        for user in n.users:
+            if user in live:
+                regions = regions | below.get(user, empty)
+                if "recompute" in user.meta:
+                    regions = regions | {user.meta.get("ac_graph_id")}
+        below[n] = regions
+    return below

@@ -77,7 +77,10 @@ class JointGraph:
     - ``mutated_primals``: positions of primals whose new value follows the forward outputs;
     - ``out_spec``/``out_template``: the torch-level output structure (``restore_outputs``);
     - ``output_deps``: per grad primal, the forward outputs it reaches (a param whose outputs
-      all get no grad keeps ``.grad`` None).
+      all get no grad keeps ``.grad`` None);
+    - ``leaf_inputs``: positions of the graph's own inputs (among the primals) that were leaf
+      tensors requiring grad when traced: autograd's graph holds those until the backward, as
+      the module holds its lifted tensors, so the partitioner saves them for free.
     """
 
     gm: torch.fx.GraphModule
@@ -93,6 +96,7 @@ class JointGraph:
     out_template: list
     output_deps: list[frozenset[int]]
     symbolic: bool
+    leaf_inputs: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def num_primals(self) -> int:
@@ -121,6 +125,8 @@ def trace_joint(
 
     ``example_inputs`` as for ``trace_inference`` (real tensors, or FakeTensors with SymInt
     sizes: the joint graph is then symbolic over the same symbols)."""
+    leaf_inputs = [i for i, x in enumerate(example_inputs)
+                   if isinstance(x, torch.Tensor) and x.requires_grad and x.is_leaf]
     example_inputs, table, fake_mode, symbolic, lifted_names, lifted_real = _trace_start(
         gm, example_inputs, decompositions)
     with _no_dispatch_modes():
@@ -215,7 +221,8 @@ def trace_joint(
         num_user_inputs=len(example_inputs), requires_grad=requires_grad,
         grad_primals=grad_primals, num_forward_outputs=num_fw, diff_outputs=diff_outputs,
         mutated_primals=mutated, out_spec=out_spec, out_template=template,
-        output_deps=output_deps, symbolic=symbolic)
+        output_deps=output_deps, symbolic=symbolic,
+        leaf_inputs=[n_lifted + i for i in leaf_inputs])
 
 
 # ----------------------------------------------------------------------------------------

@@ -14,6 +14,21 @@ the backward runs). Two partitioners, in ``PARTITIONERS``:
   reduction or random op), and recomputing costs ``price`` per byte of its output (an edge
   source -> ``n.in``; views cost nothing).
 
+  What saving costs is what it adds to memory (``_cost_to_save``). The module's parameters
+  and buffers (the lifted primals) and the graph's leaf inputs requiring grad are alive until
+  the backward anyway (the module, autograd's AccumulateGrad hold them): saving one is free,
+  so a weight is saved rather than its bf16 cast. The graph's other inputs are allocated
+  already, by the caller, who usually keeps them (an earlier graph's output that the model
+  returns: HF's logits into the loss graph): one costs half its bytes, so the cut saves an
+  input rather than a new value of its size (the logits rather than their log-softmax).
+
+  A forward node that no forward output depends on (a tangent-free piece of a backward
+  formula: NLL's one-hot ``scatter``, GELU's derivative, a decomposed attention backward's
+  ``q @ k^T``) runs once wherever it runs, so it is not tied to the source: the cut moves it
+  to the backward unless saving it is cheaper than saving what it reads, as torch's
+  partitioner bans recomputation only for nodes the forward needs. Random ops stay in the
+  forward (they draw in eager's order).
+
 The memory budget (``activation_memory_budget = f``, 0 < f <= 1) is a knapsack over the
 recomputable candidates: save at most ``floor + f * (default - floor)`` bytes, where
 ``default`` is the min-cut at the default recompute price and ``floor`` the min-cut with free
@@ -180,8 +195,19 @@ class _JointView:
         }
         # nodes run for their effect (a check that raises), in the graph whose values they read
         effects = [n for n in self.nodes if n.op == "call_function" and runs_for_effect(n)]
+        # nodes the forward outputs depend on: the others only feed the backward
+        self.fw_live: set[torch.fx.Node] = set()
+        stack = [o for o in self.fw_outputs if isinstance(o, torch.fx.Node)]
+        while stack:
+            n = stack.pop()
+            if n not in self.fw_live:
+                self.fw_live.add(n)
+                stack.extend(n.all_input_nodes)
+        # alive until the backward anyway: the module's tensors, leaf inputs requiring grad
+        self.static = set(self.primals[: len(joint.lifted_names)])
+        self.static |= {self.primals[i] for i in joint.leaf_inputs}
         # activation-checkpoint regions: forward nodes to recompute or to keep
-        self.checkpoint = checkpoint.decisions(self.nodes, self.backward, self.fw_outputs)
+        self.checkpoint = checkpoint.decisions(self.nodes, self.backward, self.fw_live)
         self.fw_effects = [n for n in effects if n not in self.backward]
         self.bw_effects = [n for n in effects if n in self.backward]
 
@@ -220,6 +246,19 @@ def _recomputable(node: torch.fx.Node) -> bool:
     )
 
 
+#: what saving one of the graph's inputs costs, per byte (module docstring)
+INPUT_SAVE_COST = 0.5
+
+
+def _cost_to_save(view: _JointView, node: torch.fx.Node) -> float:
+    """What saving ``node`` adds to memory, as the cut counts it (module docstring)."""
+    if node in view.static:
+        return 0.0
+    if node.op == "placeholder":
+        return INPUT_SAVE_COST * saved_bytes_of(node)
+    return saved_bytes_of(node)
+
+
 def _recompute_cost(node: torch.fx.Node, price: float) -> float:
     if node.target in _FREE or node.target is operator.getitem or not node.all_input_nodes:
         return 0.0
@@ -241,22 +280,23 @@ def _min_cut_with_budget(view: _JointView, budget: float) -> list[torch.fx.Node]
     if budget >= 1.0:
         return default
     floor = _min_cut(view, 0.0)
-    b_default, b_floor = _total(default), _total(floor)
+    b_default, b_floor = _total(view, default), _total(view, floor)
     target = b_floor + budget * (b_default - b_floor)
     # bisection on the recompute price: the largest price whose plan fits the target
     lo, hi, best = 0.0, DEFAULT_RECOMPUTE_PRICE, floor
     for _ in range(12):
         mid = (lo + hi) / 2
         plan = _min_cut(view, mid)
-        if _total(plan) <= target:
+        if _total(view, plan) <= target:
             lo, best = mid, plan
         else:
             hi = mid
     return best
 
 
-def _total(saved: list[torch.fx.Node]) -> float:
-    return sum(saved_bytes_of(n) for n in saved)
+def _total(view: _JointView, saved: list[torch.fx.Node]) -> float:
+    """The bytes a plan saves as the cut counts them (module tensors free)."""
+    return sum(_cost_to_save(view, n) for n in saved)
 
 
 def _min_cut(view: _JointView, price: float) -> list[torch.fx.Node]:
@@ -273,8 +313,11 @@ def _min_cut(view: _JointView, price: float) -> list[torch.fx.Node]:
             # inside a checkpoint region: never saved, recomputed for free (matmuls too)
             net.add_edge(n_in, n_out, INF)
         else:
-            net.add_edge(n_in, n_out, saved_bytes_of(n))
-            if n.op == "placeholder" or not _recomputable(n) or n in fw_required or \
+            net.add_edge(n_in, n_out, _cost_to_save(view, n))
+            if n not in view.fw_live and n.op == "call_function" and \
+                    not checkpoint.draws_random(n):
+                pass  # feeds only the backward: runs once, in either graph
+            elif n.op == "placeholder" or not _recomputable(n) or n in fw_required or \
                     decision == checkpoint.SAVE:
                 net.add_edge(source, n_in, INF)
             else:
@@ -288,10 +331,14 @@ def _min_cut(view: _JointView, price: float) -> list[torch.fx.Node]:
         if isinstance(g, torch.fx.Node) and g not in view.backward:
             net.add_edge((g, "out"), sink, INF)
     side = net.min_cut(source, sink)
+    grads = set(view.grads)
+    # a crossing value is saved when something on the backward side reads it (a module
+    # tensor's edge costs nothing, so it crosses whether or not the backward reads it)
     return [
         n
         for n in view.nodes
         if n not in view.backward and (n, "in") in side and (n, "out") not in side
+        and (n in grads or any(u.op != "output" and (u, "in") not in side for u in n.users))
     ]
 
 
@@ -315,7 +362,7 @@ def _build(view: _JointView, saved: list[torch.fx.Node], strategy: str) -> Parti
     bw_inputs = [*saved_values, *(view.primals[i] for i in saved_primals), *view.tangents]
     bw_gm, bw_nodes = _extract(
         joint.gm, inputs=bw_inputs, outputs=grads, effects=view.bw_effects,
-        class_name="BackwardGraph"
+        class_name="BackwardGraph", just_in_time=view.backward,
     )
     recomputed = [n.name for n in view.nodes if n in bw_nodes and n not in view.backward]
     return Partition(
@@ -325,10 +372,33 @@ def _build(view: _JointView, saved: list[torch.fx.Node], strategy: str) -> Parti
         saved_primals=saved_primals,
         grad_outputs=[isinstance(g, torch.fx.Node) for g in view.grads],
         saved_names=[n.name for n in saved],
-        saved_bytes=int(_total(saved)),
+        saved_bytes=int(sum(saved_bytes_of(n) for n in saved)),
         recomputed=recomputed,
         strategy=strategy,
     )
+
+
+def _copy_order(gm: torch.fx.GraphModule, needed: set[torch.fx.Node],
+                anchors: set[torch.fx.Node] | None) -> list[torch.fx.Node]:
+    """``needed`` in the joint graph's order, or (``anchors`` given) the anchors in that
+    order, each preceded by those of its needed ancestors not placed yet (``_extract``)."""
+    joint_order = [n for n in gm.graph.nodes if n in needed]
+    if anchors is None:
+        return joint_order
+    position = {n: i for i, n in enumerate(joint_order)}
+    placed: set[torch.fx.Node] = set()
+    order: list[torch.fx.Node] = []
+    for anchor in [n for n in joint_order if n in anchors] + joint_order:
+        group: set[torch.fx.Node] = set()
+        stack = [anchor]
+        while stack:
+            n = stack.pop()
+            if n in needed and n not in placed and n not in group:
+                group.add(n)
+                stack.extend(n.all_input_nodes)
+        order += sorted(group, key=position.__getitem__)
+        placed |= group
+    return order
 
 
 def _extract(
@@ -338,11 +408,18 @@ def _extract(
     outputs: list[torch.fx.Node],
     effects: list[torch.fx.Node],
     class_name: str,
+    just_in_time: set[torch.fx.Node] | None = None,
 ) -> tuple[torch.fx.GraphModule, set[torch.fx.Node]]:
     """A new graph computing ``outputs`` from ``inputs`` (which become its placeholders),
     and running ``effects`` (nodes run for their effect: a check that raises), copying the
     nodes in between in the joint graph's order. Reaching a placeholder that is
-    not an input is a partitioner bug. Also returns the joint nodes it copied."""
+    not an input is a partitioner bug. Also returns the joint nodes it copied.
+
+    ``just_in_time`` (the backward's own nodes): those keep the joint graph's order, and every
+    other node (a recomputed forward node) is placed just before the first of them that
+    reads it, as eager autograd recomputes a checkpoint region when its backward runs. In
+    the joint graph's order every recomputation would come first, all the recomputed
+    activations alive together when the backward starts."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in inputs:
@@ -359,9 +436,8 @@ def _extract(
             raise AssertionError(f"{class_name} needs {n.name}, which it does not receive")
         needed.add(n)
         stack.extend(n.all_input_nodes)
-    for node in gm.graph.nodes:
-        if node in needed:
-            env[node] = graph.node_copy(node, lambda a: env[a])
+    for node in _copy_order(gm, needed, just_in_time):
+        env[node] = graph.node_copy(node, lambda a: env[a])
     result = tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs)
     out = graph.output(result)
     out.meta["val"] = tuple(
