@@ -494,3 +494,64 @@ def test_resume_code_assembles_at_every_reachable_instruction(module):
             assert rc.co_argcount == depth + len(code.co_varnames)
             built += 1
     assert built > 100
+
+
+# -- make_generator_resume_code: a generator paused at a yield, rebuilt ----------------------
+
+def _paused_gen(x, log):
+    try:
+        for i in range(3):
+            got = yield x + i
+            log.append(("got", got))
+    except ValueError as e:
+        log.append(("caught", str(e)))
+        yield -1
+    finally:
+        log.append("finally")
+
+
+def _rebuilt_after_first_yield(x, log, remaining):
+    """A generator of ``_paused_gen`` rebuilt paused at its first yield (i == 0; the range
+    iterator with ``remaining`` items left on the stack), started once."""
+    yield_inst, depth = _find(_paused_gen, lambda i: i.opname == "YIELD_VALUE")
+    stack = [f"s{k}" for k in range(depth - 1)]  # below the yielded value
+    code = bc.make_generator_resume_code(_paused_gen.__code__, yield_inst, stack,
+                                         ["x", "log", "i"], "_paused_gen",
+                                         qualname=_paused_gen.__qualname__)
+    fn = types.FunctionType(code, globals(), "_paused_gen")
+    g = fn(*([iter(remaining)] * len(stack)), x, log, 0)
+    assert next(g) is None  # its own first yield
+    return g
+
+
+def test_generator_resume_sends_into_the_paused_yield():
+    log = []
+    g = _rebuilt_after_first_yield(10, log, range(1, 3))
+    assert g.send("a") == 11
+    assert g.send("b") == 12
+    with pytest.raises(StopIteration):
+        g.send("c")
+    assert log == [("got", "a"), ("got", "b"), ("got", "c"), "finally"]
+    assert g.__name__ == "_paused_gen" and g.__qualname__ == _paused_gen.__qualname__
+
+
+def test_generator_resume_throw_reaches_the_original_handler():
+    log = []
+    g = _rebuilt_after_first_yield(10, log, range(1, 3))
+    assert g.throw(ValueError("boom")) == -1
+    g.close()
+    assert log == [("caught", "boom"), "finally"]
+
+
+def test_generator_resume_close_runs_finally():
+    log = []
+    g = _rebuilt_after_first_yield(10, log, range(1, 3))
+    g.close()
+    assert log == ["finally"]
+
+
+def test_generator_resume_refuses_a_yield_offset_elsewhere():
+    yield_inst, _ = _find(_paused_gen, lambda i: i.opname == "YIELD_VALUE")
+    with pytest.raises(bc.BytecodeError):
+        bc.make_generator_resume_code(_paused_gen.__code__, yield_inst.offset + 2, [], [],
+                                      "g")

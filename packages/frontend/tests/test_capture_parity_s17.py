@@ -795,9 +795,7 @@ class _Key:
     idx: int
 
 
-@case.program(xfail="a dict keyed by instances of a user class made in the frame (a frozen "
-                     "dataclass: __hash__/__eq__ in Python) is not traced; kiln breaks the "
-                     "graph at the dict display (torch.compile makes one graph)")
+@case.program
 def cls_frozen_dataclass_as_dict_key(x):
     table = {_Key("a", 0): 1.0, _Key("b", 1): 2.0}
     return x * table[_Key("b", 1)], _Key("a", 0) in table
@@ -910,10 +908,12 @@ def _as_leaf(v):
     return v.detach().requires_grad_()
 
 
-@case.program(xfail="the requires_grad_() break inside an inlined function breaks the graph at "
-                     "the root frame's call, and the callee's own frame compiles its detach() "
-                     "as a graph of its own (3 graphs); torch.compile breaks inside the "
-                     "inlined frame (2 graphs)")
+@case.program(xfail="both break at the call of _as_leaf (graph 1: x * 2) and compile its frame "
+                     "up to requires_grad_() (graph 2: detach); torch.compile then gives up on "
+                     "the root's resume frame (reading out.grad_fn of a tensor with a grad_fn "
+                     "is a break it cannot resume from) and runs it eagerly, where kiln "
+                     "captures it (graph 3: w * 3): kiln's extra graph is code torch leaves "
+                     "uncompiled")
 def grad_leaf_made_in_inlined_call(x):
     w = _as_leaf(x * 2)
     out = w * 3

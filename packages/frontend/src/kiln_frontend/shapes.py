@@ -246,7 +246,9 @@ def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
     it is a symbol from then on, so a loop over ``n`` compiles twice, not once per value.
     ``dynamic=True`` makes it a symbol at once, ``dynamic=False`` never.  Only values
     reached from the frame's arguments (locals) or its own free variables (a closure's
-    counter, as torch.compile): a global int stays a constant."""
+    counter, as torch.compile): a global int stays a constant, and so does an int read
+    through an ``nn.Module`` (``self.k``, ``self.cfg.k``: torch.compile takes module ints
+    for static)."""
     if output.dynamic is True:
         return True
     if output.dynamic is not None or output.frame_state is None:
@@ -255,6 +257,8 @@ def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
 
     if not isinstance(source.root(), (LocalSource, ClosureSource)):  # globals stay
         return False  # specialized, as in torch
+    if type(value) is int and _read_through_module(output, source):
+        return False
     record = output.frame_state.setdefault(SCALAR_STATE_KEY, {})
     key = source.name()
     if key not in record:
@@ -264,6 +268,16 @@ def scalar_is_dynamic(output: Any, source: Source, value: int | float) -> bool:
     if prev is None or prev != (type(value), value):
         record[key] = None
         return True
+    return False
+
+
+def _read_through_module(output: Any, source: Source) -> bool:
+    """Whether a base of ``source`` is an ``nn.Module`` the trace already holds."""
+    base = getattr(source, "base_source", None)
+    while base is not None:
+        if isinstance(output.source_cache.get(base), upper.NNModuleVariable):
+            return True
+        base = getattr(base, "base_source", None)
     return False
 
 

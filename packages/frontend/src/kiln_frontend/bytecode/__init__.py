@@ -17,7 +17,7 @@ from . import builders, versions
 from .assemble import BytecodeError, assemble, stack_depths, transform_code
 from .disasm import disassemble
 from .instructions import ExceptionTableEntry, Instruction, Positions, create_instruction, decode
-from .resume import make_reentry_code, make_resume_code
+from .resume import make_generator_resume_code, make_reentry_code, make_resume_code
 from .versions import (
     is_backward_jump,
     is_conditional_jump,
@@ -47,6 +47,7 @@ __all__ = [
     "is_terminator",
     "is_unconditional_jump",
     "make_reentry_code",
+    "make_generator_resume_code",
     "make_resume_code",
     "stack_depths",
     "stack_effect",

@@ -58,6 +58,7 @@ def make_resume_code(
     *,
     qualname: str | None = None,
     _after: tuple[int, Sequence[Instruction], Sequence[str]] | None = None,
+    _paused_yield: int | None = None,
 ) -> CodeType:
     """Continuation of ``code`` at ``target`` (an Instruction decoded from ``code``, or its
     offset).
@@ -74,7 +75,9 @@ def make_resume_code(
     Raises ``BytecodeError`` when the stack layout does not fit the code after ``target``.
     Locals that are not passed start unbound; reading one raises UnboundLocalError.
     """
-    if code.co_flags & _UNSUPPORTED_FLAGS:
+    unsupported = _UNSUPPORTED_FLAGS & ~(inspect.CO_GENERATOR if _paused_yield is not None
+                                         else 0)
+    if code.co_flags & unsupported:
         raise BytecodeError(f"{code.co_name}: resume code for generators/coroutines is not supported")
     offset = target if isinstance(target, int) else target.offset
     if offset is None:
@@ -85,6 +88,12 @@ def make_resume_code(
         start = next(k for k, inst in enumerate(original) if inst.offset == offset)
     except StopIteration:
         raise BytecodeError(f"{code.co_name}: no instruction at offset {offset}") from None
+    paused: list[Instruction] = []  # the generator's YIELD_VALUE and the RESUME after it
+    if _paused_yield is not None:
+        paused = original[start - 2:start]
+        if start < 2 or paused[0].offset != _paused_yield or \
+                paused[0].opname != "YIELD_VALUE" or paused[1].opname != "RESUME":
+            raise BytecodeError(f"{code.co_name}: no YIELD_VALUE; RESUME before offset {offset}")
 
     closure_names = tuple(code.co_cellvars) + tuple(code.co_freevars)
     closure_set = set(closure_names)
@@ -104,7 +113,9 @@ def make_resume_code(
         v for v in code.co_varnames if v not in closure_set and v not in passed
     ] + (list(_after[2]) if _after is not None else [])
 
-    body, first = _reachable_copy(original, start)
+    handlers = [original.index(inst.exn_tab_entry.target) for inst in paused
+                if inst.exn_tab_entry is not None]
+    body, first, copies = _reachable_copy(original, start, handlers)
     extra_varnames: list[str] = []
     if _after is not None:  # make_reentry_code: a tail after the instruction at this offset
         last_offset, tail, extra_varnames = _after
@@ -128,6 +139,8 @@ def make_resume_code(
                 and inst.argval not in closure_set):
             inst.opname = versions.CHECKED_LOAD_FAST
     prologue: list[Instruction] = builders.copy_free_vars(len(closure_names))
+    if paused:
+        prologue += [create_instruction("RETURN_GENERATOR")] + builders.pop_top()
     prologue += builders.resume(0)
     for s in stack_vars:
         if s is None:
@@ -136,6 +149,17 @@ def make_resume_code(
             prologue += builders.load_fast(s)
         else:
             prologue += [inst.copy() for inst in s]
+    if paused:
+        # paused again at a yield of its own, under the original's handler (a throw() or
+        # close() there runs the original's except/finally), after a first next()
+        prologue += builders.load_const(None)
+        for inst in paused:
+            new = create_instruction(inst.opname, arg=inst.arg, argval=inst.argval)
+            e = inst.exn_tab_entry
+            if e is not None:
+                new.exn_tab_entry = ExceptionTableEntry(new, new, copies[id(e.target)],
+                                                        e.depth, e.lasti)
+            prologue.append(new)
     prologue.append(create_instruction("JUMP_FORWARD", target=first))
     if first.lineno is not None:
         for inst in prologue:
@@ -157,14 +181,15 @@ def make_resume_code(
     )
 
 
-def _reachable_copy(insts: list[Instruction], start: int) -> tuple[list[Instruction], Instruction]:
-    """Copies of the instructions reachable from ``insts[start]`` (fall-through, jumps and
-    exception handlers) in their original order, and the copy of ``insts[start]``.
-    Targets and exception-table entries point at the copies; entries are narrowed to the
-    kept instructions."""
+def _reachable_copy(insts: list[Instruction], start: int, also: Sequence[int] = ()
+                    ) -> tuple[list[Instruction], Instruction, dict[int, Instruction]]:
+    """Copies of the instructions reachable from ``insts[start]`` (and from ``also``;
+    fall-through, jumps and exception handlers) in their original order, the copy of
+    ``insts[start]``, and the copies by id of their original.  Targets and exception-table
+    entries point at the copies; entries are narrowed to the kept instructions."""
     index_of = {id(inst): k for k, inst in enumerate(insts)}
     keep = [False] * len(insts)
-    work = [start]
+    work = [start, *also]
     while work:
         k = work.pop()
         if k >= len(insts) or keep[k]:
@@ -196,8 +221,37 @@ def _reachable_copy(insts: list[Instruction], start: int) -> tuple[list[Instruct
             ne.end = new
             new.exn_tab_entry = ne
         out.append(new)
-    return out, copies[id(insts[start])]
+    return out, copies[id(insts[start])], copies
 
+
+
+def make_generator_resume_code(
+    code: CodeType,
+    paused_yield: Instruction | int,
+    stack_vars: Sequence[str | None],
+    live_locals: Sequence[str],
+    name: str,
+    *,
+    qualname: str | None = None,
+) -> CodeType:
+    """A generator function that rebuilds a generator of ``code`` paused at the
+    ``YIELD_VALUE`` ``paused_yield`` (an Instruction decoded from ``code``, or its offset).
+
+    Called with the stack values below the yielded one and the live locals (as
+    ``make_resume_code``), it makes a generator whose first ``next()`` restores them and
+    stops at a yield of its own (yielding None) under the original yield's exception
+    handler; from then on the generator is the original one paused there: the value a
+    later ``send`` gives is what the original ``yield`` evaluates to, and ``throw``/
+    ``close`` raise where the original would."""
+    offset = paused_yield if isinstance(paused_yield, int) else paused_yield.offset
+    if offset is None:
+        raise BytecodeError(f"paused yield {paused_yield!r} has no offset in {code.co_name}")
+    insts = decode(code)
+    k = next((i for i, inst in enumerate(insts) if inst.offset == offset), None)
+    if k is None or k + 2 >= len(insts):
+        raise BytecodeError(f"{code.co_name}: no instruction after the yield at {offset}")
+    return make_resume_code(code, insts[k + 2], stack_vars, live_locals, name,
+                            qualname=qualname, _paused_yield=offset)
 
 
 def make_reentry_code(

@@ -133,6 +133,7 @@ class InstructionTranslatorBase:
         self.plain_slots: set[str] = set()
         self.output = output
         self.parent = parent
+        self._liveness: list[frozenset[str]] | None = None
         self.depth = 0 if parent is None else parent.depth + 1
         self.stack: list[VariableTracker] = []
         self.ip = 0
@@ -141,6 +142,21 @@ class InstructionTranslatorBase:
         #: KW_NAMES / PRECALL seen since the last call (replayed when a call breaks)
         self.call_prefix: list = []
         self.done = False
+
+    def live_locals(self, index: int) -> list[str]:
+        """Plain locals (not cells) live at instruction ``index`` that have values now,
+        in co_varnames order."""
+        if self._liveness is None:
+            self._liveness = live_variables(self.instructions)
+        live = self._liveness[index] if index < len(self.instructions) else frozenset()
+        cells = set(self.code.co_cellvars) | set(self.code.co_freevars)
+        out = []
+        for name in self.code.co_varnames:
+            if name in live and name not in cells and name in self.symbolic_locals:
+                if isinstance(self.symbolic_locals[name], DeletedVariable):
+                    continue
+                out.append(name)
+        return out
 
     # -- stack ------------------------------------------------------------------------
 
@@ -470,7 +486,6 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.nopython = nopython
         self.arg_names = arg_names
         self.break_points = dict(break_points or {})
-        self._liveness: list[frozenset[str]] | None = None
         #: the transformed code's instructions, once the frame is done
         self.output_instructions: list | None = None
         #: graph breaks taken: (reason, filename, lineno)
@@ -557,21 +572,6 @@ class InstructionTranslator(InstructionTranslatorBase):
         if opname != "NOP" and not self.can_break_at(self.instructions[start]):
             return None
         return start
-
-    def live_locals(self, index: int) -> list[str]:
-        """Plain locals (not cells) live at instruction ``index`` that have values now,
-        in co_varnames order."""
-        if self._liveness is None:
-            self._liveness = live_variables(self.instructions)
-        live = self._liveness[index] if index < len(self.instructions) else frozenset()
-        cells = set(self.code.co_cellvars) | set(self.code.co_freevars)
-        out = []
-        for name in self.code.co_varnames:
-            if name in live and name not in cells and name in self.symbolic_locals:
-                if isinstance(self.symbolic_locals[name], DeletedVariable):
-                    continue
-                out.append(name)
-        return out
 
     def in_loop(self, index: int) -> bool:
         """True when instruction ``index`` lies on a cycle of the control flow (it can reach
@@ -889,7 +889,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         from .variables.iterators import pending_cleanup
 
         if any(pending_cleanup(g) for g in self.output.generators):
-            # neither rebuilt for the resume function nor dropped: its finally must run
+            # neither rebuilt for the resume function nor dropped: its finally must run.
+            # (A rebuilt one cannot be closed when eager closes it: the frame that calls
+            # the resume function holds it on its stack until that returns.)
             raise Unsupported("graph break while a generator is paused inside try/finally "
                               "or with") from reason
         self.graph_breaks.append(reason)

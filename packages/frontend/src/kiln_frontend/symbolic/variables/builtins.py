@@ -325,6 +325,23 @@ for _cls in (tuple, list):
     BUILTIN_CALLS.add(_cls, _b_tuple_list(_cls))
 
 
+@builtin_handler(tuple.__new__)
+def _b_tuple_new(tx, args, kwargs):
+    """``tuple.__new__(cls, iterable)`` for a namedtuple class (``cls._make``): a tuple of
+    that class holding the items; any other class is not known here (None)."""
+    from .containers import TupleVariable
+    from .misc import UserDefinedClassVariable
+
+    if kwargs or len(args) != 2:
+        return None
+    cls_var = tx.realize(args[0])
+    cls = getattr(cls_var, "cls", None)
+    if not isinstance(cls_var, UserDefinedClassVariable) or not (
+            isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        return None
+    return TupleVariable(tx.unpack_sequence(args[1]), tuple_cls=cls)
+
+
 @builtin_handler(dict)
 def _b_dict(tx, args, kwargs):
     from .containers import ConstDictVariable, dict_key

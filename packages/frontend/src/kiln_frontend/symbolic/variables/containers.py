@@ -419,8 +419,8 @@ class ConstDictVariable(VariableTracker):
 def _missing_key(k: Any) -> None:
     """KeyError(k), raised as traced code would (a module key breaks the graph: the
     exception's argument would be the module itself)."""
-    if isinstance(k, ItemById):
-        raise Unsupported(f"KeyError for a module key {k!r}")
+    if isinstance(k, TrackedKey):
+        raise Unsupported(f"KeyError for a key that is an object {k!r}")
     raise_traced(KeyError, k)
 
 
@@ -753,13 +753,20 @@ class NamedTupleMethodVariable(BoundMethodVariable):
         raise Unsupported(f"namedtuple.{self.name} with these arguments")
 
 
-class ItemById:
+class TrackedKey:
+    """A dict key or set item that is not a constant: the container keeps its tracker
+    (``var``: what iterating gives, what a rebuilt container holds)."""
+
+    __slots__ = ("var",)
+
+
+class ItemById(TrackedKey):
     """A dict key or set item known by identity (an ``nn.Module`` whose class keeps
     ``object``'s ``__hash__`` and ``__eq__``; its identity is guarded by the module's own
     guard): it hashes as the object does, so the shadow set's table (and iteration) order
-    is eager's, and equals only itself.  ``var`` is its tracker (what iterating gives)."""
+    is eager's, and equals only itself."""
 
-    __slots__ = ("obj", "var")
+    __slots__ = ("obj",)
 
     def __init__(self, obj: Any, var: VariableTracker):
         self.obj = obj
@@ -775,9 +782,40 @@ class ItemById:
         return f"<{type(self.obj).__name__} at {id(self.obj):#x}>"
 
 
+class ItemByValue(TrackedKey):
+    """A dict key or set item that hashes and compares by a tuple of constants, as an
+    instance of a frozen dataclass made in the frame does (its generated ``__hash__`` is
+    ``hash(fields)``; its ``__eq__`` compares the fields of two instances of one class).
+    It hashes as the real object would, so a set's table order is eager's."""
+
+    __slots__ = ("cls", "values")
+
+    def __init__(self, cls: type, values: tuple, var: VariableTracker):
+        self.cls = cls
+        self.values = values
+        self.var = var
+
+    def __hash__(self) -> int:
+        return hash(self.values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ItemByValue) and other.cls is self.cls and \
+            other.values == self.values
+
+    def __repr__(self) -> str:
+        return f"{self.cls.__qualname__}{self.values!r}"
+
+
 def hash_key(item: VariableTracker, what: str) -> Any:
     """The Python key a dict or set holds ``item`` under: a hashable constant as itself, a
-    module hashed by identity as an ``ItemById``; anything else breaks the graph."""
+    module hashed by identity as an ``ItemById``, a tracker that knows its value key
+    (``value_key()``: a frozen dataclass instance) as that; anything else breaks the
+    graph."""
+    value_key = getattr(item, "value_key", None)
+    if value_key is not None:
+        key = value_key()
+        if key is not None:
+            return key
     try:
         key = item.as_python_constant()
         hash(key)
@@ -800,19 +838,19 @@ def is_identity_key(obj: Any) -> bool:
 
 def key_var(key: Any) -> VariableTracker:
     """The tracker of a dict key (``hash_key``'s inverse)."""
-    return key.var if isinstance(key, ItemById) else ConstantVariable.create(key)
+    return key.var if isinstance(key, TrackedKey) else ConstantVariable.create(key)
 
 
 def load_key(codegen, key: Any) -> None:
     """Push a dict key when rebuilding a dict (a module key is reloaded from its source)."""
-    if isinstance(key, ItemById):
+    if isinstance(key, TrackedKey):
         codegen(key.var)
     else:
         codegen.load_const(key)
 
 
 def has_identity_keys(items: Any) -> bool:
-    return any(isinstance(k, ItemById) for k in items)
+    return any(isinstance(k, TrackedKey) for k in items)
 
 
 class TensorItem:
@@ -905,7 +943,7 @@ class SetVariable(VariableTracker):
         return set
 
     def as_python_constant(self) -> Any:
-        if any(isinstance(k, ItemById) for k in self.shadow):
+        if any(isinstance(k, TrackedKey) for k in self.shadow):
             raise NotConstant("a set of modules")
         if self.order_unknown and (self.has_tensor_items() or len(self.items) > 1):
             raise NotConstant("a set that held a tensor")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import types
 
+from ...bytecode import BytecodeError, make_generator_resume_code
 from ...exc import Unsupported
 from ...layers import upper
 from .base import BoundMethodVariable, VariableTracker
@@ -16,6 +17,7 @@ from .constant import ConstantVariable
 from .containers import IteratorVariable, TupleVariable
 from .exceptions import as_exception
 from .handler_table import builtin_handler
+from .misc import NullVariable
 from .raising import TracedException, raise_traced
 
 
@@ -34,6 +36,7 @@ class GeneratorVariable(IteratorVariable):
         self.kwargs = dict(kwargs)
         self.started = False
         self.finished = False
+        self.paused_in_except = False
         #: what the body returned (``StopIteration.value``, ``yield from``'s result)
         self.return_value: VariableTracker = ConstantVariable(None)
 
@@ -41,8 +44,14 @@ class GeneratorVariable(IteratorVariable):
         return types.GeneratorType
 
     def children(self):
-        if self.started:
+        if self.finished:
             return []
+        if self.started:  # what rebuilding it paused passes in (``reconstruct``)
+            if not getattr(self.gen_tx, "paused_at_yield", False):
+                return []
+            gen_tx = self.gen_tx
+            return [self.fn_var, *gen_tx.stack,
+                    *(gen_tx.symbolic_locals[n] for n in gen_tx.live_locals(gen_tx.ip))]
         return [self.fn_var, *self.args, *self.kwargs.values()]
 
     def next_item(self, tx) -> VariableTracker | None:
@@ -60,6 +69,7 @@ class GeneratorVariable(IteratorVariable):
                 raise TracedException(exc)
             return None
         started, self.started = self.started, True
+        handling = len(_handled(tx))
         try:
             if exc is not None:
                 value = throw_into_generator(self.gen_tx, exc, started)
@@ -77,6 +87,8 @@ class GeneratorVariable(IteratorVariable):
             self.finished = True
             self.return_value = getattr(self.gen_tx, "return_value", None) or \
                 ConstantVariable(None)
+        #: paused inside an except body (more exceptions handled than when resumed)
+        self.paused_in_except = value is not None and len(_handled(tx)) > handling
         return value
 
     def var_getattr(self, tx, name):
@@ -89,8 +101,11 @@ class GeneratorVariable(IteratorVariable):
             codegen.build_tuple(0)
             codegen.get_iter()
             return
-        if self.started or self.kwargs:
-            raise Unsupported("a generator paused at a yield cannot be rebuilt")
+        if self.started:
+            self._reconstruct_paused(codegen)
+            return
+        if self.kwargs:
+            raise Unsupported("a generator with keyword arguments cannot be rebuilt")
         # not started: nothing of its body ran, so calling the function again is the same
         codegen.push_null()
         codegen(self.fn_var)
@@ -98,8 +113,62 @@ class GeneratorVariable(IteratorVariable):
             codegen(a)
         codegen.call_function(len(self.args))
 
+    def _reconstruct_paused(self, codegen) -> None:
+        """A generator paused at a ``yield`` rebuilt as a new generator of a continuation
+        of its code (``make_generator_resume_code``) taking its stack and live locals,
+        started once so that it is paused where this one is."""
+
+        gen_tx = self.gen_tx
+        code = gen_tx.code
+        if not getattr(gen_tx, "paused_at_yield", False):
+            raise Unsupported("a generator that is running cannot be rebuilt")
+        if code.co_cellvars:
+            raise Unsupported("a paused generator with cell variables cannot be rebuilt")
+        if gen_tx.ip >= 2 and gen_tx.instructions[gen_tx.ip - 2].opname == "SEND":
+            raise Unsupported("a generator paused in `yield from` cannot be rebuilt")
+        if self.paused_in_except:
+            # its exception state is the generator's own (sys.exc_info(), a bare raise),
+            # which a rebuilt one would not have
+            raise Unsupported("a generator paused inside an except block cannot be rebuilt")
+        live = gen_tx.live_locals(gen_tx.ip)
+        stack_vars = [None if isinstance(v, NullVariable) else f"___kiln_gen_stack_{i}"
+                      for i, v in enumerate(gen_tx.stack)]
+        try:
+            resume_code = make_generator_resume_code(
+                code, gen_tx.instructions[gen_tx.ip - 1], stack_vars, live, code.co_name,
+                qualname=code.co_qualname)
+        except BytecodeError as e:
+            raise Unsupported(f"cannot rebuild a paused generator: {e}") from e
+        codegen.push_null()
+        codegen.load_const_object(rebuilt_generator)
+        codegen(self.fn_var)  # (its globals and closure cells)
+        codegen.load_const_object(resume_code)
+        values = [v for v in gen_tx.stack if not isinstance(v, NullVariable)]
+        values += [gen_tx.symbolic_locals[n] for n in live]
+        for v in values:
+            codegen(v)
+        codegen.call_function(2 + len(values))
+
     def describe(self) -> str:
         return f"GeneratorVariable({self.fn_var.describe()})"
+
+
+def rebuilt_generator(fn, code: types.CodeType, *args):
+    """A generator of ``code`` (``make_generator_resume_code``'s, for the generator
+    function ``fn``: its globals, closure, name) called with ``args`` and run to its own
+    first yield, of None: it is then paused where the original generator was."""
+    fn = getattr(fn, "__func__", fn)
+    rebuilt = types.FunctionType(code, fn.__globals__, fn.__name__, None, fn.__closure__)
+    rebuilt.__qualname__ = fn.__qualname__
+    gen = rebuilt(*args)
+    next(gen)
+    return gen
+
+
+def _handled(tx) -> list:
+    """The exceptions the trace handles now (``handlers.exceptions.handled_exceptions``:
+    one stack on the root translator)."""
+    return getattr(tx.root(), "handled_exceptions", [])
 
 
 _GENERATOR_METHODS = ("send", "throw", "close", "__next__", "__iter__")

@@ -15,7 +15,7 @@ from ...layers import upper
 from ...sources import AttrSource
 from .attributes import MISSING as MISSING_ATTR
 from .attributes import AttributeOwner, is_slot_of
-from .base import NotConstant, VariableTracker, tracker_for
+from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .raising import raise_traced
 
@@ -580,6 +580,27 @@ def new_object(cls: type, attrs: dict, slots: dict | None = None) -> Any:
     return obj
 
 
+def _generated_value_fields(cls: type) -> tuple[str, ...] | None:
+    """The fields a frozen dataclass's generated ``__hash__`` hashes (as a tuple) and its
+    generated ``__eq__`` compares, when both are generated (``dataclasses`` builds them
+    from source text: their code's file is ``<string>``) and read the same fields; None
+    for any other class."""
+    import dataclasses
+
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not (params.frozen and params.eq):
+        return None
+    for name in ("__eq__", "__hash__"):
+        fn = cls.__dict__.get(name)
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_filename != "<string>":
+            return None
+    fields = dataclasses.fields(cls)
+    compared = tuple(f.name for f in fields if f.compare)
+    hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
+    return compared if compared == hashed else None
+
+
 class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
     """An instance of a plain Python class created while tracing (a dataclass, a small
     record class): its attributes are trackers; generated code rebuilds it with
@@ -607,6 +628,23 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         from .attributes import traced_hasattr
 
         return traced_hasattr(tx, self, name in self.attrs, name)
+
+    def value_key(self):
+        """The key this object is as a dict key or set item (``ItemByValue``) when its
+        class is a frozen dataclass whose ``__eq__`` and ``__hash__`` are the generated
+        ones and the fields they read are hashable constants; None otherwise (the
+        container refuses it)."""
+        from .containers import ItemByValue
+
+        fields = _generated_value_fields(self.cls)
+        if fields is None or not all(f in self.attrs for f in fields):
+            return None
+        try:
+            values = tuple(self.attrs[f].as_python_constant() for f in fields)
+            hash(values)
+        except (NotConstant, TypeError):
+            return None
+        return ItemByValue(self.cls, values, self)
 
     def _python_slot(self, name: str) -> types.FunctionType | None:
         """The class's own ``__getattribute__``/``__getattr__``/``__setattr__`` when it is
@@ -770,17 +808,9 @@ class FrameObjectVariable(PythonProtocolMixin, AttributeOwner, VariableTracker):
         codegen.call_function(3)
 
 
-class FrameObjectSlotVariable(VariableTracker):
+class FrameObjectSlotVariable(BoundMethodVariable):
     """``object.__getattribute__``/``__setattr__``/``__delattr__`` bound to a
     FrameObjectVariable: the generic attribute protocol, under any Python override."""
-
-    def __init__(self, obj: FrameObjectVariable, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def children(self):
-        return [self.obj]
 
     def describe(self) -> str:
         return f"object.{self.name} of {self.obj.describe()}"
