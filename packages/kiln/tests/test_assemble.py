@@ -103,8 +103,11 @@ def test_weight_guards_are_the_same_on_a_miss_and_a_hit():
     with torch.no_grad():
         m.norm.running_mean.add_(0.25)  # the folded constants are stale: both compile again
         for compiled in (fresh, hit):
+            before = compiled.fn
             torch.testing.assert_close(compiled(X), m(X))
-            assert compiled.tensors is None
+            # it runs the new compile, and guards it itself (one guard, not a chain)
+            assert compiled.fn is not before and type(compiled.fn) is not WeightsGuard
+            assert _guarded(compiled)[0] == tensors
 
 
 class _LaunchFailed(Exception):

@@ -25,6 +25,8 @@ See docs/kiln.md.
 
 from __future__ import annotations
 
+from kiln_runtime import data_aliases  # noqa: F401  (Tensor.data remembers its aliases)
+
 from . import higher_order  # noqa: F401  (installs loopir's subgraph compiler)
 from .api import compile
 from .options import Options

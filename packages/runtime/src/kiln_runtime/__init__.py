@@ -10,13 +10,15 @@
   (loading a blob runs what it holds).
 - ``compile_timer``: named compile phases per graph (``KILN_LOGS=perf`` prints them).
 - ``cudagraphs``: CUDA-graph record/replay (``mode="reduce-overhead"``), imported on use.
+- ``data_aliases``: ``Tensor.data`` through a property that remembers the aliases it hands
+  out, so weight guards see writes through them (installed when this package is imported).
 
 Depends only on torch; it receives plain data (Python source + a namespace dict).
 """
 
 from __future__ import annotations
 
-from . import compile_timer, disk_cache, launch
+from . import compile_timer, data_aliases, disk_cache, launch  # noqa: F401
 from .artifacts import load_cache_artifacts, save_cache_artifacts
 from .counters import counters, reset_counters
 from .disk_cache import DiskCache, UnsafeCacheDir, UnsafeCacheDirWarning, cache_dir, hash_key

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import torch
 
+from . import data_aliases
+
 log = logging.getLogger("kiln")
 
 __all__ = ["WeightsGuard"]
@@ -28,6 +30,8 @@ _TRAINING = operator.attrgetter("training")
 _DTYPE = operator.attrgetter("dtype")
 #: ``a.is_set_to(b)``: same storage, storage offset, sizes and strides (one C call)
 _IS_SET_TO = torch.Tensor.is_set_to
+#: ``.data`` takes from guarded weights move its ``epoch``
+_ALIASES = data_aliases.STATE
 
 
 def _snapshot(t: torch.Tensor) -> torch.Tensor:
@@ -73,6 +77,13 @@ class WeightsGuard:
         self.views = [t for t in views if id(t) not in seen and not seen.add(id(t))]
         #: the versions the constants were computed at (default: the tensors' versions now)
         self.version_sum = sum(map(_VERSION, self.tensors)) if version_sum is None else version_sum
+        # aliases of those weights with version counters of their own (``w = p.data``): a
+        # write through one moves only its counter, so it joins the sum
+        self._data_aliases = data_aliases.watch(self.tensors)
+        self.version_sum += sum(map(_VERSION, self._data_aliases))
+        self._counted = self.tensors + self._data_aliases  # every version counter summed
+        self._epoch = data_aliases.STATE.epoch
+        self._takes = data_aliases.takes(self._counted)
         self.training = list(map(_TRAINING, self.modules))
         self._guarded = self.tensors + self.views  # every tensor whose memory is checked
         self._aliases = list(map(_snapshot, self._guarded))
@@ -107,9 +118,12 @@ class WeightsGuard:
         """Why the compiled graph is stale now (None while it is valid)."""
         if self.tensors is None:
             return None
-        if sum(map(_VERSION, self.tensors)) != self.version_sum:
+        if sum(map(_VERSION, self._counted)) != self.version_sum:
             return "a weight that constants were computed from (folded, copied or packed) " \
                    "was written in place"
+        if data_aliases.takes(self._counted) != self._takes:
+            return "a weight that constants were computed from had its .data taken (a write " \
+                   "through it moves no version counter)"
         if not all(map(_IS_SET_TO, self._guarded, self._aliases)) \
                 or list(map(_DTYPE, self._guarded)) != self._dtypes:
             return "a weight the graph reads has new memory, shape, strides or dtype " \
@@ -120,12 +134,31 @@ class WeightsGuard:
 
     def __call__(self, *args):
         if self.tensors is not None and (
-            sum(map(_VERSION, self.tensors)) != self.version_sum
+            sum(map(_VERSION, self._counted)) != self.version_sum
+            or (_ALIASES.epoch != self._epoch and self._taken_from())
             or not all(map(_IS_SET_TO, self._guarded, self._aliases))
             or list(map(_DTYPE, self._guarded)) != self._dtypes
             or list(map(_TRAINING, self.modules)) != self.training
         ):
             log.info("kiln: %s since compile: compiling again", self.changed())
-            self.fn = self.compile_fn()
-            self.tensors = self.views = self._guarded = self._aliases = None
+            self._become(self.compile_fn())
         return self.fn(*args)
+
+    def _become(self, fn: Callable) -> None:
+        """Run ``fn`` from now on: take over its guard's state when it has one (a compile
+        guards its own result; adopting it keeps one guard per graph however often the
+        weights change, not a chain), else stop guarding."""
+        if type(fn) is WeightsGuard:
+            self.__dict__.update(fn.__dict__)
+            return
+        self.fn = fn
+        self.tensors = self.views = self._guarded = self._aliases = None
+        self._data_aliases = self._counted = None
+
+    def _taken_from(self) -> bool:
+        """Whether ``.data`` was taken from a weight it guards (another tensor's take only
+        moves the epoch it compares against)."""
+        if data_aliases.takes(self._counted) != self._takes:
+            return True
+        self._epoch = data_aliases.STATE.epoch
+        return False
