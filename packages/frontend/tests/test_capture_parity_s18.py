@@ -274,6 +274,26 @@ def exc_escapes_with_shape_message(C):
 
 
 @case.program
+def exc_notes_added_then_reraised(x):
+    try:
+        try:
+            raise ValueError("v")
+        except ValueError as e:
+            e.add_note("while scaling")
+            raise
+    except ValueError as e:
+        return x * 2, e.__notes__
+
+
+@case.program
+def exc_args_tuple_and_repr(x):
+    try:
+        raise ValueError("a", 1)
+    except ValueError as e:
+        return x + 1, e.args, repr(e)
+
+
+@case.program
 def exc_assert_statement_passes(x):
     assert x.dim() == 1, f"bad dim {x.dim()}"
     assert x.shape[0] % 2 == 0
@@ -397,6 +417,43 @@ def cm_exitstack_enter_context_user(x):
         b = stack.enter_context(_Swallow(log))
         y = x + (a is not b)
     return y, log
+
+
+@case.program(xfail="a graph break inside a with block nested in another with block (here "
+                     "enable_grad inside no_grad) runs the whole outer block in Python, so "
+                     "the frame makes no graph; torch.compile re-enters both modes around the "
+                     "break (2 graphs). kiln re-enters only a grad-mode/autocast block that "
+                     "sits in no other block (translator.reentered_with)")
+def cm_break_inside_nested_grad_modes(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            y = x * 2
+            print("break")
+            y = y + 1
+    return y
+
+
+@case.program
+def cm_inference_mode_result_flag(x):
+    with torch.inference_mode():
+        y = x * 2
+    return y + 0, y.is_inference()
+
+
+@contextlib.contextmanager
+def _handles_value_error():
+    try:
+        yield
+    except ValueError:
+        pass
+
+
+@case.program
+def cm_contextmanager_handles_error_raised_in_block(x):
+    with _handles_value_error():
+        y = x * 2
+        raise ValueError()
+    return y
 
 
 # -- closures ------------------------------------------------------------------------------
@@ -629,6 +686,39 @@ def assert_user_require_helper_on_module(C):
 def it_chain_from_iterable_of_tensor_lists(x):
     rows = [[x, x + 1], [x * 2]]
     return list(itertools.chain.from_iterable(rows))
+
+
+@case.program
+def it_pairwise_zip_longest_compress(x):
+    diffs = [b - a for a, b in itertools.pairwise([x, x * 2, x * 4])]
+    padded = list(itertools.zip_longest([x, x], [1], fillvalue=0))
+    kept = list(itertools.compress([x, x + 1, x + 2], [1, 0, 1]))
+    return diffs, padded, kept
+
+
+@case.program
+def it_tee_both_consumed(x):
+    a, b = itertools.tee(iter([x, x + 1]))
+    return list(a), list(b)
+
+
+@case.program
+def col_counter_defaultdict_deque(x):
+    c = collections.Counter("abca")
+    d = collections.defaultdict(list)
+    for k in "xyx":
+        d[k].append(1)
+    q = collections.deque([1, 2, 3], maxlen=3)
+    q.append(4)
+    q.rotate(1)
+    return x * c["a"], dict(d), list(q), c.most_common(1)
+
+
+@case.program
+def assert_raises_regex_as_manager(x):
+    with _tc.assertRaisesRegex(ValueError, "bad.*"):
+        raise ValueError("bad thing")
+    return x * 2
 
 
 @case.program
