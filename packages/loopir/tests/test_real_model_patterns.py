@@ -62,3 +62,22 @@ def test_cat_of_many_inputs_writes_slices():
     assert sum(counters["aten_fallbacks"].values()) == before
     _no_aten_fallback(graph)
     assert len([b for b in graph.buffers if isinstance(b, ScatterBuffer)]) == len(xs) - 1
+
+
+def test_cat_of_many_stored_parts_is_one_call():
+    """DenseNet's shape: every part a convolution's result (nothing to fuse into a copy)
+    but the first, a pooled loop: one ``aten.cat`` call, not a copy loop per part."""
+    x = torch.randn(2, 4, 6, 6)
+    ws = [torch.randn(3, 4, 1, 1) for _ in range(11)]
+
+    def f(x, *ws):
+        pooled = torch.nn.functional.avg_pool2d(x, 2) * 2.0
+        parts = [pooled] + [torch.nn.functional.conv2d(pooled, w) for w in ws]
+        return torch.cat(parts, 1).relu()
+
+    before = sum(counters["aten_fallbacks"].values())
+    sched, graph = check(f, x, *ws)
+    assert sum(counters["aten_fallbacks"].values()) == before
+    cats = [b for b in graph.buffers if getattr(b, "op", None) is aten.cat.default]
+    assert len(cats) == 1, graph
+    assert not [b for b in graph.buffers if isinstance(b, ScatterBuffer)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir.values import ComputedBuffer, Layout, Pointwise, ScatterBuffer
+from ..ir.values import Buffer, ComputedBuffer, Layout, Pointwise, ReinterpretView, ScatterBuffer
 from ..lowering import (
     LoweringError,
     broadcast_loader,
@@ -19,6 +19,7 @@ from ..lowering import (
     current,
     is_dense,
     lowering,
+    make_extern,
     meta_val,
     realize,
     to_dtype,
@@ -60,6 +61,8 @@ def _cat(tensors, dim=0):
         offset = offset + length
     if not parts:
         raise LoweringError("cat of empty tensors")
+    if len(parts) > MAX_CAT_INPUTS and _mostly_stored(parts):
+        return _cat_of_stored(parts, dim, m)
     if len(parts) > MAX_CAT_INPUTS or _rows_into_slices(parts, dim, n):
         return _cat_into_slices(parts, out_size, dim, dtype)
     if len(parts) == 1:
@@ -92,6 +95,27 @@ def _cat(tensors, dim=0):
         return value
 
     return Pointwise(device, dtype, out_size, inner_fn)
+
+
+def _is_stored(t) -> bool:
+    """A value already in memory (an input, a constant, an extern call's result, a loop
+    realized for another reader): no producer would fuse into a copy of it."""
+    return isinstance(t, (Buffer, ReinterpretView)) or getattr(t, "realized", None) is not None
+
+
+def _mostly_stored(parts) -> bool:
+    """DenseNet's concatenations: every part but a few (the block's pooled input) is a
+    convolution's result, so copying each part into its slice is a launch per part with
+    nothing fused into it (430 copy launches a call in densenet121, host-bound on a GPU)."""
+    loops = sum(not _is_stored(t) for t, _, _ in parts)
+    return loops * 4 <= len(parts)
+
+
+def _cat_of_stored(parts, dim: int, meta):
+    """One ``aten.cat`` call for a cat of many stored parts (eager's batched copy: one launch
+    on a GPU, one pass on a CPU); the few parts still loops are realized first."""
+    tensors = [realize(t) for t, _, _ in parts]
+    return make_extern(aten.cat.default, [tensors, dim], {}, meta, fallback=False)
 
 
 #: a cat along the innermost dim whose parts each have at least this many elements per row
