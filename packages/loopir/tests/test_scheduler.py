@@ -117,3 +117,18 @@ def test_no_allocation_reuses_or_lends_internal_storage(shape):
         for a in step.allocations:
             assert a.reuses not in internal, str(sched)
             assert not (a.internal and a.reuses), str(sched)
+
+
+def _gelu_positions_then_norm_and_residual(x, pos):
+    # Whisper's encoder entry: GELU of the convolution, transposed, plus positions; that value
+    # feeds LayerNorm (its statistics and output passes) and the residual add
+    h = F.gelu(x).transpose(1, 2) + pos
+    return F.layer_norm(h.contiguous(), (h.shape[-1],)) + h
+
+
+def test_a_costly_value_read_by_several_consumers_is_computed_once():
+    """The GELU (erf) is realized once instead of inlined into every pass of the norm and into
+    the residual add (four erf per element before)."""
+    sched, _ = check(_gelu_positions_then_norm_and_residual, torch.randn(2, 16, 8),
+                     torch.randn(8, 16), atol=1e-5)
+    assert str(sched).count("ops.erf(") == 1, str(sched)

@@ -94,6 +94,12 @@ MAX_INLINE_OPS = 200
 COSTLY_OPS = frozenset({"sin", "cos", "tan", "exp", "exp2", "expm1", "log", "log2", "log10",
                         "log1p", "tanh", "erf", "erfc", "pow", "sigmoid", "atan", "atan2",
                         "asin", "acos", "sinh", "cosh"})
+#: a value computing a COSTLY_OPS op that two or more consumers read is computed once, unless
+#: its consumers are its own row reductions and what combines it with them (softmax, LayerNorm:
+#: the C++ codegen keeps such a row in a thread-local buffer). Inlined, every consumer evaluates
+#: it again: Whisper's GELU of the convolution plus positions, read by LayerNorm and by the
+#: residual add after attention, cost erf four times per element
+REALIZE_SHARED_COSTLY = True
 
 
 #: namespaces of torch's own operators: a missing lowering of one of theirs is loopir's gap
@@ -385,8 +391,10 @@ class GraphLowering:
             return realize(out, self._preferred_stride(n, out))
         if isinstance(out, Pointwise) and out.realized is None:
             h = _cost(out)
+            costly = not COSTLY_OPS.isdisjoint(h.ops)
             heavy = (len(h.reads) > REALIZE_READS_THRESHOLD or sum(h.ops.values()) > REALIZE_OPS_THRESHOLD
-                     or (not COSTLY_OPS.isdisjoint(h.ops) and _broadcast_by_users(n)))
+                     or (costly and (_broadcast_by_users(n) or (
+                         REALIZE_SHARED_COSTLY and not _read_by_its_row_reductions(n)))))
             nusers = len(n.users)
             if sum(h.ops.values()) > MAX_INLINE_OPS or (nusers > 1 and heavy):
                 realize(out, self._preferred_stride(n, out))
@@ -519,6 +527,31 @@ def _numel_hint(n) -> int | None:
     if isinstance(numel, torch.SymInt):  # its hint, never int(): that would specialize the size
         numel = numel.node.hint
     return numel if isinstance(numel, int) else None
+
+
+def _read_by_its_row_reductions(n: torch.fx.Node, depth: int = 3) -> bool:
+    """Every user of ``n`` reduces it (has fewer elements) or combines it with such a reduction
+    (within ``depth`` nodes up): softmax's ``exp`` read by its sum and the division, LayerNorm's
+    input read by its statistics and the normalization."""
+    own = _numel_hint(n)
+    if own is None:
+        return True
+    reducers = {u for u in n.users if (k := _numel_hint(u)) is not None and k < own}
+    if not reducers:
+        return False
+    for u in n.users:
+        if u in reducers:
+            continue
+        seen, frontier, found = set(), [a for a in u.all_input_nodes if a is not n], False
+        for _ in range(depth):
+            if found or not frontier:
+                break
+            found = any(a in reducers for a in frontier)
+            seen.update(frontier)
+            frontier = [b for a in frontier for b in a.all_input_nodes if b not in seen and b is not n]
+        if not found:
+            return False
+    return True
 
 
 def _broadcast_by_users(n: torch.fx.Node, depth: int = 4) -> bool:
