@@ -358,6 +358,7 @@ def main(argv=None) -> int:
 
     out_path = Path(args.json)
     result = json.loads(out_path.read_text()) if out_path.exists() else {}
+    load_before = os.getloadavg()
     result["interpreters"] = {v: subprocess.run([str(p), "-c", "import sys, torch; print("
                                                  "sys.version.split()[0], torch.__version__)"],
                                                 stdout=subprocess.PIPE, text=True).stdout.strip()
@@ -418,10 +419,25 @@ def main(argv=None) -> int:
             print(f"{key:44} {row['3.11']['min'] * 1e6:9.1f}u {row['3.13']['min'] * 1e6:9.1f}u "
                   f"{row['ratio_min'] or 0:6.2f} {row['3.11']['median'] * 1e6:9.1f}u "
                   f"{row['3.13']['median'] * 1e6:9.1f}u {row['ratio_median'] or 0:6.2f}")
+    result["meta"] = _meta(argv, load_before)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=1))
     print(f"results: {out_path}", file=sys.stderr)
     return 0
+
+
+def _meta(argv, load_before) -> dict:
+    """What the timing rows were taken with: the command, the commit, the machine's load."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "packages", "benchmarks"],
+                           cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout.strip()
+    return {"command": " ".join(["python", "benchmarks/py313.py",
+                                 *(sys.argv[1:] if argv is None else argv)]),
+            "commit": commit, "working_tree_changed": bool(dirty),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
 
 
 if __name__ == "__main__":

@@ -112,12 +112,74 @@
 #define EVAL_FRAME_SET(interp, fn) _PyInterpreterState_SetEvalFrameFunc((interp), (fn))
 #endif
 
+/*   kiln_tracing_active(tstate) a tracer or profiler would see the frames this thread runs
+ *                        (sys.settrace, sys.setprofile, cProfile, sys.monitoring): 3.11
+ *                        tstate->cframe->use_tracing; 3.12+ any event of the interpreter's
+ *                        global sys.monitoring set (settrace and setprofile set theirs
+ *                        through it).
+ *   _PyTraceback_Add      adds a traceback entry (function, file, line) for a frame that
+ *                        did not run: declared in cpython/traceback.h on 3.11/3.12, in the
+ *                        internal pycore_traceback.h on 3.13 (exported on all three). */
+#if PY_VERSION_HEX >= 0x030C0000
+#define Py_BUILD_CORE 1
+#if PY_VERSION_HEX < 0x030D0000
+/* 3.12's public objimpl.h defines _PyGC_FINALIZED as a macro that its internal pycore_gc.h
+ * (included by pycore_interp.h) then defines as a function */
+#undef _PyGC_FINALIZED
+#endif
+#include <internal/pycore_interp.h>
+#undef Py_BUILD_CORE
+static inline int
+kiln_tracing_active(PyThreadState *tstate)
+{
+    const uint8_t *tools = tstate->interp->monitors.tools;
+    for (int i = 0; i < _PY_MONITORING_UNGROUPED_EVENTS; i++) {
+        if (tools[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+#else
+static inline int
+kiln_tracing_active(PyThreadState *tstate)
+{
+    return tstate->cframe->use_tracing != 0;
+}
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+#define Py_BUILD_CORE 1
+#include <internal/pycore_traceback.h>
+#undef Py_BUILD_CORE
+#endif
+
 #if PY_VERSION_HEX >= 0x030D0000
 /* 3.13 made the optional-attribute lookup public and dropped the private spelling. */
 #define KILN_LOOKUP_ATTR PyObject_GetOptionalAttr
 #else
 #define KILN_LOOKUP_ATTR _PyObject_LookupAttr
 #endif
+
+/* A vectorcall on the hot path of a compiled call (a decorated call into its function, a
+ * guard, a graph) without what PyObject_Vectorcall adds: on 3.13 it is a call that reads the
+ * thread state (a thread-local read through __tls_get_addr from a shared libpython, ~15
+ * instructions each time) and checks the result against the error indicator; 3.11 reads
+ * the thread state from a global. Kept: a NULL result with no exception set becomes a
+ * SystemError, as there. */
+static inline PyObject *
+kiln_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    vectorcallfunc func = PyVectorcall_Function(callable);
+    if (func == NULL) {
+        return PyObject_Vectorcall(callable, args, nargsf, kwnames);
+    }
+    PyObject *result = func(callable, args, nargsf, kwnames);
+    if (result == NULL && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_SystemError, "%R returned NULL without setting an exception",
+                     callable);
+    }
+    return result;
+}
 
 /* The C++ module _tensorcheck's interface (_tensorcheck.h), loaded on first use; NULL where
  * it was not built or is of another version. */

@@ -64,6 +64,7 @@ except ImportError as e:  # pragma: no cover - only without a built extension
         "`pip install ./packages/frontend` (or `pip install -e`), or build it in place with "
         "`python packages/frontend/hatch_build.py --inplace`."
     ) from e
+from .direct_entry import direct_call  # noqa: E402 - needs the extension checked above
 
 set_eval_frame = _C.set_eval_frame
 get_eval_frame = _C.get_eval_frame
@@ -536,7 +537,8 @@ class CompileCallback:
         if compiled is None:
             return None
         counters["compiles"] += 1
-        return (compiled.check_fn, compiled.fn)
+        # a one-graph frame's graph is called by the hook itself (direct_entry)
+        return (compiled.check_fn, compiled.fn, direct_call(compiled.fn))
 
     def _suppressed(self, code: CodeType, error: BaseException | None) -> None:
         if not config.suppress_errors:
