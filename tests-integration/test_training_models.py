@@ -97,10 +97,10 @@ def train_against_eager(model, make_batch, loss_fn, *, steps=3, lr=0.05, options
     assert s.eager_fallbacks == 0, s.fallback_reasons
     assert s.interpreter_fallbacks == 0
     assert joints, "no training graph was compiled"
-    for j in joints:
-        save_all = kiln_aotgrad.partition(j.joint, "save_all").saved_bytes
-        print(f"  min-cut saves {j.partition.saved_bytes} bytes, save-all {save_all}")
-        assert j.partition.saved_bytes <= save_all
+    for j in joints:  # what saving adds to memory (module tensors are held anyway)
+        save_all = kiln_aotgrad.partition(j.joint, "save_all").added_bytes
+        print(f"  min-cut adds {j.partition.added_bytes} bytes, save-all {save_all}")
+        assert j.partition.added_bytes <= save_all
     return joints
 
 
@@ -173,13 +173,13 @@ def test_cnn_batchnorm_dropout_trains_like_eager(fresh_kiln):
 def test_transformer_block_trains_like_eager_and_min_cut_saves_less(fresh_kiln):
     torch.manual_seed(0)
     (j,) = train_against_eager(Block(), lambda: (torch.randn(2, 16, 32),), mse)
-    save_all = kiln_aotgrad.partition(j.joint, "save_all").saved_bytes
-    assert j.partition.saved_bytes < save_all
-    budgets = (1.0, 0.5, 0.2)
-    saved = [kiln_aotgrad.partition(j.joint, "min_cut", b).saved_bytes for b in budgets]
+    save_all = kiln_aotgrad.partition(j.joint, "save_all").added_bytes
+    assert j.partition.added_bytes < save_all
+    budgets = (1.0, 0.5, 0.2, 0.01)
+    saved = [kiln_aotgrad.partition(j.joint, "min_cut", b).added_bytes for b in budgets]
     print(f"  save-all {save_all}, min-cut at budgets {budgets}: {saved}")
-    assert saved[0] == j.partition.saved_bytes
-    assert saved[0] >= saved[1] >= saved[2] and saved[2] < saved[0], saved
+    assert saved[0] == j.partition.added_bytes
+    assert saved[0] >= saved[1] >= saved[2] >= saved[3], saved
 
 
 def test_timm_resnet18_trains_like_eager(fresh_kiln):

@@ -103,6 +103,8 @@ class Partition:
     - ``bw_gm``: takes ``(*saved, *saved_primals, *tangents)``; returns one grad per entry of
       ``grad_outputs`` that is True (the others are None: the primal reaches no output);
     - ``saved_bytes``: bytes of everything saved (forward values and primals);
+    - ``added_bytes``: of those, the bytes the module does not hold anyway (module tensors
+      and leaf inputs requiring grad left out): what the cut minimizes, what saving adds;
     - ``recomputed``: names of forward nodes the backward recomputes.
     """
 
@@ -115,6 +117,7 @@ class Partition:
     saved_bytes: int
     recomputed: list[str]
     strategy: str
+    added_bytes: int = 0
 
     def __str__(self) -> str:
         return (
@@ -375,6 +378,7 @@ def _build(view: _JointView, saved: list[torch.fx.Node], strategy: str) -> Parti
         saved_bytes=int(sum(saved_bytes_of(n) for n in saved)),
         recomputed=recomputed,
         strategy=strategy,
+        added_bytes=int(sum(saved_bytes_of(n) for n in saved if n not in view.static)),
     )
 
 
