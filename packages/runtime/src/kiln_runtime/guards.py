@@ -79,11 +79,11 @@ class WeightsGuard:
         self.version_sum = sum(map(_VERSION, self.tensors)) if version_sum is None else version_sum
         # aliases of those weights with version counters of their own (``w = p.data``): a
         # write through one moves only its counter, so it joins the sum
-        self._data_aliases = data_aliases.watch(self.tensors)
-        self.version_sum += sum(map(_VERSION, self._data_aliases))
-        self._counted = self.tensors + self._data_aliases  # every version counter summed
+        readers = data_aliases.watch(self.tensors)
+        self.version_sum += sum(map(_VERSION, readers))
+        self._counted = self.tensors + readers  # every version counter summed
         self._epoch = data_aliases.STATE.epoch
-        self._takes = data_aliases.takes(self._counted)
+        self._takes = data_aliases.takes(self.tensors)  # (the readers share their memory)
         self.training = list(map(_TRAINING, self.modules))
         self._guarded = self.tensors + self.views  # every tensor whose memory is checked
         self._aliases = list(map(_snapshot, self._guarded))
@@ -121,7 +121,7 @@ class WeightsGuard:
         if sum(map(_VERSION, self._counted)) != self.version_sum:
             return "a weight that constants were computed from (folded, copied or packed) " \
                    "was written in place"
-        if data_aliases.takes(self._counted) != self._takes:
+        if data_aliases.takes(self.tensors) != self._takes:
             return "a weight that constants were computed from had its .data taken (a write " \
                    "through it moves no version counter)"
         if not all(map(_IS_SET_TO, self._guarded, self._aliases)) \
@@ -153,12 +153,12 @@ class WeightsGuard:
             return
         self.fn = fn
         self.tensors = self.views = self._guarded = self._aliases = None
-        self._data_aliases = self._counted = None
+        self._counted = None
 
     def _taken_from(self) -> bool:
         """Whether ``.data`` was taken from a weight it guards (another tensor's take only
         moves the epoch it compares against)."""
-        if data_aliases.takes(self._counted) != self._takes:
+        if data_aliases.takes(self.tensors) != self._takes:
             return True
         self._epoch = data_aliases.STATE.epoch
         return False

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..ir.values import Buffer, ComputedBuffer, Layout, Pointwise, ReinterpretView, ScatterBuffer
+from ..ir.values import ComputedBuffer, Layout, Pointwise, ScatterBuffer
 from ..lowering import (
     LoweringError,
+    as_storage_view,
     broadcast_loader,
     broadcast_shapes,
     constant_value,
@@ -97,17 +98,12 @@ def _cat(tensors, dim=0):
     return Pointwise(device, dtype, out_size, inner_fn)
 
 
-def _is_stored(t) -> bool:
-    """A value already in memory (an input, a constant, an extern call's result, a loop
-    realized for another reader): no producer would fuse into a copy of it."""
-    return isinstance(t, (Buffer, ReinterpretView)) or getattr(t, "realized", None) is not None
-
-
 def _mostly_stored(parts) -> bool:
-    """DenseNet's concatenations: every part but a few (the block's pooled input) is a
-    convolution's result, so copying each part into its slice is a launch per part with
-    nothing fused into it (430 copy launches a call in densenet121, host-bound on a GPU)."""
-    loops = sum(not _is_stored(t) for t, _, _ in parts)
+    """DenseNet's concatenations: every part but a few (the block's pooled input) is already
+    in memory, a convolution's result (``as_storage_view``), so copying each part into its
+    slice is a launch per part with nothing fused into it (430 copy launches a call in
+    densenet121, host-bound on a GPU)."""
+    loops = sum(as_storage_view(t) is None for t, _, _ in parts)
     return loops * 4 <= len(parts)
 
 
