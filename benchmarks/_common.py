@@ -85,6 +85,37 @@ def median_time(fn: Callable[[], Any], *, min_repeat_s: float = 0.05, repeats: i
     return statistics.median(samples)
 
 
+def interleaved_times(fns: dict[str, Callable[[], Any]], *, min_repeat_s: float = 0.05,
+                      repeats: int = 7, warmup: int = 3, max_calls: int = 10_000,
+                      sync: Callable[[], Any] = lambda: None) -> dict[str, float]:
+    """``median_time`` of several callables measured in alternating rounds (round ``i`` times
+    each once, starting at a different one each round), so that a machine whose speed drifts
+    (a shared host, clocks changing) moves every compiler's number alike: what a comparison
+    in one run needs, where timing one compiler after the other compares two machine states."""
+    calls = {}
+    for label, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        one = max(time.perf_counter() - t0, 1e-7)
+        calls[label] = max(1, min(max_calls, int(min_repeat_s / one)))
+    samples: dict[str, list[float]] = {label: [] for label in fns}
+    labels = list(fns)
+    for r in range(repeats):
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            fn, n = fns[label], calls[label]
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            samples[label].append((time.perf_counter() - t0) / n)
+    return {label: statistics.median(s) for label, s in samples.items()}
+
+
 def geomean(xs: Iterable[float]) -> float | None:
     xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     if not xs:

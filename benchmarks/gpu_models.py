@@ -53,6 +53,7 @@ from _common import (  # noqa: E402
     first_line,
     fresh_cache_dirs,
     geomean,
+    interleaved_times,
     markdown_table,
     median_time,
     tensors_of,
@@ -245,6 +246,13 @@ class Device:
             return median_time(fn, min_repeat_s=0.01, repeats=3, warmup=1, sync=self.sync)
         return median_time(fn, min_repeat_s=0.1, repeats=7, warmup=3, sync=self.sync)
 
+    def times(self, fns: dict[str, Callable[[], Any]]) -> dict[str, float]:
+        """Median seconds per call of each, timed in alternating rounds (one machine state for
+        all: the GPU host's speed drifts by 2x between minutes)."""
+        if self.smoke:
+            return interleaved_times(fns, min_repeat_s=0.01, repeats=3, warmup=1, sync=self.sync)
+        return interleaved_times(fns, min_repeat_s=0.1, repeats=9, warmup=3, sync=self.sync)
+
     def cold(self, fn: Callable[[], Any]) -> tuple[Any, float]:
         self.sync()
         t0 = time.perf_counter()
@@ -311,6 +319,8 @@ def rel_err(got, expected) -> float:
 
 
 def run_infer(m: Model, dev: Device) -> dict:
+    """Eager and every compiler on one model: each compiled and checked (cold time, error),
+    then all timed together in alternating rounds (``Device.times``)."""
     torch = dev.torch
     model, make_inputs = m.build(dev.smoke)
     dtype = torch.float32 if dev.smoke else torch.bfloat16
@@ -319,25 +329,34 @@ def run_infer(m: Model, dev: Device) -> dict:
     row: dict = {}
     with torch.no_grad():
         expected = tensors_of(model(*inputs))[0]
-        row["eager_ms"] = dev.time(lambda: model(*inputs)) * 1e3
+        timed = {"eager": lambda: model(*inputs)}
         for label in COMPILERS:
-            compiled = None
             try:
                 compiled = compile_with(label, model)
                 out, cold = dev.cold(lambda f=compiled: f(*inputs))
-                r = {"cold_s": cold, "err": rel_err(tensors_of(out)[0], expected)}
+                row[label] = {"cold_s": cold, "err": rel_err(tensors_of(out)[0], expected)}
                 out = None
-                r["ms"] = dev.time(lambda f=compiled: f(*inputs)) * 1e3
-                r["speedup"] = row["eager_ms"] / r["ms"]
                 if label == "kiln":
-                    r["stats"] = kiln_summary()
-                row[label] = r
+                    row[label]["stats"] = kiln_summary()
+                timed[label] = lambda f=compiled: f(*inputs)
             except Exception as e:
                 row[label] = {"error": first_line(e, 300)}
                 traceback.print_exc()
-            compiled = None
-            if dev.name == "cuda":
-                torch.cuda.empty_cache()
+        try:
+            ms = {label: s * 1e3 for label, s in dev.times(timed).items()}
+        except Exception as e:
+            row["timing_error"] = first_line(e, 300)
+            traceback.print_exc()
+            ms = {}
+        if "eager" in ms:
+            row["eager_ms"] = ms["eager"]
+        for label in COMPILERS:
+            if label in ms:
+                row[label]["ms"] = ms[label]
+                row[label]["speedup"] = ms["eager"] / ms[label]
+        timed = None
+        if dev.name == "cuda":
+            torch.cuda.empty_cache()
     check_errors(row, tol=5e-2)
     return row
 

@@ -10,6 +10,8 @@ random numbers)."""
 
 from __future__ import annotations
 
+import operator
+
 import kiln
 import kiln.cache as kiln_cache
 import pytest
@@ -142,3 +144,66 @@ def test_cache_hit_computes_folded_constants_from_the_live_weights(monkeypatch, 
             hits = kiln.stats().graph_cache_hits
         assert hits == 1, kiln.stats()
     kiln.reset()
+
+
+class CpuLiterals(nn.Module):
+    """DeBERTa's CPU-made values in a graph of another device: a scale made with
+    ``torch.tensor`` on the CPU and divided into the scores, and ``torch.tensor(k).type_as(x)``
+    (a copy to x's device at every call)."""
+
+    def forward(self, x):
+        scale = torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float) * 2.0)
+        bucket = torch.tensor(3).type_as(x)
+        return x / scale.to(dtype=x.dtype) + bucket
+
+
+def _captured_cpu_literals() -> torch.fx.GraphModule:
+    """``CpuLiterals`` as the frontend captures it: the literals are ``torch.tensor`` calls in
+    the graph (made by the trace, not module tensors); ``x.size(-1)`` is 16."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    scale = g.call_function(torch.sqrt, (g.call_function(
+        operator.mul, (g.call_function(torch.tensor, (16,), {"dtype": torch.float}), 2.0)),))
+    bucket = g.call_method("type_as", (g.call_function(torch.tensor, (3,)), x))
+    scaled = g.call_function(operator.truediv, (x, g.call_method("to", (scale,), {"dtype": torch.float})))
+    g.output(g.call_function(operator.add, (scaled, bucket)))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def _fold_on(device: str):
+    import kiln_aotgrad
+    from kiln.passes.fold_weight_subgraphs import RECIPES, fold_weight_subgraphs, recompute
+
+    aten = kiln_aotgrad.trace_inference(_captured_cpu_literals(), [torch.randn(2, 16, device=device)])
+    made = set(getattr(aten.meta.get("kiln"), "trace_constants", ()))
+    fold_weight_subgraphs(aten, {n.target for n in aten.graph.nodes
+                                 if n.op == "get_attr" and n.target not in made})
+    return aten, RECIPES, recompute
+
+
+def test_cpu_literals_in_another_devices_graph_fold_onto_it():
+    """On the meta device (the pass only asks "the CPU, or the graph's device?"): nothing is
+    computed on the CPU at run time any more, and the 0-dim scale is a constant on the
+    graph's device, recomputed the same from its recipe (a graph-cache hit)."""
+    aten, recipes_key, recompute = _fold_on("meta")
+    on_cpu = [n.format_node() for n in aten.graph.nodes if n.op == "call_function"
+              and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].device.type == "cpu"]
+    assert not on_cpu, aten.code
+    folded = {n.target: getattr(aten, n.target) for n in aten.graph.nodes
+              if n.op == "get_attr" and n.target.startswith("_kiln_weight_fold_")}
+    assert folded and all(t.device.type == "meta" for t in folded.values()), folded
+    for name in folded:
+        again = recompute(aten.meta[recipes_key][name], [])
+        assert again.device.type == "meta" and again.shape == folded[name].shape
+
+
+def test_cpu_graph_keeps_its_literal_arithmetic():
+    """A CPU graph's literal-only subgraphs stay: index arithmetic its kernels do for free."""
+    aten, _, _ = _fold_on("cpu")
+    assert not any(n.op == "get_attr" and n.target.startswith("_kiln_weight_fold_")
+                   for n in aten.graph.nodes), aten.code
+
+
+def test_cpu_literals_model_matches_eager(needs_cpp):
+    model, x = CpuLiterals(), torch.randn(2, 16)
+    torch.testing.assert_close(kiln.compile(model)(x), model(x))

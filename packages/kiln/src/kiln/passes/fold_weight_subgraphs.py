@@ -11,9 +11,17 @@ its result in the graph as a new constant.
 What folds: a *root*, a constant-valued node that a non-constant node (or the output) uses,
 when its subgraph
 - reads at least one of the module's tensors (a subgraph of ``arange``/``full`` alone is
-  index arithmetic the kernels do for free, and a load from a table would cost more);
+  index arithmetic the kernels do for free, and a load from a table would cost more), or
+  computes on the CPU in a graph of another device: DeBERTa's ``torch.tensor(mid - 1)
+  .type_as(rel)`` and ``torch.sqrt(torch.tensor(d) * s)``, made on the CPU at every call and
+  copied to the GPU (a copy from pageable memory waits for the GPU: the call's launches stop
+  overlapping its kernels), or read by every layer's kernels as a CPU scalar, which no GPU
+  kernel can load (an aten call each: the "off-device" fallback). Such a result goes to the
+  graph's device when it is a 0-dim tensor only that device's ops read (the same value and
+  type promotion: a 0-dim tensor is one on either device);
 - does work: some op in it is not a view (a transpose of a weight is a layout, not a value);
-- stays small: its result is at most ``max(4 x the bytes it reads, 1 MiB)`` and at most
+- stays small: its result is at most ``max(4 x the bytes it reads, 1 MiB)`` (an off-device
+  subgraph: any size up to the cap, its bytes were copied at every call) and at most
   64 MiB (``expand`` of a weight to the batch would otherwise become a batch-sized copy).
 Random ops, ops that mutate or have effects, and ops on symbolic sizes are never constant.
 
@@ -87,14 +95,45 @@ def _is_view(node: torch.fx.Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target.is_view
 
 
+def graph_device(gm: torch.fx.GraphModule) -> torch.device | None:
+    """The device a graph's inputs live on when it is not the CPU (None: a CPU graph, or
+    one without tensor inputs)."""
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                return v.device
+    return None
+
+
+def _on_cpu(nodes: list[torch.fx.Node]) -> bool:
+    return any(isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].device.type == "cpu"
+               for n in nodes if n.op == "call_function")
+
+
+def _moves_to(root: torch.fx.Node, device: torch.device | None) -> torch.device | None:
+    """``device`` when ``root`` is a 0-dim CPU tensor that only ``device``'s ops read."""
+    val = root.meta.get("val")
+    if (device is None or not isinstance(val, torch.Tensor) or val.device.type != "cpu"
+            or val.dim() != 0):
+        return None
+    for u in root.users:
+        v = u.meta.get("val")
+        if u.op != "call_function" or not isinstance(v, torch.Tensor) or v.device != device:
+            return None
+    return device
+
+
 def _nbytes(t) -> int:
     return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
 
 
 def _recipe(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], root: torch.fx.Node,
-            sources: list[torch.fx.Node]) -> tuple[torch.fx.GraphModule, tuple[str, ...]]:
+            sources: list[torch.fx.Node], device: torch.device | None = None
+            ) -> tuple[torch.fx.GraphModule, tuple[str, ...]]:
     """``root``'s subgraph as a GraphModule taking its source weights (the other constants it
-    reads, literals the trace made, are its own attributes), and the sources' targets."""
+    reads, literals the trace made, are its own attributes), and the sources' targets;
+    ``device``: its result is moved there."""
     keep = set(nodes)
     sub = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -110,8 +149,20 @@ def _recipe(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], root: torch.fx
             env[n] = sub.get_attr(name)
         else:
             env[n] = sub.node_copy(n, lambda a: env[a])
-    sub.output(env[root])
+    out = env[root]
+    if device is not None:
+        out = sub.call_function(torch.ops.aten._to_copy.default, (out,), {"device": device})
+    sub.output(out)
     return torch.fx.GraphModule(owner, sub), tuple(n.target for n in sources)
+
+
+def _fake_on(val: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The traced value ``val`` (a fake tensor) as it is on ``device``."""
+    mode = getattr(val, "fake_mode", None)
+    if mode is None:
+        return val.to(device)
+    with mode:
+        return val.to(device)
 
 
 def recompute(recipe: tuple, tensors) -> torch.Tensor:
@@ -167,20 +218,25 @@ def fold_weight_subgraphs(gm: torch.fx.GraphModule, weights: set[str] | None = N
         return sorted(seen, key=order.__getitem__)
 
     folded = 0
+    device = graph_device(gm)
     with torch.no_grad():
         for root in roots:
             nodes = subgraph(root)
             sources = [n for n in nodes if n.op == "get_attr"
                        and (weights is None or n.target in weights)]
-            if not sources or all(_is_view(n) for n in nodes if n.op == "call_function"):
+            off_device = device is not None and _on_cpu(nodes)
+            if (not sources and not off_device) or all(
+                    _is_view(n) for n in nodes if n.op == "call_function"):
                 continue
             val = root.meta.get("val")
             if not isinstance(val, torch.Tensor):
                 continue
             read = sum(_nbytes(_attr_value(gm, n.target)) for n in nodes if n.op == "get_attr")
             size = _nbytes(val)
-            if size > min(max(_GROWTH * read, _SMALL_BYTES), _MAX_BYTES):
+            limit = _MAX_BYTES if off_device else min(max(_GROWTH * read, _SMALL_BYTES), _MAX_BYTES)
+            if size > limit:
                 continue
+            move = _moves_to(root, device)
             result = value(root)
             if (not isinstance(result, torch.Tensor) or result.shape != val.shape
                     or result.dtype != val.dtype):
@@ -188,9 +244,12 @@ def fold_weight_subgraphs(gm: torch.fx.GraphModule, weights: set[str] | None = N
             if result.stride() != val.stride():  # the layout the trace promised
                 result = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype,
                                              device=result.device).copy_(result)
+            if move is not None:
+                result = result.to(move)
+                val = _fake_on(val, move)
             name = f"{FOLD_PREFIX}{folded}"
             gm.register_buffer(name, result.detach())
-            recipes[name] = _recipe(gm, nodes, root, sources)
+            recipes[name] = _recipe(gm, nodes, root, sources, move)
             with graph.inserting_before(root):
                 attr = graph.get_attr(name)
             attr.meta["val"] = val
