@@ -147,10 +147,7 @@ def gen_yield_from_return_value(x):
     return out[0] + out[1], out[2]
 
 
-@case.program(xfail="max()/min() over tensors compares them with bool() (data-dependent): kiln "
-                     "breaks the graph there; torch.compile rewrites them as torch.maximum/"
-                     "clamp, which is not eager's answer for NaN or a tensor of more than one "
-                     "element, nor the argument object itself (kiln keeps eager's result)")
+@case.program
 def gen_expression_into_max_min(x):
     vals = [x.sum(), (x * 2).sum(), (x - 1).sum()]
     return max(v for v in vals), min(v * 2 for v in vals)
@@ -908,12 +905,7 @@ def _as_leaf(v):
     return v.detach().requires_grad_()
 
 
-@case.program(xfail="both break at the call of _as_leaf (graph 1: x * 2) and compile its frame "
-                     "up to requires_grad_() (graph 2: detach); torch.compile then gives up on "
-                     "the root's resume frame (reading out.grad_fn of a tensor with a grad_fn "
-                     "is a break it cannot resume from) and runs it eagerly, where kiln "
-                     "captures it (graph 3: w * 3): kiln's extra graph is code torch leaves "
-                     "uncompiled")
+@case.program
 def grad_leaf_made_in_inlined_call(x):
     w = _as_leaf(x * 2)
     out = w * 3

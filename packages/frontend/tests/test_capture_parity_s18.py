@@ -419,11 +419,7 @@ def cm_exitstack_enter_context_user(x):
     return y, log
 
 
-@case.program(xfail="a graph break inside a with block nested in another with block (here "
-                     "enable_grad inside no_grad) runs the whole outer block in Python, so "
-                     "the frame makes no graph; torch.compile re-enters both modes around the "
-                     "break (2 graphs). kiln re-enters only a grad-mode/autocast block that "
-                     "sits in no other block (translator.reentered_with)")
+@case.program
 def cm_break_inside_nested_grad_modes(x):
     with torch.no_grad():
         with torch.enable_grad():

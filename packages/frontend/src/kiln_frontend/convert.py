@@ -30,7 +30,12 @@ from .collector import user_heap_frozen
 from .exc import InternalError, KilnError, Unsupported
 from .guards import Guard, GuardKind, build_check_fn
 from .logging_utils import INTERNAL_ERRORS, counters, emit
-from .symbolic import InstructionTranslator, RequiresGradRestart, RestartAnalysis
+from .symbolic import (
+    InstructionTranslator,
+    RefusalRestart,
+    RequiresGradRestart,
+    RestartAnalysis,
+)
 from .symbolic.translator import num_argument_slots
 
 log = logging.getLogger("kiln.capture")
@@ -183,11 +188,13 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
     tracer: InstructionTranslator | None = None
     use_shape_env = dynamic is True
     refuse_requires_grad_ = False
+    refused: frozenset[str] = frozenset()
     for _attempt in range(MAX_RESTARTS + 1):
         tracer = InstructionTranslator(frame_info, compiler_fn=compiler_fn, nopython=nopython,
                                        break_points=break_points, dynamic=dynamic,
                                        frame_state=frame_state, use_shape_env=use_shape_env,
-                                       refuse_requires_grad_=refuse_requires_grad_)
+                                       refuse_requires_grad_=refuse_requires_grad_,
+                                       refused=refused)
         try:
             tracer.run()
         except NeedsShapeEnv:
@@ -201,6 +208,13 @@ def _convert_frame(frame_info: Any, compiler_fn: Callable, nopython: bool,
                 return None
             log.debug("graph break in %s: %s", code.co_name, restart.reason)
             refuse_requires_grad_ = True
+            continue
+        except RefusalRestart as restart:
+            if restart.feature in refused:  # pragma: no cover - would loop
+                reasons.append(restart.reason)
+                return None
+            log.debug("graph break in %s: %s", code.co_name, restart.reason)
+            refused = refused | {restart.feature}
             continue
         except RestartAnalysis as restart:
             if restart.index in break_points:  # pragma: no cover - would loop

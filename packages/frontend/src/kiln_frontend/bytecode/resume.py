@@ -264,7 +264,7 @@ def make_reentry_code(
     continuation: Sequence[Instruction],
     name: str,
     *,
-    close_slot: int | None = None,
+    close_slots: Sequence[int] = (),
 ) -> CodeType:
     """Run the instructions of ``code`` from ``first`` to the one at offset ``last`` (an
     unsupported call and its prefix, inside a ``with`` block), covered by the block's own
@@ -276,19 +276,20 @@ def make_reentry_code(
     first) is called with them and then ``live_locals``. Only the call is covered by the
     block's handler: an exception there leaves through the block's ``__exit__`` (a stack
     value, as in the original frame); one in the continuation leaves through the
-    continuation's own copy of the handler, never through both. ``close_slot``: the stack
-    slot of the block's ``__exit__``, called with three Nones after the call (the block is
-    left) and not passed on (the continuation enters the block anew in its prologue)."""
+    continuation's own copy of the handler, never through both. ``close_slots``: the stack
+    slots of the ``__exit__`` of the blocks around the call, innermost first (nested
+    blocks), each called with three Nones after the call in that order (the blocks are
+    left) and not passed on (the continuation enters them anew in its prologue)."""
     temps = [f"___kiln_reentry_{i}" for i in range(n_after)]
     tail: list[Instruction] = []
     for t in reversed(temps):
         tail += builders.store_fast(t)
-    if close_slot is not None:
-        tail += builders.push_null() + builders.load_fast(temps[close_slot])
+    for slot in close_slots:
+        tail += builders.push_null() + builders.load_fast(temps[slot])
         for _ in range(3):
             tail += builders.load_const(None)
         tail += builders.call_function(3) + builders.pop_top()
-    passed = [t for i, t in enumerate(temps) if i != close_slot]
+    passed = [t for i, t in enumerate(temps) if i not in close_slots]
     tail += list(continuation)
     for t in passed:
         tail += builders.load_fast(t)

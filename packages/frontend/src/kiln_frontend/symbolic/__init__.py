@@ -30,6 +30,7 @@ from .translator import (
     InliningInstructionTranslator,
     InstructionTranslator,
     InstructionTranslatorBase,
+    RefusalRestart,
     RequiresGradRestart,
     RestartAnalysis,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "InstructionTranslatorBase",
     "InliningInstructionTranslator",
     "OutputGraph",
+    "RefusalRestart",
     "RequiresGradRestart",
     "RestartAnalysis",
     "handler",

@@ -164,6 +164,16 @@ class OutputGraph:
         #: set on the trace that follows such a leak: ``requires_grad_()`` of an
         #: intermediate then breaks the graph (variables/tensor.py)
         self.refuse_requires_grad_ = False
+        #: what the trace after an observed shortcut breaks on (``RefusalRestart``)
+        self.refused: frozenset[str] = frozenset()
+        #: max()/min() over tensors chosen by torch.where (variables/tensor_select.py)
+        self.selections: list = []
+        #: a selection was observed (``is``, ``id()``): the graph may not be compiled
+        self.selection_observed = False
+        #: ``t.data`` read in the graph (variables/tensor_data.py)
+        self.data_takes: list = []
+        #: > 0 while a higher-order operator's body is traced (hops/subgraph.trace_body)
+        self.tracing_bodies = 0
 
     def leaks_requires_grad(self, outputs: list[VariableTracker]) -> bool:
         """Whether a graph output requires grad because of a ``requires_grad_()`` of an

@@ -91,6 +91,15 @@ class RestartAnalysis(Exception):
         self.reason = reason
 
 
+class RefusalRestart(RestartAnalysis):
+    """Trace the frame again refusing ``feature`` (it breaks the graph where it is used):
+    a shortcut it took was observed later (``OutputGraph.refused``)."""
+
+    def __init__(self, feature: str, reason: Unsupported):
+        super().__init__(-1, reason)
+        self.feature = feature
+
+
 class RequiresGradRestart(RestartAnalysis):
     """Trace the frame again with ``requires_grad_()`` of an intermediate breaking the
     graph (``OutputGraph.leaks_requires_grad``); it has no instruction of its own."""
@@ -411,6 +420,11 @@ class InstructionTranslatorBase:
     def do_return(self, value: VariableTracker) -> None:
         raise NotImplementedError
 
+    def defer_requires_grad(self, tensor: TensorVariable) -> bool:
+        """Whether ``tensor.requires_grad_()`` can run on the graph's output once the
+        current instruction is done (``InstructionTranslator.split_for_requires_grad``)."""
+        return False
+
 
 class InliningInstructionTranslator(InstructionTranslatorBase):
     """Runs a called user function inside the caller's graph."""
@@ -456,7 +470,8 @@ class InstructionTranslator(InstructionTranslatorBase):
     def __init__(self, frame_info: Any, *, compiler_fn, nopython: bool,
                  break_points: dict[int, Unsupported] | None = None,
                  dynamic: bool | None = None, frame_state: dict | None = None,
-                 use_shape_env: bool = False, refuse_requires_grad_: bool = False):
+                 use_shape_env: bool = False, refuse_requires_grad_: bool = False,
+                 refused: frozenset[str] = frozenset()):
         code = frame_info.code
         f_builtins = frame_info.builtins
         if isinstance(f_builtins, types.ModuleType):
@@ -465,6 +480,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                              code_name=code.co_name, dynamic=dynamic,
                              frame_state=frame_state, use_shape_env=use_shape_env)
         output.refuse_requires_grad_ = refuse_requires_grad_
+        output.refused = refused
         nslots = num_argument_slots(code)
         arg_names = code.co_varnames[:nslots]
         args = tuple(frame_info.args)
@@ -492,6 +508,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.graph_breaks: list[Unsupported] = []
         #: names of resume functions created (installed globals or made in the code)
         self.resume_names: list[str] = []
+        #: (tensor, its node's users then) of ``requires_grad_()`` calls deferred to the
+        #: end of the current instruction (``split_for_requires_grad``)
+        self.pending_requires_grad: list[tuple[TensorVariable, set]] = []
 
     # -- running ----------------------------------------------------------------------
 
@@ -526,6 +545,9 @@ class InstructionTranslator(InstructionTranslatorBase):
                 return
             try:
                 self.step()
+                if self.pending_requires_grad and not self.done:
+                    self.split_for_requires_grad(index)
+                    return
             except Unsupported as e:
                 e.with_location(*self.location(inst))
                 if self.nopython:
@@ -670,6 +692,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             if self.nopython:
                 raise reason
             raise RequiresGradRestart(reason)
+        from .variables.tensor_data import check_data_takes
+        from .variables.tensor_select import check_unobserved
+
+        check_unobserved(self.output, outputs)
+        check_data_takes(self.output, outputs)
         name = self.output.compile_graph(outputs)
         cg = self.new_codegen()
         cg.extend(builders.load_global_native(name))
@@ -891,7 +918,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         if any(pending_cleanup(g) for g in self.output.generators):
             # neither rebuilt for the resume function nor dropped: its finally must run.
             # (A rebuilt one cannot be closed when eager closes it: the frame that calls
-            # the resume function holds it on its stack until that returns.)
+            # the resume function holds it on its stack until that returns, and the resume
+            # function's own transformed code keeps it in its argument slot after a `del`.)
             raise Unsupported("graph break while a generator is paused inside try/finally "
                               "or with") from reason
         self.graph_breaks.append(reason)
@@ -904,6 +932,75 @@ class InstructionTranslator(InstructionTranslatorBase):
         if inst.opname in _CALL_PREFIX_OPNAMES:
             raise Unsupported(f"cannot break at {inst.opname}") from reason
         return self.break_at_instruction(inst, index, [inst])
+
+    def defer_requires_grad(self, tensor: TensorVariable) -> bool:
+        """``requires_grad_()`` of an intermediate that would leave the graph: rather than
+        breaking at the call (a call of an inlined function breaks at the frame's call of
+        it), end the graph after the frame's current instruction, set the flag on the
+        graph's output in Python and go on in a resume function, which takes the tensor as
+        the leaf it now is (torch.compile makes a graph fewer: it breaks at the call). Only
+        where a break can happen there (no try/with around it, no loop), and only while
+        nothing in the graph has used the tensor since (checked at the split)."""
+        index = self.ip
+        if self.nopython or index >= len(self.instructions):
+            return False
+        inst = self.instructions[index]
+        if inst.exn_tab_entry is not None or self.in_loop(index) or \
+                "__class__" in self.code.co_freevars:
+            return False
+        from .variables.iterators import pending_cleanup
+
+        if any(pending_cleanup(g) for g in self.output.generators):
+            return False
+        fake = tensor.example_value
+        if not fake.is_leaf:  # pragma: no cover - a tensor not requiring grad is a leaf
+            return False
+        with self.output.fake_mode:
+            fake.requires_grad_()  # what reads of it give until the split
+        self.pending_requires_grad.append((tensor, set(tensor.node.users)))
+        return True
+
+    def split_for_requires_grad(self, index: int) -> None:
+        """End the graph before instruction ``ip``: ``requires_grad_()`` of the deferred
+        tensors on the graph's outputs, then the resume function at ``ip`` with the stack
+        and the live locals."""
+        target = self.ip
+        inst = self.instructions[target] if target < len(self.instructions) else None
+        if inst is None or inst.exn_tab_entry is not None or self.in_loop(target):
+            raise Unsupported("requires_grad_() of an intermediate where the graph cannot "
+                              "end after the instruction")
+        for tensor, users in self.pending_requires_grad:
+            if set(tensor.node.users) != users:
+                raise Unsupported("requires_grad_() of an intermediate that the graph then "
+                                  "uses (its gradient would leave the graph)")
+        for tensor, _users in self.pending_requires_grad:
+            with self.output.fake_mode:
+                tensor.example_value.requires_grad_(False)  # as the graph computes it
+        reason = Unsupported("requires_grad_() of an intermediate: the graph ends after "
+                             "the instruction, the flag is set on its output")
+        reason.with_location(*self.location(self.instructions[index]))
+        self.graph_breaks.append(reason)
+        stack = list(self.stack)
+        live = self.live_locals(target)
+        cg, outputs, stack_loads, local_loads = self.stash_break_state(stack, live)
+        for tensor, _users in self.pending_requires_grad:
+            if tensor.node in cg.graph_outputs:  # (else nothing after the graph reads it)
+                cg.push_null()
+                cg.load_const_object(torch.Tensor.requires_grad_)
+                cg(tensor)
+                cg.call_function(1)
+                cg.pop_top()
+        stack_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
+                      for i, v in enumerate(stack)]
+        head, tail = self.make_resume_call(target, stack_vars, live)
+        cg.extend(head)
+        for v, load in zip(stack, stack_loads, strict=True):
+            if not isinstance(v, NullVariable):
+                load(cg)
+        for load in local_loads.values():
+            load(cg)
+        cg.extend(tail)
+        self.finish(self.graph_call(outputs) + cg.insts)
 
     def _pops(self, inst) -> int | None:
         if inst.opname == "CALL":
@@ -1005,19 +1102,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.finish(self.graph_call(outputs) + cg.insts)
 
     def reentered_with(self, inst, index: int, *, on_stack: bool = True):
-        """The ``__exit__`` tracker of the grad-mode ``with`` block right around the call
-        ``inst`` when a graph break there can leave the block open in Python
-        (``break_reentering_with``), else None: the block is a ``with`` (its handler starts
-        ``PUSH_EXC_INFO; WITH_EXCEPT_START``) inside no other block or loop, on
-        ``torch.no_grad``/``enable_grad``/``set_grad_enabled`` or ``torch.autocast``, and no
-        NULL lies on the stack below the call. ``on_stack=False``: only what the code says (True, not a tracker),
-        for when the call failed and popped its operands."""
-        from .variables.ctx_managers import (
-            AutocastVariable,
-            ContextExitVariable,
-            GradModeVariable,
-        )
-
+        """The ``(stack slot, __exit__ tracker)`` of each grad-mode ``with`` block around
+        the call ``inst``, outermost first, when a graph break there can leave the blocks
+        open in Python (``break_reentering_with``), else None: the call sits in ``with``
+        blocks only (each handler starts ``PUSH_EXC_INFO; WITH_EXCEPT_START``; nested blocks
+        chain through their cleanup's handler), outside loops, each on
+        ``torch.no_grad``/``enable_grad``/``set_grad_enabled`` or ``torch.autocast``, and
+        no NULL lies on the stack below the call. ``on_stack=False``: only what the code
+        says (True, not trackers), for when the call failed and popped its operands."""
         entry = inst.exn_tab_entry
         if inst.opname not in _CALL_OPNAMES or entry is None or self.nopython:
             return None
@@ -1025,88 +1117,81 @@ class InstructionTranslator(InstructionTranslatorBase):
             return None
         if any(p.exn_tab_entry is not entry for p in self.call_prefix):
             return None
-        handler = self.index_of[id(entry.target)]
-        if self.instructions[handler].opname != "PUSH_EXC_INFO" or \
-                handler + 1 >= len(self.instructions) or \
-                self.instructions[handler + 1].opname != "WITH_EXCEPT_START":
-            return None
-        cleanup = self.instructions[handler].exn_tab_entry
-        if cleanup is None or cleanup.target.exn_tab_entry is not None:
-            return None  # a block inside another block
+        depths: list[int] = []  # innermost first
+        block = entry
+        while block is not None:
+            handler = self.index_of[id(block.target)]
+            if self.instructions[handler].opname != "PUSH_EXC_INFO" or \
+                    handler + 1 >= len(self.instructions) or \
+                    self.instructions[handler + 1].opname != "WITH_EXCEPT_START":
+                return None  # a try block, not a with block
+            cleanup = self.instructions[handler].exn_tab_entry
+            if cleanup is None:
+                return None
+            depths.append(block.depth)
+            block = cleanup.target.exn_tab_entry  # the enclosing block's entry, if any
         if not on_stack:
             return True
         pops = self._pops(inst)
-        depth = entry.depth
-        if pops is None or not 0 < depth <= len(self.stack) - pops:
+        if pops is None or any(not 0 < d <= len(self.stack) - pops for d in depths):
             return None
         if any(isinstance(v, NullVariable) for v in self.stack[:len(self.stack) - pops]):
             return None
-        exit_var = self.realize(self.stack[depth - 1])
-        if not isinstance(exit_var, ContextExitVariable):
-            return None
-        ctx = exit_var.ctx
-        if isinstance(ctx, GradModeVariable) and isinstance(ctx.prev, bool):
-            return exit_var
-        if type(ctx) is AutocastVariable and ctx.node is not None and \
-                ctx.cls is torch.autocast:
-            return exit_var
-        return None
+        exits = []
+        for depth in reversed(depths):
+            exit_var = self.realize(self.stack[depth - 1])
+            if not _reenterable(exit_var):
+                return None
+            exits.append((depth - 1, exit_var))
+        return exits
 
     def break_reentering_with(self, inst, index: int, group: list) -> None:
-        """A graph break at a call inside a grad-mode ``with`` block, as torch.compile takes
-        it: the graph so far ends with the mode before the block; in Python a
-        ``torch.set_grad_enabled`` (or ``torch.autocast``) object enters the block's mode
-        and its ``__exit__`` takes the stack slot of the block's; a re-entry function (``make_reentry_code``)
-        runs the call under the block's exception-table entry (an exception leaves through
-        that ``__exit__``, as in eager), leaves the block and calls the continuation, which
-        enters the block anew in its prologue and is captured as any resume function."""
-        from .variables.ctx_managers import AutocastVariable, enter_for_reentry
+        """A graph break at a call inside grad-mode ``with`` blocks, as torch.compile takes
+        it: the graph so far ends with the mode before the outermost block; in Python a
+        ``torch.set_grad_enabled`` (or ``torch.autocast``) object enters each block's mode,
+        outermost first, and its ``__exit__`` takes the stack slot of the block's; a
+        re-entry function (``make_reentry_code``) runs the call under the innermost block's
+        exception-table entry (an exception leaves through those ``__exit__``, as in eager),
+        leaves the blocks and calls the continuation, which enters them anew in its prologue
+        and is captured as any resume function."""
+        from .variables.ctx_managers import enter_for_reentry
 
-        exit_var = self.reentered_with(inst, index)
-        if exit_var is None:  # not a grad-mode block after all: break before the block
+        exits = self.reentered_with(inst, index)
+        if exits is None:  # not grad-mode blocks after all: break before the block
             start = self.block_start(index)
             reason = Unsupported(str(self.graph_breaks.pop()))
             if start is None:
                 raise reason
             reason.kiln_block_start = True
             raise RestartAnalysis(start, reason)
-        ctx = exit_var.ctx
-        exit_slot = inst.exn_tab_entry.depth - 1
+        slots = {slot: exit_var.ctx for slot, exit_var in exits}
         stack = list(self.stack)
         pops = self._pops(inst)
         effect = sum(versions.stack_effect(i, jump=False) for i in group)
         n_after = len(stack) + effect
         if n_after < len(stack) - pops:
             raise Unsupported(f"cannot break at {inst.opname} (stack layout)")
-        autocast = isinstance(ctx, AutocastVariable)
-        ctx.exit(self)  # the graph leaves the mode as it found it
+        for _slot, exit_var in reversed(exits):
+            exit_var.ctx.exit(self)  # the graph leaves the modes as it found them
         live = self.live_locals(index + 1)
         cg, outputs, stack_loads, local_loads = self.stash_break_state(
-            stack, live, keep=lambda i, v: i != exit_slot and not isinstance(v, NullVariable))
+            stack, live, keep=lambda i, v: i not in slots and not isinstance(v, NullVariable))
         stack_vars = [None if isinstance(v, NullVariable) else self.stack_var(i)
                       for i, v in enumerate(stack)]
-        # the re-entry function leaves the block after the call; the continuation enters a
-        # new one in its prologue, traced as any `with` (enter and exit nodes in its graph,
+        # the re-entry function leaves the blocks after the call; the continuation enters
+        # new ones in its prologue, traced as any `with` (enter and exit nodes in its graph,
         # as torch.compile's re-entered block: a graph never ends in another mode than it
         # began with, which backends that fold mode switches at trace time rely on)
         after_vars: list = [self.stack_var(i) for i in range(n_after)]
-        if autocast:
-            cls_name = self.output.install_global_object("autocast", torch.autocast)
-            rebuild = builders.load_global(cls_name, True)
-            for v in (ctx.device_type, ctx.dtype, ctx.enabled, ctx.cache_enabled):
-                rebuild += builders.load_const(v)
-            rebuild += builders.call_function(4)
-        else:
-            mode_cls = torch.enable_grad if ctx.target else torch.no_grad
-            cls_name = self.output.install_global_object("grad_mode", mode_cls)
-            rebuild = builders.load_global(cls_name, True) + builders.call_function(0)
-        rebuild += [create_instruction("BEFORE_WITH")] + builders.pop_top()
-        after_vars[exit_slot] = rebuild
+        for slot, ctx in slots.items():
+            after_vars[slot] = self._rebuild_mode(ctx) + [create_instruction("BEFORE_WITH")] \
+                + builders.pop_top()
         continuation, _ = self.make_resume_call(index + 1, after_vars, live)
         name = f"__kiln_reenter_at_{inst.offset}_{next(_resume_counter)}"
         try:
             code = make_reentry_code(self.code, group[0], inst.offset, stack_vars, live,
-                                     n_after, continuation, name, close_slot=exit_slot)
+                                     n_after, continuation, name,
+                                     close_slots=sorted(slots, reverse=True))
         except BytecodeError as e:
             raise Unsupported(f"cannot make a re-entry function: {e}") from e
         if code.co_freevars:
@@ -1116,12 +1201,13 @@ class InstructionTranslator(InstructionTranslatorBase):
             cg.extend(builders.load_global(name, True))
         self.resume_names.append(name)
         for i, load in enumerate(stack_loads):
-            if i == exit_slot and autocast:  # a new autocast, entered now, and its exit
+            ctx = slots.get(i)
+            if ctx is not None and _is_autocast(ctx):  # a new autocast, entered now
                 cg.push_null()
                 cg.load_const_object(enter_for_reentry)
                 cg(ctx)
                 cg.call_function(1)
-            elif i == exit_slot:  # the block's mode, entered now, and its exit
+            elif ctx is not None:  # the block's mode, entered now, and its exit
                 cg.push_null()
                 cg.load_const_object(torch.set_grad_enabled)
                 cg.load_const(ctx.target)
@@ -1134,6 +1220,19 @@ class InstructionTranslator(InstructionTranslatorBase):
         cg.extend(builders.call_function(len([v for v in stack_vars if v is not None])
                                          + len(live)) + builders.return_value())
         self.finish(self.graph_call(outputs) + cg.insts)
+
+    def _rebuild_mode(self, ctx) -> list:
+        """Instructions that push a fresh context manager of ``ctx``'s mode (a
+        continuation's prologue enters it)."""
+        if _is_autocast(ctx):
+            cls_name = self.output.install_global_object("autocast", torch.autocast)
+            rebuild = builders.load_global(cls_name, True)
+            for v in (ctx.device_type, ctx.dtype, ctx.enabled, ctx.cache_enabled):
+                rebuild += builders.load_const(v)
+            return rebuild + builders.call_function(4)
+        mode_cls = torch.enable_grad if ctx.target else torch.no_grad
+        cls_name = self.output.install_global_object("grad_mode", mode_cls)
+        return builders.load_global(cls_name, True) + builders.call_function(0)
 
     def break_at_jump(self, inst, index: int) -> None:
         name = inst.opname
@@ -1188,10 +1287,35 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.finish(self.graph_call(outputs) + cg.insts)
 
 
+def _is_autocast(ctx) -> bool:
+    from .variables.ctx_managers import AutocastVariable
+
+    return isinstance(ctx, AutocastVariable)
+
+
+def _reenterable(exit_var: VariableTracker) -> bool:
+    """An ``__exit__`` of a block a graph break can leave and re-enter: a grad mode whose
+    previous mode is known, or a traced ``torch.autocast``."""
+    from .variables.ctx_managers import (
+        AutocastVariable,
+        ContextExitVariable,
+        GradModeVariable,
+    )
+
+    if not isinstance(exit_var, ContextExitVariable):
+        return False
+    ctx = exit_var.ctx
+    if isinstance(ctx, GradModeVariable):
+        return isinstance(ctx.prev, bool)
+    return type(ctx) is AutocastVariable and ctx.node is not None and \
+        ctx.cls is torch.autocast
+
+
 __all__ = [
     "InstructionTranslatorBase",
     "InstructionTranslator",
     "InliningInstructionTranslator",
+    "RefusalRestart",
     "RequiresGradRestart",
     "RestartAnalysis",
     "num_argument_slots",

@@ -179,9 +179,13 @@ def trace_body(tx, fn: VariableTracker, args: list[VariableTracker], what: str,
     start = marks[0] if marks else None
     before = None if start is not None else _last_node(graph)
     state = _python_state(tx, [fn, *args])
-    result = tx.call_function(fn, list(args), dict(kwargs or {}))
-    if after is not None:
-        after(result)
+    out.tracing_bodies += 1
+    try:
+        result = tx.call_function(fn, list(args), dict(kwargs or {}))
+        if after is not None:
+            after(result)
+    finally:
+        out.tracing_bodies -= 1
     if _python_state(tx, [fn, *args]) != state:
         raise Unsupported(f"{what} changes Python state that outlives it (attributes, "
                           "globals, closure cells or containers of its caller)")

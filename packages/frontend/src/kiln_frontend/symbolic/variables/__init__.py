@@ -29,6 +29,8 @@ from . import (  # noqa: F401
     raising,
     stdlib,
     tensor,
+    tensor_data,
+    tensor_select,
     tensor_subclass,
     torch,
 )

@@ -265,10 +265,15 @@ def _b_next(tx, args, kwargs):
 
     if not args or len(args) > 2 or kwargs or not isinstance(args[0], IteratorVariable):
         return None
+    from .iterators import GeneratorVariable, finishing_value, stop_iteration
+
+    was_finished = getattr(args[0], "finished", False)
     item = args[0].next_item(tx)
     if item is None:
         if len(args) == 2:
             return args[1]
+        if isinstance(args[0], GeneratorVariable):  # ``e.value``: what its body returned
+            raise stop_iteration(finishing_value(args[0], was_finished))
         raise_traced(StopIteration)  # caught by a traced `except StopIteration`, else a break
     return item
 
@@ -477,7 +482,9 @@ def _b_minmax(fn):
             sym = torch.sym_max if fn is max else torch.sym_min
             return tx.call_function(VariableBuilder(tx, None, guard=False)(sym), items, {})
         if has_tensor(items):
-            raise Unsupported(f"{fn.__name__}() over tensors (data-dependent)")
+            from .tensor_select import select_extreme
+
+            return select_extreme(tx, fn, items)
         try:
             values = [it.as_python_constant() for it in items]
         except NotConstant:
@@ -698,6 +705,11 @@ def _b_id(tx, args, kwargs):
         return None
     from .tensor import TensorVariable
 
+    if isinstance(args[0], TensorVariable):
+        from .tensor_select import is_selection, refuse_observed
+
+        if is_selection(tx.output, args[0].node):
+            refuse_observed(tx.output, "id() of it")
     if args[0].mutable and args[0].source is None or isinstance(args[0], TensorVariable):
         # (a tensor's id: compared by ``is``, which guards two inputs' identity)
         return ObjectIdVariable(args[0])

@@ -123,9 +123,9 @@ class GeneratorVariable(IteratorVariable):
         if not getattr(gen_tx, "paused_at_yield", False):
             raise Unsupported("a generator that is running cannot be rebuilt")
         if code.co_cellvars:
+            # (torch.compile runs such a frame as is too: capturing it would make a graph
+            # torch.compile does not)
             raise Unsupported("a paused generator with cell variables cannot be rebuilt")
-        if gen_tx.ip >= 2 and gen_tx.instructions[gen_tx.ip - 2].opname == "SEND":
-            raise Unsupported("a generator paused in `yield from` cannot be rebuilt")
         if self.paused_in_except:
             # its exception state is the generator's own (sys.exc_info(), a bare raise),
             # which a rebuilt one would not have
@@ -143,6 +143,8 @@ class GeneratorVariable(IteratorVariable):
         codegen.load_const_object(rebuilt_generator)
         codegen(self.fn_var)  # (its globals and closure cells)
         codegen.load_const_object(resume_code)
+        # (paused in `yield from`: the delegate is the stack value below the yield; the
+        # copied RESUME marks the pause as a delegation, so throw()/close() reach it)
         values = [v for v in gen_tx.stack if not isinstance(v, NullVariable)]
         values += [gen_tx.symbolic_locals[n] for n in live]
         for v in values:
@@ -172,6 +174,12 @@ def _handled(tx) -> list:
 
 
 _GENERATOR_METHODS = ("send", "throw", "close", "__next__", "__iter__")
+
+
+def finishing_value(gen: GeneratorVariable, was_finished: bool) -> VariableTracker:
+    """The ``StopIteration.value`` a resume of ``gen`` raises: what its body returned when
+    this resume finished it, None when it was already finished (CPython's)."""
+    return ConstantVariable(None) if was_finished else gen.return_value
 
 
 def stop_iteration(value: VariableTracker) -> TracedException:
@@ -216,14 +224,16 @@ class GeneratorMethodVariable(BoundMethodVariable):
             sent = tx.realize(args[0]) if args else ConstantVariable(None)
             if not gen.started and not _is_none(sent):
                 raise_traced(TypeError, "can't send non-None value to a just-started generator")
+            was_finished = gen.finished
             value = gen.resume(tx, sent if gen.started else None)
             if value is None:
-                raise stop_iteration(gen.return_value)
+                raise stop_iteration(finishing_value(gen, was_finished))
             return value
         if name == "throw" and len(args) == 1:
+            was_finished = gen.finished
             value = gen.resume(tx, exc=as_exception(tx, args[0]))
             if value is None:
-                raise stop_iteration(gen.return_value)
+                raise stop_iteration(finishing_value(gen, was_finished))
             return value
         if name == "close" and not args:
             return close_generator(tx, gen)

@@ -19,6 +19,9 @@ from .base import BoundMethodVariable, NotConstant, VariableTracker, tracker_for
 from .constant import ConstantVariable, wrap_constant_result
 from .raising import raise_traced
 
+#: ``Py_TPFLAGS_HEAPTYPE``: a class made by a class statement (its attributes can change)
+_HEAPTYPE = 1 << 9
+
 
 class NullVariable(VariableTracker):
     """The NULL the 3.11+ call convention puts under a callable."""
@@ -206,6 +209,12 @@ class UserDefinedClassVariable(VariableTracker):
         try:
             value = inspect.getattr_static(self.cls, name)
         except AttributeError:
+            if type(self.cls) is type and not self.cls.__flags__ & _HEAPTYPE:
+                # a built-in type (``function``, ``int``): no attribute can appear on it
+                # later, nor come from a metaclass's __getattr__ (ExitStack.push looks
+                # ``__exit__`` up on a plain callback's type)
+                raise_traced(AttributeError, f"type object {self.cls.__name__!r} has no "
+                                             f"attribute {name!r}")
             raise Unsupported(f"class {self.cls.__qualname__} has no attribute {name!r}") \
                 from None
         if isinstance(value, (staticmethod, classmethod)):

@@ -509,6 +509,10 @@ def is_op(tx, a: VariableTracker, b: VariableTracker, *, negate: bool) -> Variab
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         if a.node is b.node:
             return result(True)
+        from .tensor_select import is_selection, refuse_observed
+
+        if is_selection(tx.output, a.node) or is_selection(tx.output, b.node):
+            refuse_observed(tx.output, "`is` on it")
         if a.source is not None and b.source is not None:
             # two inputs may or may not be the same object: decide now, guard the answer
             return result(_same_input(tx, a, b))

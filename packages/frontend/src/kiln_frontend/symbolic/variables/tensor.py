@@ -207,6 +207,10 @@ class TensorVariable(VariableTracker):
                                              [self, ConstantVariable(name)], {})
         if name == "grad":
             raise Unsupported("reading Tensor.grad")
+        if name == "data":
+            from .tensor_data import take_data
+
+            return take_data(tx, self)
         attr = getattr(torch.Tensor, name, None)
         if attr is None:
             dtensor = upper.dtensor_attribute(tx, self, name)  # to_local, redistribute, placements
@@ -279,6 +283,10 @@ class TensorMethodVariable(VariableTracker):
         before = tensor.example_value.requires_grad
         out = tx.output
         if tensor.source is None and not before and out.refuse_requires_grad_:
+            wanted = args[0] if args else kwargs.get("requires_grad", ConstantVariable(True))
+            if wanted.is_python_constant() and wanted.as_python_constant() is True and \
+                    not out.tracing_bodies and tx.root().defer_requires_grad(tensor):
+                return tensor  # set on the graph's output, before the rest of the frame
             raise Unsupported("requires_grad_() of an intermediate whose gradient leaves "
                               "the graph")
         result = out.create_graph_op("call_method", "requires_grad_", [tensor, *args], kwargs)
