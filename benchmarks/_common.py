@@ -66,14 +66,7 @@ def median_time(fn: Callable[[], Any], *, min_repeat_s: float = 0.05, repeats: i
     """Median seconds per call of ``fn()``: ``warmup`` calls, then ``repeats`` timed repeats of
     ``n`` calls each, ``n`` chosen so that one repeat lasts about ``min_repeat_s``. ``sync``
     (``torch.cuda.synchronize`` on a GPU) runs before each clock read, so queued work counts."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    one = max(time.perf_counter() - t0, 1e-7)
-    n = max(1, min(max_calls, int(min_repeat_s / one)))
+    n = _calls_per_repeat(fn, min_repeat_s, warmup, max_calls, sync)
     samples = []
     for _ in range(repeats):
         sync()
@@ -85,6 +78,18 @@ def median_time(fn: Callable[[], Any], *, min_repeat_s: float = 0.05, repeats: i
     return statistics.median(samples)
 
 
+def _calls_per_repeat(fn, min_repeat_s: float, warmup: int, max_calls: int, sync) -> int:
+    """After ``warmup`` calls, how many calls of ``fn`` last about ``min_repeat_s``."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    one = max(time.perf_counter() - t0, 1e-7)
+    return max(1, min(max_calls, int(min_repeat_s / one)))
+
+
 def interleaved_times(fns: dict[str, Callable[[], Any]], *, min_repeat_s: float = 0.05,
                       repeats: int = 7, warmup: int = 3, max_calls: int = 10_000,
                       sync: Callable[[], Any] = lambda: None) -> dict[str, float]:
@@ -92,16 +97,8 @@ def interleaved_times(fns: dict[str, Callable[[], Any]], *, min_repeat_s: float 
     each once, starting at a different one each round), so that a machine whose speed drifts
     (a shared host, clocks changing) moves every compiler's number alike: what a comparison
     in one run needs, where timing one compiler after the other compares two machine states."""
-    calls = {}
-    for label, fn in fns.items():
-        for _ in range(warmup):
-            fn()
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        one = max(time.perf_counter() - t0, 1e-7)
-        calls[label] = max(1, min(max_calls, int(min_repeat_s / one)))
+    calls = {label: _calls_per_repeat(fn, min_repeat_s, warmup, max_calls, sync)
+             for label, fn in fns.items()}
     samples: dict[str, list[float]] = {label: [] for label in fns}
     labels = list(fns)
     for r in range(repeats):
