@@ -25,16 +25,20 @@ of torch.compile's.
     python benchmarks/capture.py --json out.json
     python benchmarks/capture.py --features      # the "Python features" table instead
 
-``--features``: small programs per Python feature family (generators, exceptions, context
-managers, closures, recompiles, builtins/stdlib), from the frontend's test modules: every
-``packages/frontend/tests/test_capture_*.py`` that defines a module-level ``CASES`` list of
-``(name, family, fn, args)`` is imported by path (``args``: one call's arguments, or a
-``Calls`` list of argument tuples, a sequence of calls; see ``tests/_capture_cases.py``), or
-of ``(fn, make_args, graphs)`` (test_capture_py313_forms: the family is the module's name).
-Each case runs under kiln and torch.compile in the same process; per family the table
-gives the cases, how many each compiler captures as one graph (no error, one graph per
-compile: a sequence of calls may compile again), and how many kiln matches torch.compile's
-graph and cache-entry counts on.  torch.compile's counts come from a child process.
+``--features``: small programs per Python feature family, from the frontend's test modules
+(every ``packages/frontend/tests/test_capture_*.py``, imported by path): a module-level
+``CASES`` list of ``(name, family, fn, args)`` (``args``: one call's arguments, or a ``Calls``
+list of argument tuples, a sequence of calls; see ``tests/_capture_cases.py``) or of ``(fn,
+make_args, graphs)``; ``_reference_cases.Cases`` registries; and the programs the tests of
+test_capture_exceptions / test_capture_context_managers hand to ``_eager_reference.check``.
+Families are issue 27's (generators, exceptions, context managers, closures, graph and
+recompile counts, self.assert* helpers, builtins and stdlib; the mixed parity modules' cases
+by their name's prefix), other modules under their own names.  Each case runs eagerly, under
+kiln and under torch.compile (a child process); per family the table gives the cases, how many
+each compiler captures as one graph (one graph per compile, ending as eagerly does), the share
+of torch.compile's one-graph cases kiln captures in one graph too (issue 27's measure), and how
+many kiln matches torch.compile's graph and cache-entry counts on. Writes
+``capture-features.json`` (``--features-json``) with per-case counts.
 """
 
 from __future__ import annotations
@@ -273,16 +277,77 @@ def _fmt_s(s: float | None) -> str:
     return "-" if s is None else f"{s * 1e3:.0f} ms"
 
 
-FEATURE_FAMILIES = ("generators", "exceptions", "context managers", "closures", "recompiles",
-                    "builtins")
+#: issue 27's families, in its order; other test modules keep their own names as families
+FEATURE_FAMILIES = ("generators", "exceptions", "context managers", "closures",
+                    "graph and recompile counts", "self.assert* helpers", "builtins and stdlib")
+#: a test module's family (the name after ``test_capture_``)
+_MODULE_FAMILY = {"generators": "generators", "generators rebuilt": "generators",
+                  "exceptions": "exceptions", "context managers": "context managers",
+                  "closures": "closures", "recompiles": "graph and recompile counts",
+                  "builtins stdlib": "builtins and stdlib"}
+#: a mixed module's (test_capture_parity_s*) case family, by the case name's prefix
+_PREFIX_FAMILY = {"gen": "generators", "generator": "generators", "exc": "exceptions",
+                  "exception": "exceptions", "cm": "context managers",
+                  "contextmanager": "context managers", "closure": "closures",
+                  "rc": "graph and recompile counts", "assert": "self.assert* helpers",
+                  **{p: "builtins and stdlib" for p in (
+                      "builtin", "it", "ft", "std", "str", "op", "dc", "nt", "col", "heapq",
+                      "functools", "comp")}}
+
+
+def _family(module_family: str, case_name: str) -> str:
+    if case_name.startswith(("assert_", "unittest_")):
+        return "self.assert* helpers"
+    if module_family.startswith("parity"):
+        return _PREFIX_FAMILY.get(case_name.split("_", 1)[0], "other")
+    return _MODULE_FAMILY.get(module_family, module_family)
+
+
+def _checked_programs(mod) -> list[tuple[str, Callable, tuple]]:
+    """The programs a check-style test module (``_eager_reference.check(fn, *args)`` in
+    each ``test_*`` function: test_capture_exceptions, test_capture_context_managers) hands
+    to ``check``: each test without parameters runs with ``check`` recording its calls (what
+    the test asserts afterwards on check's result is not run: the recording stands in)."""
+    import inspect
+
+    recorded: list[tuple[str, Callable, tuple]] = []
+    real = getattr(mod, "check", None)
+    if real is None or getattr(real, "__module__", "") != "_eager_reference":
+        return recorded
+    for name, test in list(vars(mod).items()):
+        if not (name.startswith("test_") and inspect.isfunction(test)) or \
+                inspect.signature(test).parameters:
+            continue
+        calls = []
+
+        def record(fn, *args, _calls=calls, **_kw):
+            _calls.append((fn, args))
+            raise _Recorded
+
+        mod.check = record
+        try:
+            test()
+        except BaseException:  # noqa: BLE001 - _Recorded, or the test's own setup failing
+            pass
+        finally:
+            mod.check = real
+        for i, (fn, args) in enumerate(calls):
+            recorded.append((name[len("test_"):] + (f"#{i}" if i else ""), fn, args))
+    return recorded
+
+
+class _Recorded(Exception):
+    """Stops a test right after the program it hands to ``check`` is recorded."""
 
 
 def feature_cases() -> list[tuple[str, str, Callable[[str], tuple]]]:
     """``(key, family, run)`` for the cases of every ``packages/frontend/tests/
-    test_capture_*.py``, imported by path: its module-level ``CASES`` list, and any
-    ``_reference_cases.Cases`` registry in it (a case ``case(C)`` compiles with ``C``; its
-    family is the module's name after ``test_capture_``).  ``run(kind)`` runs the case
-    under ``"kiln"`` or ``"torch"`` and gives ``(graphs, cache entries or None, error)``."""
+    test_capture_*.py``, imported by path: its module-level ``CASES`` list, any
+    ``_reference_cases.Cases`` registry in it (a case ``case(C)`` compiles with ``C``), and
+    the programs its tests hand to ``_eager_reference.check``. The family is the module's
+    name after ``test_capture_`` (issue 27's family where it is one), or, in the mixed
+    parity modules, the case name's prefix.  ``run(kind)`` runs the case under ``"eager"``,
+    ``"kiln"`` or ``"torch"`` and gives ``(graphs, cache entries or None, error)``."""
     import importlib.util
 
     tests = ROOT / "packages" / "frontend" / "tests"
@@ -293,12 +358,20 @@ def feature_cases() -> list[tuple[str, str, Callable[[str], tuple]]]:
 
     def run_case_list(fn, args):
         def run(kind):
+            if kind == "eager":
+                try:
+                    cc.run_eager(fn, args)
+                except Exception:  # noqa: BLE001 - a program that raises as it should
+                    return 0, None, True
+                return 0, None, False
             out = (cc.run_kiln if kind == "kiln" else cc.run_torch)(fn, args)
             return out.graphs, out.entries, out.error is not None
         return run
 
     def run_registry_case(case):
         def run(kind):
+            if kind == "eager":
+                return 0, None, False
             backend = CountingBackend()
             if kind == "kiln":
                 kiln_frontend.reset()
@@ -328,14 +401,19 @@ def feature_cases() -> list[tuple[str, str, Callable[[str], tuple]]]:
         for entry in getattr(mod, "CASES", ()):
             if len(entry) == 3:  # (fn, make_args, graphs): test_capture_py313_forms' form
                 fn, make_args, _graphs = entry
-                name, case_family, args = fn.__name__, family, make_args()
+                name, args = fn.__name__, make_args()
             else:
-                name, case_family, fn, args = entry
-            cases.append((f"{path.stem}::{name}", case_family, run_case_list(fn, args)))
+                name, _case_family, fn, args = entry
+            cases.append((f"{path.stem}::{name}", _family(family, name), run_case_list(fn, args)))
         for value in vars(mod).values():
             if type(value).__name__ == "Cases" and hasattr(value, "cases"):
                 for name, case in value.cases.items():
-                    cases.append((f"{path.stem}::{name}", family, run_registry_case(case)))
+                    cases.append((f"{path.stem}::{name}", _family(family, name),
+                                  run_registry_case(case)))
+        if family in ("exceptions", "context managers"):
+            for name, fn, args in _checked_programs(mod):
+                cases.append((f"{path.stem}::{name}", _family(family, name),
+                              run_case_list(fn, args)))
     return cases
 
 
@@ -359,13 +437,38 @@ def feature_counts(kind: str) -> dict[str, tuple]:
     return out
 
 
-def _one_graph(counts: tuple) -> bool:
-    """No error and one graph per compile (a sequence of calls may compile again)."""
+def _one_graph(counts: tuple, eager_raises: bool) -> bool:
+    """One graph per compile (a sequence of calls may compile again), ending as eagerly does:
+    no error, or an error where eager raises too (exceptions escaping the frame)."""
     graphs, entries, error = counts
-    return not error and graphs == max(1, entries or 1)
+    return error == eager_raises and graphs == max(1, entries or 1)
 
 
-def features_table() -> int:
+def features_rows(per_case: dict) -> tuple[list[str], list[list]]:
+    """The features table from per-case counts (``capture-features.json``'s ``cases``)."""
+    rows: dict[str, list[int]] = {}
+    for c in per_case.values():
+        g, r, raises = tuple(c["kiln"]), tuple(c["torch.compile"]), c["eager_raises"]
+        row = rows.setdefault(c["family"], [0, 0, 0, 0, 0])
+        kiln_one, torch_one = _one_graph(g, raises), _one_graph(r, raises)
+        row[0] += 1
+        row[1] += kiln_one
+        row[2] += torch_one
+        row[3] += kiln_one and torch_one
+        row[4] += g[:2] == r[:2]
+    order = [f for f in FEATURE_FAMILIES if f in rows] + sorted(set(rows) - set(FEATURE_FAMILIES))
+    total = [sum(rows[f][i] for f in order) for i in range(5)]
+
+    def share(row):
+        return f"{row[3]}/{row[2]} ({100 * row[3] / row[2]:.0f}%)" if row[2] else "-"
+
+    table = [[f, *rows[f][:3], share(rows[f]), rows[f][4]] for f in order]
+    table.append(["total", *total[:3], share(total), total[4]])
+    return (["family", "cases", "kiln one graph", "torch.compile one graph",
+             "of torch.compile's, kiln too", "kiln = torch.compile counts"], table)
+
+
+def features_table(json_path: str | None = None) -> int:
     """Per family: cases, one-graph counts of kiln and torch.compile, same counts.
     torch.compile's counts come from a child process of this run: TorchDynamo's eval-frame
     hook can stay installed after a generator frame, and kiln (rightly) stays out of the
@@ -375,23 +478,29 @@ def features_table() -> int:
     child = subprocess.run([sys.executable, __file__, "--features-reference"],
                            stdout=subprocess.PIPE, text=True, check=True)
     ref = {k: tuple(v) for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
+    eager = feature_counts("eager")
     got = feature_counts("kiln")
-    families = {key: family for key, family, _run in feature_cases()}
-    rows: dict[str, list[int]] = {}
-    for key, family in families.items():
-        g, r = got[key], ref.get(key, (0, None, True))
-        row = rows.setdefault(family, [0, 0, 0, 0])
-        row[0] += 1
-        row[1] += _one_graph(g)
-        row[2] += _one_graph(r)
-        row[3] += g[:2] == r[:2]
-    order = [f for f in FEATURE_FAMILIES if f in rows] + sorted(set(rows) - set(FEATURE_FAMILIES))
-    total = [sum(rows[f][i] for f in order) for i in range(4)]
-    table = [[f, *rows[f]] for f in order] + [["total", *total]]
-    print(markdown_table(["family", "cases", "kiln one graph", "torch.compile one graph",
-                          "kiln = torch.compile counts"], table))
-    print("one graph: no error and one graph per compile (a case that is a sequence of "
-          "calls may compile again); counts: graphs and cache entries of the function")
+    per_case = {}
+    for key, family, _run in feature_cases():
+        per_case[key] = {"family": family, "kiln": list(got[key]),
+                         "torch.compile": list(ref.get(key, (0, None, True))),
+                         "eager_raises": eager.get(key, (0, None, False))[2]}
+    header, table = features_rows(per_case)
+    print(markdown_table(header, table))
+    print("one graph: one graph per compile (a case that is a sequence of calls may compile "
+          "again), ending as eagerly does (an error only where eager raises); of torch.compile's: "
+          "the cases torch.compile captures in one graph that kiln captures in one graph too "
+          "(issue 27's measure); counts: graphs and cache entries of the function")
+    if json_path:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
+        meta = {"command": "python " + " ".join(["benchmarks/capture.py", *sys.argv[1:]]),
+                "commit": commit,
+                "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
+                "python": sys.version.split()[0]}
+        Path(json_path).write_text(json.dumps(
+            {"meta": meta, "header": header, "rows": table, "cases": per_case}, indent=1))
+        print(f"results: {json_path}")
     return 0
 
 
@@ -402,13 +511,15 @@ def main(argv=None) -> int:
     parser.add_argument("--features", action="store_true",
                         help="the Python features table (CASES of the frontend's "
                              "test_capture_*.py modules) instead of the models")
+    parser.add_argument("--features-json", default=str(RESULTS_DIR / "capture-features.json"),
+                        help="where --features writes its table and per-case counts")
     parser.add_argument("--features-reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.features_reference:  # the child process of --features: torch.compile's counts
         print(json.dumps(feature_counts("torch")))
         return 0
     if args.features:
-        return features_table()
+        return features_table(args.features_json)
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
