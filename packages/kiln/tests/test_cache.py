@@ -344,10 +344,16 @@ def test_a_hit_packs_gemm_weights_with_the_graphs_threads(monkeypatch):
     """MKL packs a GEMM weight for the threads that will use it: a hit must pack with the
     graph's intra-op thread count, not under the one thread its refolds and layout copies
     take (packed on one thread, a hit's BERT-sized linears ran 1.5-2x slower at 2 threads)."""
-    from kiln_loopir.derived_constants import DERIVATIONS
+    import dataclasses
 
-    if not (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")):
+    from kiln_loopir.derived_constants import DERIVATIONS
+    from kiln_loopir.lowerings import extern
+
+    if not extern.PACKED_GEMMS["mkl"].available():
         pytest.skip("no MKL packed GEMM in this torch")
+    # MKL's GEMM, not the CPU's first choice (oneDNN's, whose reorder is not thread-tuned)
+    monkeypatch.setitem(extern.DEVICE_LIBRARIES, "cpu", dataclasses.replace(
+        extern.DEVICE_LIBRARIES["cpu"], packed_gemms=("mkl",)))
     pack = DERIVATIONS["mkl_packed_linear"]
     threads_seen = []
 

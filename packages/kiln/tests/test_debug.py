@@ -12,6 +12,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 from kiln.backend import kiln_backend, loopir_interpret_backend
+from kiln_loopir.lowerings.extern import DEVICE_LIBRARIES, packed_gemm
 
 
 @pytest.fixture
@@ -83,10 +84,11 @@ def test_debug_folder_kiln(debug_env, needs_cpp, capsys):
     assert "(3, 4)" in result.stdout
 
 
-@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="a packed weight needs MKL")
+@pytest.mark.skipif(packed_gemm(DEVICE_LIBRARIES["cpu"]) is None, reason="a packed weight needs oneDNN or MKL")
 def test_output_code_derives_a_packed_weight_again(debug_env, needs_cpp):
-    """A weight packed for MKL is an opaque tensor: constants.pt holds the weight, and
-    output_code.py packs it again (``derive``) before running."""
+    """A weight packed for the CPU's GEMM (oneDNN's or MKL's) is an opaque tensor:
+    constants.pt holds the weight, and output_code.py packs it again (``derive``) before
+    running."""
     lin = torch.nn.Linear(8, 64).eval()
     gm = torch.fx.symbolic_trace(torch.nn.Sequential(lin, torch.nn.ReLU()))
     x = torch.randn(4, 8)
@@ -94,7 +96,7 @@ def test_output_code_derives_a_packed_weight_again(debug_env, needs_cpp):
         torch.testing.assert_close(kiln_backend(gm, [x])(x), torch.relu(lin(x)))
     _, (graph,) = _graph_dirs(debug_env)
     code = (graph / "output_code.py").read_text()
-    assert "derive('mkl_packed_linear'" in code, code
+    assert f"derive('{packed_gemm(DEVICE_LIBRARIES['cpu'], (4, 8, 64)).derivation}'" in code, code
     saved = torch.load(graph / "constants.pt", weights_only=False)
     assert saved and all(t.layout == torch.strided for t in saved.values())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

@@ -91,8 +91,9 @@ def test_rotary_cos_and_sin_computed_once():
     assert text.count("ops.sin(") == 1, text
 
 
-#: a linear layer's product: ``mm``, or MKL's GEMM on the packed weight (CPU float32)
-_PRODUCTS = (torch.ops.aten.mm.default, torch.ops.mkl._mkl_linear.default)
+#: a linear layer's product: ``mm``, or oneDNN's or MKL's GEMM on the packed weight (CPU float32)
+_PRODUCTS = (torch.ops.aten.mm.default, torch.ops.mkl._mkl_linear.default,
+             torch.ops.mkldnn._linear_pointwise.default)
 
 
 def test_sdpa_output_feeds_the_projection_without_a_copy():

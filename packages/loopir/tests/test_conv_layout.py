@@ -40,7 +40,7 @@ def _lower_with_cpu_library(monkeypatch, fn, x, tol=None, **policy):
 
     import kiln_loopir
 
-    policy.setdefault("packed_linear", lambda: False)  # mm/addmm here (packed: test_packed_linear.py)
+    policy.setdefault("packed_gemms", ())  # mm/addmm here (packed: test_packed_linear.py)
     monkeypatch.setitem(DEVICE_LIBRARIES, "cpu", dataclasses.replace(DEVICE_LIBRARIES["cpu"], **policy))
     graph = kiln_loopir.lower(torch.fx.experimental.proxy_tensor.make_fx(fn)(x), [x])
     (got,) = kiln_loopir.interpret(kiln_loopir.schedule(graph))(x)

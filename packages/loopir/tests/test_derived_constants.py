@@ -28,6 +28,19 @@ def test_a_packed_weight_computes_what_the_weight_does():
     torch.testing.assert_close(got, x @ w.t())
 
 
+@pytest.mark.skipif(not hasattr(torch.ops.mkldnn, "_linear_pointwise")
+                    or not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+@pytest.mark.parametrize("in_out", [False, True])
+def test_a_onednn_packed_weight_computes_what_the_weight_does(in_out):
+    """``[out, in]`` (a linear weight) or ``[in, out]`` (GPT-2's Conv1D, packed transposed)."""
+    torch.manual_seed(0)
+    w, x = torch.randn(12, 5), torch.randn(3, 5)
+    packed = derived_constants.derive("onednn_packed_linear", w.t().contiguous() if in_out else w, 3,
+                                      *([True] if in_out else []))
+    got = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    torch.testing.assert_close(got, x @ w.t())
+
+
 def test_channels_last_keeps_values():
     w = torch.randn(4, 3, 2, 2)
     got = derived_constants.derive("channels_last", w)

@@ -75,6 +75,19 @@ def mkl_packed_linear(w: torch.Tensor, rows: int, in_out: bool = False) -> torch
     return torch.ops.mkl._mkl_reorder_linear_weight(flat, rows)
 
 
+@derivation("onednn_packed_linear")
+def onednn_packed_linear(w: torch.Tensor, rows: int, in_out: bool = False) -> torch.Tensor:
+    """``w`` reordered by oneDNN into its blocked GEMM layout for
+    ``torch.ops.mkldnn._linear_pointwise``: an opaque MKLDNN tensor of ``[out, in]``'s size
+    (no storage: it cannot be saved, only made again). ``w`` and ``in_out`` as for
+    ``mkl_packed_linear``; ``rows``: the product's row count at compile time (oneDNN's hint)."""
+    lead = w.shape[0]
+    flat = torch.as_strided(w, (lead, w.numel() // lead), (w.numel() // lead, 1))
+    if in_out:
+        flat = flat.t()
+    return torch.ops.mkldnn._reorder_linear_weight(flat.contiguous(), rows)
+
+
 @derivation("pad_rows")
 def pad_rows(w: torch.Tensor, rows: int) -> torch.Tensor:
     """``w [n, ...]`` zero-padded to ``[rows, ...]``: a GEMM weight ``W[out, in]`` whose output

@@ -88,11 +88,12 @@ class DeviceLibrary:
       is not elementwise (a view into attention: the add is then a small kernel of its own).
       CUDA: cuBLASLt's bias epilogue picked large-K SIMT kernels for BERT-small's q/k/v
       projections at batch 1 (12 GEMMs, 0.19 ms) where ``mm`` gets tensor-op ones (0.07 ms).
-    - ``packed_linear``: a float32 product with a constant weight (``x @ W.t()``: linear
-      layers and 1x1 convolutions in inference) runs on the weight packed once at compile
-      time for the library's GEMM (``packed_linear_weight``). CPU: MKL's packed sgemm
-      (``mkl._mkl_linear``), 0.80-0.97 of ``addmm``'s time on BERT/ViT shapes at 2 threads
-      and results equal to the bit; the packed copy costs about the weight's memory again.
+    - ``packed_gemms``: names in ``PACKED_GEMMS``, first choice first: a float32 product with
+      a constant weight (``x @ W.t()``: linear layers and 1x1 convolutions in inference) runs
+      on the weight packed once at compile time for the first available one
+      (``packed_linear``); none: ``mm``/``addmm``. CPU: oneDNN's packed linear, then MKL's
+      packed sgemm (``PACKED_GEMMS`` says why); the packed copy costs about the weight's
+      memory again.
     - ``gemm_out_align``: dtype -> the multiple a GEMM output's row length should be.
       cuBLAS on an H200 runs bf16/fp16 GEMMs whose output leading dimension is not a multiple
       of 8 on slow kernels (GPT-2's LM head, 50257 columns: eager 12.8 ms a call against
@@ -106,18 +107,90 @@ class DeviceLibrary:
     conv_1x1_as_mm: bool
     addmm_bias_in_consumer: bool
     addmm_bias_always_apart: bool = False
-    packed_linear: Callable[[], bool] = lambda: False
+    packed_gemms: tuple[str, ...] = ()
     gemm_out_align: dict = dataclasses.field(default_factory=dict)
 
 
-def _mkl_packs() -> bool:
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+@dataclass(frozen=True)
+class PackedGemm:
+    """A library GEMM ``x @ W.t() (+ bias)`` on a weight packed once at compile time.
+
+    - ``derivation``: the ``derived_constants`` recipe packing ``W`` (``(W, rows[, True])``,
+      ``True``: ``W`` is stored ``[in, out]``);
+    - ``call(x, packed, W, bias, rows)``: the op and its arguments (``W``: the weight itself,
+      ``[out, in]``, for a library that falls back to it);
+    - ``worth(rows, k, n)``: whether it beats the next choice on a ``[rows, k] @ [k, n]``
+      product (measured per shape; where it does not, the next one of the device's list is
+      asked, and ``mm`` runs when none is);
+    - ``available()``: the library is in this build of torch."""
+
+    derivation: str
+    call: Callable[..., tuple]
+    worth: Callable[[int, int, int], bool]
+    available: Callable[[], bool]
+
+
+#: name -> PackedGemm (``register_packed_gemm``); a device library lists the ones it uses
+PACKED_GEMMS: dict[str, PackedGemm] = {}
+
+
+def register_packed_gemm(name: str, gemm: PackedGemm) -> None:
+    if name in PACKED_GEMMS:
+        raise ValueError(f"packed GEMM {name!r} is already registered")
+    PACKED_GEMMS[name] = gemm
+
+
+def packed_gemm(lib: DeviceLibrary, shape: tuple[int, int, int] | None = None) -> PackedGemm | None:
+    """The first of ``lib.packed_gemms`` this torch has and, given a product's ``(rows, k,
+    n)``, that is ``worth`` it there (an unknown name fails with the known ones)."""
+    for name in lib.packed_gemms:
+        gemm = PACKED_GEMMS.get(name)
+        if gemm is None:
+            raise KeyError(f"no packed GEMM {name!r}; known: {', '.join(sorted(PACKED_GEMMS))}")
+        if gemm.available() and (shape is None or gemm.worth(*shape)):
+            return gemm
+    return None
+
+
+#: oneDNN's packed linear is the CPU's choice for a product of at least this many flops
+#: (2*rows*k*n) or with a weight of at least ``ONEDNN_MIN_WEIGHT`` elements
+ONEDNN_MIN_FLOPS = 16e6
+ONEDNN_MIN_WEIGHT = 1 << 18
+
+
+def _onednn_worth(rows: int, k: int, n: int) -> bool:
+    """oneDNN's call costs ~12 us more than MKL's or ``mm``'s (1 thread): below ~16 Mflop it
+    loses (1.1-1.4x the time: MobileNet's squeeze-excite and narrow pointwise products, 3-13
+    Mflop), unless the weight is large (1 MiB and up: a few-row product is a pass over the
+    weight, which oneDNN's blocked layout reads faster, 0.5-0.8x: classifier heads)."""
+    return 2 * rows * k * n >= ONEDNN_MIN_FLOPS or k * n >= ONEDNN_MIN_WEIGHT
+
+
+# oneDNN's packed linear (what torch.compile's freezing emits for a linear with a fused
+# activation): 0.75-0.95 of MKL's packed sgemm's time on the linear and 1x1-convolution
+# shapes of benchmarks/cpu.py's models above 16 Mflop, at 1 thread (thread CPU time;
+# experiments/cpu-linear/packed_vs_addmm.py); the transformer models 12-20% faster end to
+# end. Not equal to the bit to addmm (another summation order).
+register_packed_gemm("onednn", PackedGemm(
+    "onednn_packed_linear",
+    lambda x, packed, w, bias, rows: (torch.ops.mkldnn._linear_pointwise.default,
+                                      [x, packed, bias, "none", [], ""]),
+    worth=_onednn_worth,
+    available=lambda: torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")))
+# MKL's packed sgemm: 0.80-0.97 of addmm's time on BERT/ViT shapes at 2 threads, results
+# equal to the bit; it lost at 2 threads for 16-40 output features (1.2-1.5x the time:
+# MobileNet's pointwise convolutions) and was even or ahead from 72 up: 64 and up pack.
+register_packed_gemm("mkl", PackedGemm(
+    "mkl_packed_linear",
+    lambda x, packed, w, bias, rows: (torch.ops.mkl._mkl_linear.default, [x, packed, w, bias, rows]),
+    worth=lambda rows, k, n: n >= 64,
+    available=lambda: torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")))
 
 
 DEVICE_LIBRARIES = {
     "cpu": DeviceLibrary((torch.float32,), lambda: torch.backends.mkldnn.is_available(),
                          conv_fused_bias=True, conv_1x1_as_mm=True, addmm_bias_in_consumer=True,
-                         packed_linear=_mkl_packs),
+                         packed_gemms=("onednn", "mkl")),
     "cuda": DeviceLibrary((torch.float32, torch.float16, torch.bfloat16), lambda: torch.backends.cudnn.enabled,
                           conv_fused_bias=False, conv_1x1_as_mm=False, addmm_bias_in_consumer=True,
                           addmm_bias_always_apart=True,
@@ -226,10 +299,6 @@ _EXACT_DTYPES = (torch.float32, torch.float64)  # half types: addmm rounds once,
 #: A/B switch for measurements: False keeps products with constant weights on ``mm``/``addmm``
 #: (the graph cache does not key on it: compile with KILN_GRAPH_CACHE=0 when flipping it).
 PACKED_LINEAR = True
-#: narrower products stay on ``mm``: MKL's packed GEMM lost there at 2 threads (1.2-1.5x the
-#: time for 16-40 output features: MobileNet's pointwise convolutions), and was even or ahead
-#: from 72 up (0.81-1.0x: 576x1024, 2048x512, BERT's 256x1024)
-PACKED_MIN_OUT_FEATURES = 64
 
 
 def constant_weight_operand(a, b):
@@ -256,11 +325,11 @@ def packed_linear(a, b, bias, meta):
     linear layer's ``W.t()``, a 1x1 convolution's weight, GPT-2's ``Conv1D``) and the sizes
     are static; else None.
 
-    The packed weight is a derived constant (``mkl_packed_linear`` of ``W``): kiln guards
-    ``W`` and the graph cache packs it again on a hit. The call also gets ``W`` itself
-    (``_mkl_linear`` falls back to it where MKL cannot use the packed form)."""
+    The GEMM is the device library's first available ``packed_gemms``; the packed weight is
+    a derived constant (its ``derivation`` of ``W``): kiln guards ``W`` and the graph cache
+    packs it again on a hit."""
     lib = DEVICE_LIBRARIES.get(meta.device.type) if isinstance(meta, torch.Tensor) else None
-    if not PACKED_LINEAR or lib is None or meta.dtype != torch.float32 or not lib.packed_linear():
+    if not PACKED_LINEAR or lib is None or meta.dtype != torch.float32 or not lib.packed_gemms:
         return None
     operand = constant_weight_operand(a, b)
     if operand is None:
@@ -269,13 +338,16 @@ def packed_linear(a, b, bias, meta):
     value = weight.value
     dense = value.is_contiguous() or (value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last))
     in_out = stride == [n, 1]  # W[in, out] itself, not a transpose
-    if (stride != [1, k] and not in_out) or not dense or rows == 0 or n < PACKED_MIN_OUT_FEATURES:
+    if (stride != [1, k] and not in_out) or not dense or rows == 0:
         return None
-    packed = derived_constant(current(), weight, "mkl_packed_linear", rows, *([True] if in_out else []))
+    gemm = packed_gemm(lib, (rows, k, n))
+    if gemm is None:
+        return None
+    packed = derived_constant(current(), weight, gemm.derivation, rows, *([True] if in_out else []))
     origin = ReinterpretView(weight, Layout(meta.device, torch.float32, [n, k], [1, n] if in_out else [k, 1], 0))
     out_meta = meta.new_empty_strided((rows, n), (n, 1))
-    return make_extern(torch.ops.mkl._mkl_linear.default, [a, packed, origin, bias, rows], {}, out_meta,
-                       fallback=False)
+    op, args = gemm.call(a, packed, origin, bias, rows)
+    return make_extern(op, args, {}, out_meta, fallback=False)
 
 
 #: A/B switch for measurements: False leaves unaligned GEMM outputs unpadded
