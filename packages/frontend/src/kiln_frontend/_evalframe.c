@@ -1111,6 +1111,47 @@ clear_cache(PyObject *module, PyObject *code)
     Py_RETURN_NONE;
 }
 
+/* Drop the entries of `code` whose check_fn is `check_fn` (an entry whose guards can never
+ * pass again: an object they fix by identity died). The cache gets a new list without them,
+ * so a lookup iterating the old one (a guard's allocation can run the weakref callback that
+ * calls this) goes on over the list it holds. Returns how many were dropped. */
+static PyObject *
+drop_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "drop_entry(code, check_fn) takes 2 arguments");
+        return NULL;
+    }
+    if (check_code(args[0]) < 0) {
+        return NULL;
+    }
+    CodeExtra *extra = get_extra(args[0]);
+    if (extra == NULL || extra->entries == NULL) {
+        return PyLong_FromLong(0);
+    }
+    PyObject *old = extra->entries;
+    PyObject *kept = PyList_New(0);
+    if (kept == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(old);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(old, i);
+        if (PyTuple_GET_ITEM(entry, 0) != args[1] && PyList_Append(kept, entry) < 0) {
+            Py_DECREF(kept);
+            return NULL;
+        }
+    }
+    Py_ssize_t dropped = n - PyList_GET_SIZE(kept);
+    if (dropped == 0) {
+        Py_DECREF(kept);
+        return PyLong_FromLong(0);
+    }
+    extra->entries = kept;
+    Py_DECREF(old); /* may free the dropped entries' fn, code and graphs */
+    return PyLong_FromSsize_t(dropped);
+}
+
 static PyObject *
 reset(PyObject *module, PyObject *unused)
 {
@@ -1945,6 +1986,8 @@ static PyMethodDef module_methods[] = {
      "cache_entries(code) -> list of (check_fn, fn, owner_callback[, DirectCall]), in lookup "
      "order."},
     {"clear_cache", clear_cache, METH_O, "Drop a code object's cache entries."},
+    {"drop_entry", (PyCFunction)(void (*)(void))drop_entry, METH_FASTCALL,
+     "drop_entry(code, check_fn) -> n: drop the code's entries whose check_fn is check_fn."},
     {"reset", reset, METH_NOARGS, "Drop every cache entry and skip mark."},
     {"hook_installed", is_hook_installed, METH_NOARGS,
      "Whether kiln's eval-frame function is installed in this interpreter (some thread has a "

@@ -413,6 +413,22 @@ def _failure_reasons(entries: list[tuple[Any, Any]], args: tuple[Any, ...]) -> l
     return reasons
 
 
+def _own_lifetime(frame: Any, compiled: Any) -> None:
+    """The new entry keeps the globals its code and guards read, and goes when an object
+    its guards fix by identity dies (entry_lifetime.py)."""
+    code = getattr(compiled, "code", None)
+    guards = getattr(compiled.check_fn, "guards", None)
+    if not isinstance(code, CodeType) or guards is None:
+        return  # (a test's stand-in entry)
+    from . import entry_lifetime
+
+    entry_lifetime.claim(code, guards, frame.globals)
+    arg_names = frame.code.co_varnames[:len(frame.args)]
+    keys = entry_lifetime.identity_objects(guards, arg_names, frame.args, frame.globals,
+                                           frame.closure)
+    entry_lifetime.hold_weakly(compiled.check_fn, frame.code, keys)
+
+
 _interned_callbacks: dict[tuple, CompileCallback] = {}
 
 
@@ -521,13 +537,18 @@ class CompileCallback:
             if convert is None:
                 convert = _default_convert_frame()
             counters["converts"] += 1
-            compiled = convert(
-                frame,
-                compiler_fn=self.compiler_fn,
-                nopython=self.nopython,
-                frame_state=frame_state_for(code),
-                dynamic=self.dynamic,
-            )
+            from . import entry_lifetime  # (imports torch: kiln_frontend itself does not)
+
+            with entry_lifetime.capturing():  # (names no entry reads go when it ends)
+                compiled = convert(
+                    frame,
+                    compiler_fn=self.compiler_fn,
+                    nopython=self.nopython,
+                    frame_state=frame_state_for(code),
+                    dynamic=self.dynamic,
+                )
+                if compiled is not None:
+                    _own_lifetime(frame, compiled)
         except Unsupported as e:
             if self.nopython:
                 raise

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.proxy import GraphAppendingTracer
 
-from .. import _evalframe
+from .. import _evalframe, entry_lifetime
 from ..exc import BackendCompilerFailed, Unsupported
 from ..guards import Guard, GuardKind, GuardSet, TensorGuard, torch_global_state
 from ..sources import KILN_GLOBAL_PREFIX, GlobalSource, Source
@@ -202,8 +202,11 @@ class OutputGraph:
     # -- globals ----------------------------------------------------------------------
 
     def install_global(self, name: str, value: Any) -> None:
+        """``f_globals[name] = value``, until no cache entry's code or guards read ``name``
+        (entry_lifetime.py: the entries that do are found from their code)."""
         self.f_globals[name] = value
         self.installed_globals[name] = value
+        entry_lifetime.installed(self.f_globals, name)
 
     def install_global_object(self, prefix: str, value: Any) -> str:
         name = f"{KILN_GLOBAL_PREFIX}{prefix}_{next(_global_object_counter)}"
