@@ -255,6 +255,13 @@ def _b_iter(tx, args, kwargs):
         return callable_iterator(tx, *args)
     if len(args) != 1 or kwargs:
         return None
+    if isinstance(args[0], ConstantVariable) and \
+            type(args[0].value) in (int, float, bool, complex, type(None)):
+        # eager's TypeError, catchable by the frame (pytest's rewritten ``assert`` asks
+        # whether an operand is iterable with ``try: iter(obj) except Exception``)
+        from .raising import raise_traced
+
+        raise_traced(TypeError, f"{type(args[0].value).__name__!r} object is not iterable")
     return args[0].iter_var(tx)
 
 
