@@ -47,6 +47,7 @@ from . import registry
 from .codegen import PyCodegen, walk_trackers
 from .liveness import live_variables
 from .output_graph import OutputGraph
+from .restarts import RefusalRestart, RequiresGradRestart, RestartAnalysis
 from .variables import (
     ConstantVariable,
     NullVariable,
@@ -80,32 +81,6 @@ _NEVER_BREAK_AT = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD
                              "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST",
                              "STORE_FAST_STORE_FAST"})
 _CALL_PREFIX_OPNAMES = frozenset({"PRECALL", "KW_NAMES"})
-
-
-class RestartAnalysis(Exception):
-    """Trace the frame again from the start and graph-break at instruction ``index``."""
-
-    def __init__(self, index: int, reason: Unsupported):
-        super().__init__(str(reason))
-        self.index = index
-        self.reason = reason
-
-
-class RefusalRestart(RestartAnalysis):
-    """Trace the frame again refusing ``feature`` (it breaks the graph where it is used):
-    a shortcut it took was observed later (``OutputGraph.refused``)."""
-
-    def __init__(self, feature: str, reason: Unsupported):
-        super().__init__(-1, reason)
-        self.feature = feature
-
-
-class RequiresGradRestart(RestartAnalysis):
-    """Trace the frame again with ``requires_grad_()`` of an intermediate breaking the
-    graph (``OutputGraph.leaks_requires_grad``); it has no instruction of its own."""
-
-    def __init__(self, reason: Unsupported):
-        super().__init__(-1, reason)
 
 
 def num_argument_slots(code: types.CodeType) -> int:

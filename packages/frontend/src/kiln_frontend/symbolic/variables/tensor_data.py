@@ -19,6 +19,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...exc import Unsupported
+from ..restarts import RefusalRestart
 from .base import VariableTracker
 
 #: ``OutputGraph.refused`` holds it on the trace after a take was written or escaped
@@ -58,7 +59,6 @@ def _storage(t: torch.Tensor) -> StorageWeakRef:
 def check_data_takes(out, outputs: list[VariableTracker]) -> None:
     """At a graph's end: nothing wrote into a taken tensor's memory since the take, and no
     output but the tensor itself lies over that memory."""
-    from ..translator import RefusalRestart
 
     for take in out.data_takes:
         if take.fake._version != take.version:

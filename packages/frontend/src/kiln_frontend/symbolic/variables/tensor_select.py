@@ -21,6 +21,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...exc import Unsupported
+from ..restarts import RefusalRestart
 from .base import VariableTracker
 
 #: ``OutputGraph.refused`` holds it on the trace after a choice was observable
@@ -93,7 +94,6 @@ def _input_fakes(out) -> list[torch.Tensor]:
 
 def refuse_observed(out, why: str):
     """The frame observed a choice: trace it again with max/min over tensors breaking."""
-    from ..translator import RefusalRestart
 
     out.selection_observed = True  # (also when a caller turns the restart into a break)
     raise RefusalRestart(REFUSED, Unsupported(f"{why}: the result of max()/min() over "
