@@ -20,7 +20,9 @@ Grads of primals that reach no output the loss uses stay ``None``, as in eager.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -93,28 +95,58 @@ def compile_joint(
 
     first = build(example_inputs)
     by_pattern: dict[tuple[bool, ...], CompiledJoint] = {_pattern(first, example_inputs): first}
+    plans: dict[tuple[bool, ...], _Plan] = {}
+    is_grad_enabled = torch.is_grad_enabled
+    lifted = first.joint.lifted_tensors
+    # every input a tensor (the usual graph): the pattern is two C-level maps; a non-tensor
+    # in its place (an int) fails the attribute read and takes the general path
+    tensors_only = all(isinstance(x, torch.Tensor) for x in example_inputs)
 
     def compiled_training_graph(*args):
-        pattern = _pattern(first, args)
-        compiled = by_pattern.get(pattern)
-        if compiled is None:
-            log.info("kiln.aotgrad: requires_grad of the inputs changed; tracing again")
-            compiled = by_pattern[pattern] = build(list(args))
-        primals = [*compiled.joint.lifted_tensors, *args]
-        if torch.is_grad_enabled() and any(pattern) and compiled.backward is not None:
-            flat = CompiledFunction.apply(compiled, *primals)
-        else:
-            flat = _forward_only(compiled, primals)
-        return _restore(compiled.joint, flat)
+        pattern, tensors = None, tensors_only
+        if tensors:
+            try:
+                pattern = (*map(_REQUIRES_GRAD, lifted), *map(_REQUIRES_GRAD, args))
+            except AttributeError:
+                tensors = False
+        if pattern is None:
+            pattern = _pattern(first, args)
+        plan = plans.get(pattern)
+        if plan is None:
+            compiled = by_pattern.get(pattern)
+            if compiled is None:
+                log.info("kiln.aotgrad: requires_grad of the inputs changed; tracing again")
+                compiled = by_pattern[pattern] = build(list(args))
+            plan = plans[pattern] = _Plan(compiled, trains=any(pattern))
+        primals = [*plan.lifted, *args]
+        if plan.trains and is_grad_enabled():
+            return plan.restore(_apply(plan, primals, tensors))
+        return plan.restore(plan.run_forward(primals)[0])
 
     compiled_training_graph.compiled = first
     compiled_training_graph.by_pattern = by_pattern
     return compiled_training_graph
 
 
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+
 def _pattern(compiled: CompiledJoint, args: Sequence) -> tuple[bool, ...]:
     lifted = [t.requires_grad for t in compiled.joint.lifted_tensors]
     return tuple(lifted + [isinstance(a, torch.Tensor) and a.requires_grad for a in args])
+
+
+def _restorer(joint: JointGraph) -> Callable[[Sequence], Any]:
+    """The torch-level output structure from the flat outputs, chosen once: a plain tuple of
+    outputs is ``tuple`` (one C call), a single tensor its first output; anything else (nested,
+    constants among the outputs) the pytree walk."""
+    spec, template = joint.out_spec, joint.out_template
+    if all(leaf is _GRAPH_OUTPUT for leaf in template):
+        if spec.is_leaf():
+            return operator.itemgetter(0)
+        if spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
+            return tuple
+    return functools.partial(_restore, joint)
 
 
 def _restore(joint: JointGraph, flat: Sequence) -> Any:
@@ -123,51 +155,124 @@ def _restore(joint: JointGraph, flat: Sequence) -> Any:
     return pytree.tree_unflatten(leaves, joint.out_spec)
 
 
-def _run_forward(compiled: CompiledJoint, primals: list) -> tuple[list, list]:
-    """Run the forward graph and the mutation epilogue; (forward outputs, saved values)."""
-    joint = compiled.joint
-    flat = list(compiled.forward(*primals))
-    n_out, n_mut = joint.num_forward_outputs, len(joint.mutated_primals)
-    outs, new_values, saved = flat[:n_out], flat[n_out : n_out + n_mut], flat[n_out + n_mut :]
-    with torch.no_grad():
-        for i, value in zip(joint.mutated_primals, new_values, strict=True):
-            primals[i].copy_(value)
-    return outs, saved
+class _Plan:
+    """What every call of one ``CompiledJoint`` needs, worked out once instead of per call:
+    where the forward's flat outputs split, which outputs are differentiable, the route of
+    each backward output to its primal, the shapes of zero grads, and (after the first call)
+    which outputs can share memory with an input."""
+
+    def __init__(self, compiled: CompiledJoint, trains: bool):
+        joint, part = compiled.joint, compiled.partition
+        self.compiled = compiled
+        self.lifted = joint.lifted_tensors
+        self.forward, self.backward = compiled.forward, compiled.backward
+        #: whether a call under grad mode runs the autograd node (else the forward alone)
+        self.trains = trains and compiled.backward is not None
+        self.restore = _restorer(joint)
+        self.n_out = joint.num_forward_outputs
+        self.n_flat = self.n_out + len(joint.mutated_primals)
+        self.mutated = joint.mutated_primals
+        self.saved_primals = part.saved_primals
+        self.diff = joint.diff_outputs
+        diff = set(self.diff)
+        self.non_diff = [i for i in range(self.n_out) if i not in diff]
+        self.num_primals = joint.num_primals
+        # (primal, position among the backward's outputs, forward outputs it reaches)
+        self.routes: list[tuple[int, int, frozenset[int]]] = []
+        present = [p for p, has in zip(joint.grad_primals, part.grad_outputs, strict=True) if has]
+        deps = [d for d, has in zip(joint.output_deps, part.grad_outputs, strict=True) if has]
+        for k, (p, d) in enumerate(zip(present, deps, strict=True)):
+            self.routes.append((p, k, d))
+        #: positions (among the backward's outputs) of the grads kept when every
+        #: differentiable output got a grad: those reaching one of them
+        self.routes_all_got = [(p + 1, k) for p, k, d in self.routes if d & diff]
+        #: (shape, dtype, device) of each differentiable output, for its zero grad; None:
+        #: symbolic sizes, read from the outputs at each call
+        self.zeros_meta = None if joint.symbolic else _static_out_meta(joint)
+        #: outputs that may need a clone or a detach (``fix_outputs``); None until the first
+        #: call has looked at every output
+        self.to_fix: list[int] | None = None
+        #: positions of the non-tensor values among (saved values, saved primals): SymInts
+        self.non_tensor_saved: list[int] | None = None
+
+    def run_forward(self, primals: Sequence) -> tuple[list, list]:
+        """Run the forward graph and the mutation epilogue; (forward outputs, saved values)."""
+        flat = self.forward(*primals)
+        n_out, n_flat = self.n_out, self.n_flat
+        if self.mutated:
+            with torch.no_grad():
+                for i, value in zip(self.mutated, flat[n_out:n_flat], strict=True):
+                    primals[i].copy_(value)
+        return list(flat[:n_out]), list(flat[n_flat:])
+
+    def fix_outputs(self, outs: list, primals: Sequence) -> None:
+        """Make the outputs fit to leave an autograd node, in ``outs``:
+
+        - an output that is a primal or a view of one is cloned: it must be a fresh tensor of
+          this node;
+        - a view of a buffer of the forward (``y.view(...)``) is detached: a view made inside
+          a custom Function cannot be modified in place (``out.mul_(2)`` works in eager); the
+          same memory as a non-view, sharing the version counter, so an in-place write to a
+          saved value is still caught at backward.
+
+        Which outputs can need either is fixed by the generated code: the first call looks
+        at every output, later calls only at those that were views, shared memory with a
+        primal or had no memory to compare (a size-0 tensor)."""
+        if self.to_fix is None:
+            self.to_fix = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                           and (o._is_view() or _may_alias(o, primals))]
+        for i in self.to_fix:
+            o = outs[i]
+            if _is_input(o, primals):
+                outs[i] = o.clone()
+            elif o._is_view():
+                outs[i] = o.detach()
 
 
-def _forward_only(compiled: CompiledJoint, primals: list) -> list:
-    outs, _ = _run_forward(compiled, primals)
-    return outs
+def _static_out_meta(joint: JointGraph) -> dict[int, tuple] | None:
+    """(shape, dtype, device) of each differentiable forward output, from the traced values."""
+    (out_args,) = [n.args[0] for n in joint.gm.graph.nodes if n.op == "output"]
+    meta = {}
+    for i in joint.diff_outputs:
+        node = out_args[i]
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        meta[i] = (tuple(val.shape), val.dtype, val.device)
+    return meta
+
+
+def _may_alias(t, primals) -> bool:
+    """Can output ``t`` share memory with a primal at a later call: it does now, or it has no
+    memory to tell (a size-0 tensor)?"""
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return False
+    return t.untyped_storage().data_ptr() == 0 or _is_input(t, primals)
 
 
 class CompiledFunction(torch.autograd.Function):
     """Forward and backward of one compiled joint graph, as one autograd node."""
 
     @staticmethod
-    def forward(ctx, compiled: CompiledJoint, *primals):
-        outs, saved = _run_forward(compiled, list(primals))
-        part = compiled.partition
-        saved_primals = [primals[i] for i in part.saved_primals]
-        tensors = [*saved, *saved_primals]
-        ctx.save_for_backward(*[t for t in tensors if isinstance(t, torch.Tensor)])
-        ctx.saved_non_tensors = [
-            (i, t) for i, t in enumerate(tensors) if not isinstance(t, torch.Tensor)
-        ]
-        ctx.num_saved_values = len(tensors)
-        ctx.compiled = compiled
+    def forward(ctx, plan: _Plan, *primals):
+        # (a custom Function's forward runs with grad mode off)
+        outs, saved = plan.run_forward(primals)
+        saved += map(primals.__getitem__, plan.saved_primals)
+        if plan.non_tensor_saved is None:
+            plan.non_tensor_saved = [i for i, t in enumerate(saved)
+                                     if not isinstance(t, torch.Tensor)]
+        if plan.non_tensor_saved:
+            ctx.save_for_backward(*[t for t in saved if isinstance(t, torch.Tensor)])
+            ctx.saved_non_tensors = [(i, saved[i]) for i in plan.non_tensor_saved]
+        else:
+            ctx.save_for_backward(*saved)
+        ctx.plan = plan
         ctx.set_materialize_grads(False)
-        diff = set(compiled.joint.diff_outputs)
-        # outputs that are inputs (or views of them) must be fresh tensors of this node
-        outs = [o.clone() if _is_input(o, primals) else o for o in outs]
-        # a view of a buffer of the forward (``y.view(...)``) would be a view made inside a
-        # custom Function, which autograd forbids modifying in place (``out.mul_(2)`` works
-        # in eager): the same memory as a non-view, sharing the version counter, so an
-        # in-place write to a saved value is still caught at backward
-        outs = [o.detach() if isinstance(o, torch.Tensor) and o._is_view() else o for o in outs]
-        ctx.out_meta = {i: (outs[i].shape, outs[i].dtype, outs[i].device) for i in diff}
-        non_diff = [o for i, o in enumerate(outs) if i not in diff]
-        if non_diff:
-            ctx.mark_non_differentiable(*non_diff)
+        plan.fix_outputs(outs, primals)
+        if plan.zeros_meta is None:
+            ctx.out_meta = {i: (outs[i].shape, outs[i].dtype, outs[i].device) for i in plan.diff}
+        if plan.non_diff:
+            ctx.mark_non_differentiable(*[outs[i] for i in plan.non_diff])
         return tuple(outs)
 
     @staticmethod
@@ -178,34 +283,52 @@ class CompiledFunction(torch.autograd.Function):
                 "grad) through a compiled training graph is not supported; compile with "
                 "backend='eager' or run this part eagerly"
             )
-        compiled: CompiledJoint = ctx.compiled
-        joint, part = compiled.joint, compiled.partition
-        tensors = list(ctx.saved_tensors)
-        for i, t in ctx.saved_non_tensors:
-            tensors.insert(i, t)
-        tangents, got = [], set()
-        for i in joint.diff_outputs:
+        plan: _Plan = ctx.plan
+        tensors = ctx.saved_tensors
+        if plan.non_tensor_saved:
+            tensors = list(tensors)
+            for i, t in ctx.saved_non_tensors:
+                tensors.insert(i, t)
+        tangents, missing = [], False
+        for i in plan.diff:
             g = grad_outputs[i]
             if g is None:
-                shape, dtype, device = ctx.out_meta[i]
+                missing = True
+                meta = plan.zeros_meta if plan.zeros_meta is not None else ctx.out_meta
+                shape, dtype, device = meta[i]
                 g = torch.zeros(shape, dtype=dtype, device=device)
             else:
-                got.add(i)
                 g = g.contiguous()
             tangents.append(g)
-        grads = list(compiled.backward(*tensors, *tangents))
-        result: list = [None]  # the CompiledJoint argument
-        it = iter(grads)
-        per_primal: dict[int, Any] = {}
-        for p, present, deps in zip(
-            joint.grad_primals, part.grad_outputs, joint.output_deps, strict=True
-        ):
-            g = next(it) if present else None
-            if g is not None and not (deps & got):
-                g = None  # reaches only outputs that got no grad: stays None, as in eager
-            per_primal[p] = g
-        result += [per_primal.get(i) for i in range(joint.num_primals)]
+        grads = plan.backward(*tensors, *tangents)
+        result: list = [None] * (plan.num_primals + 1)  # [0]: the _Plan argument
+        if not missing:
+            for at, k in plan.routes_all_got:
+                result[at] = grads[k]
+            return tuple(result)
+        got = {i for i in plan.diff if grad_outputs[i] is not None}
+        for p, k, deps in plan.routes:
+            # a grad reaching only outputs that got no grad stays None, as in eager
+            if deps & got:
+                result[p + 1] = grads[k]
         return tuple(result)
+
+
+#: ``torch.autograd.Function``'s C ``apply`` for CompiledFunction: what ``Function.apply`` calls
+#: once it has checked for functorch transforms and unwrapped dead functorch wrappers
+_c_apply = super(torch.autograd.Function, CompiledFunction).apply
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+def _apply(plan: _Plan, primals: list, tensors_only: bool):
+    """``CompiledFunction.apply(plan, *primals)`` without its Python layer when every primal
+    is a tensor and no functorch transform is active: the same steps (dead wrappers
+    unwrapped, then the C apply) as C-level calls, instead of a Python frame, a setup-context
+    check and a generator over the arguments."""
+    if not tensors_only or _functorch_active():
+        return CompiledFunction.apply(plan, *primals)
+    return _c_apply(plan, *map(_unwrap_if_dead, primals))
 
 
 def _is_input(t, primals) -> bool:
