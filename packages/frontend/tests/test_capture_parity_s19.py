@@ -13,8 +13,16 @@ that change between calls; ``self.assert*`` helpers not used before (``assertSet
 ``assertListEqual``, ``assertRegex``, ``assertNotIsInstance``, ``assertRaises`` called with
 a function, ``msg=``); ``sorted(reverse=)``, ``reversed(enumerate())``, ``zip(*pairs)``,
 ``partial`` over torch functions, ``OrderedDict.move_to_end``, ``bisect``/``heapq``,
-``math`` on sizes, str methods, ``__post_init__``. Each is checked against eager and
-against torch.compile's graph count (``_reference_cases``)."""
+``math`` on sizes, str methods, ``__post_init__``. Later batches: mixed forms (zip's pull
+order, ``takewhile``, ``__cause__`` identity, ``__enter__`` raising, ``finally`` with
+``continue``, ``torch.device``/``set_default_dtype`` blocks, ``iter(fn, sentinel)``), recompile
+counts (defaults vs passed arguments, tensor then int for one parameter, attributes,
+closure cells, replaced parameters, ``eval()``, batch sizes, global dicts, dtypes,
+shape-dependent branches), and built-in exceptions of containers and parsing,
+``ExceptionGroup.split``, ``@contextmanager`` objects as decorators, ``functools.cache``,
+``sys.intern``. Each is checked against eager and against torch.compile's graph count
+(``_reference_cases``); the case name's prefix gives its family
+(``benchmarks/capture.py --features``)."""
 
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import heapq
 import itertools
 import math
 import operator
+import sys
 import unittest
 from typing import NamedTuple
 
@@ -1190,7 +1199,7 @@ class _Level(enum.IntEnum):
 
 
 @case.program
-def enum_intenum_arithmetic(x):
+def builtin_intenum_arithmetic(x):
     return x * (_Level.HIGH - _Level.LOW), _Level(3).name
 
 
@@ -1449,6 +1458,404 @@ def exc_iter_of_int_caught(x):
     except TypeError as e:
         return x + 1, str(e)
     return x, ""
+
+
+# -- a fourth batch: recompile counts ---------------------------------------------------
+
+def _scale(x, s=2):
+    return x * s
+
+
+@case
+def rc_default_then_passed_then_keyword(C):
+    f = C(_scale)
+    return [f(_x()), f(_x(), 2), f(_x(), s=2), f(_x(), 3)]
+
+
+@case
+def rc_tensor_then_int_for_same_parameter(C):
+    f = C(_scale)
+    return [f(_x(), _x()), f(_x(), 3), f(_x(), _x())]
+
+
+class _Holder:
+    def __init__(self):
+        self.scale = 1.5
+
+    def apply(self, x):
+        return x * self.scale
+
+
+@case
+def rc_object_float_attribute_changes(C):
+    h = _Holder()
+    f = C(h.apply)
+    out = [f(_x())]
+    h.scale = 2.5
+    out.append(f(_x()))
+    h.scale = 3.5
+    out.append(f(_x()))
+    return out
+
+
+@case
+def rc_closure_cell_int_changes(C):
+    k = 1
+
+    def f(x):
+        return x + k
+
+    g = C(f)
+    out = [g(_x())]
+    k = 2
+    out.append(g(_x()))
+    k = 3
+    out.append(g(_x()))
+    return out
+
+
+class _Lin(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) + 1
+
+
+@case(xfail="kiln reads a module's parameters as graph constants and guards each one read, "
+             "so a replaced parameter compiles again (2 graphs); torch.compile lifts them to "
+             "graph inputs (1)")
+def rc_parameter_replaced_between_calls(C):
+    torch.manual_seed(0)
+    m = _Lin()
+    f = C(m)
+    out = [f(_x())]
+    m.lin.weight = nn.Parameter(torch.randn(4, 4))
+    out.append(f(_x()))
+    return out
+
+
+@case(xfail="kiln's NN_MODULE guard holds each module's training flag, so eval() compiles "
+             "again even where no code reads it (2 graphs); torch.compile guards training "
+             "only where it is read (1)")
+def rc_eval_called_twice_no_change(C):
+    torch.manual_seed(0)
+    m = _Lin()
+    f = C(m)
+    out = [f(_x())]
+    m.eval()
+    out.append(f(_x()))
+    m.eval()
+    out.append(f(_x()))
+    return out
+
+
+@case
+def rc_batch_size_changes(C):
+    torch.manual_seed(0)
+    m = _Lin()
+    f = C(m)
+    return [f(torch.randn(n, 4)) for n in (2, 3, 5)]
+
+
+@case
+def rc_param_requires_grad_toggled(C):
+    torch.manual_seed(0)
+    m = _Lin()
+    f = C(m)
+    out = [f(_x())]
+    m.lin.weight.requires_grad_(False)
+    out.append(f(_x()))
+    return out
+
+
+_G = {"k": 2}
+
+
+def _reads_global_dict(x):
+    return x * _G["k"]
+
+
+@case
+def rc_global_dict_value_changes(C):
+    f = C(_reads_global_dict)
+    out = [f(_x())]
+    _G["k"] = 3
+    try:
+        out.append(f(_x()))
+        _G["k"] = 4
+        out.append(f(_x()))
+    finally:
+        _G["k"] = 2
+    return out
+
+
+def _two_arg(x, y):
+    return x + y
+
+
+@case
+def rc_same_tensor_passed_twice_then_distinct(C):
+    f = C(_two_arg)
+    a = _x()
+    return [f(a, a), f(_x(), _x()), f(a, a)]
+
+
+def _uses_math(x, n):
+    return x * math.factorial(n)
+
+
+@case
+def rc_int_through_math_factorial(C):
+    f = C(_uses_math)
+    return [f(_x(), n) for n in (2, 3, 4)]
+
+
+@case
+def rc_dtype_of_second_argument_changes(C):
+    f = C(_two_arg)
+    return [f(_x(), _x()), f(_x(), _x().double()), f(_x(), _x())]
+
+
+def _shape_branch(x):
+    if x.shape[0] > 4:
+        return x[:4] * 2
+    return x * 3
+
+
+@case
+def rc_shape_dependent_branch(C):
+    f = C(_shape_branch)
+    return [f(torch.randn(n)) for n in (3, 6, 7)]
+
+
+# -- a fifth batch ---------------------------------------------------------------------
+
+@case.program
+def exc_exception_group_split(x):
+    eg = ExceptionGroup("many", [ValueError("a"), KeyError("b")])
+    match, rest = eg.split(ValueError)
+    return x * len(match.exceptions), len(rest.exceptions)
+
+
+@case.program
+def exc_getattr_default_on_missing(x):
+    class Box:
+        pass
+
+    b = Box()
+    return x * getattr(b, "scale", 3)
+
+
+@case.program
+def exc_dict_pop_missing_with_default_and_keyerror(x):
+    d = {"a": 1}
+    v = d.pop("b", 5)
+    try:
+        d.pop("c")
+    except KeyError as e:
+        return x * v, e.args
+    return x, ()
+
+
+@case.program
+def exc_int_parse_failure_message(x):
+    try:
+        int("1.5")
+    except ValueError as e:
+        return x + 1, str(e)
+    return x, ""
+
+
+@case.program
+def exc_list_remove_missing(x):
+    items = [1, 2]
+    try:
+        items.remove(3)
+    except ValueError:
+        items.append(3)
+    return x * len(items), items
+
+
+@case.program
+def exc_tuple_index_missing(x):
+    t = (1, 2, 3)
+    try:
+        i = t.index(9)
+    except ValueError:
+        i = -1
+    return x * i
+
+
+@case.program
+def cm_redirect_like_user_manager_restores_attribute(x):
+    class Cfg:
+        scale = 1
+
+    class Override:
+        def __init__(self, v):
+            self.v = v
+
+        def __enter__(self):
+            self.old, Cfg.scale = Cfg.scale, self.v
+
+        def __exit__(self, *exc):
+            Cfg.scale = self.old
+
+    with Override(5):
+        y = x * Cfg.scale
+    return y, Cfg.scale
+
+
+@case.program
+def cm_exitstack_close_explicit(x):
+    log = []
+    stack = contextlib.ExitStack()
+    stack.callback(log.append, "cb")
+    y = x * 2
+    stack.close()
+    return y, log
+
+
+@case.program
+def cm_contextmanager_as_decorator(x):
+    log = []
+
+    @contextlib.contextmanager
+    def traced():
+        log.append("in")
+        yield
+        log.append("out")
+
+    @traced()
+    def work(v):
+        return v + 1
+
+    return work(x), log
+
+
+@case.program
+def closure_nonlocal_list_append_and_rebind(x):
+    acc = []
+
+    def push(v):
+        nonlocal acc
+        acc = acc + [v]
+
+    push(x)
+    push(x * 2)
+    return acc
+
+
+@case.program
+def closure_inner_class_method_uses_outer_arg(x):
+    def build(k):
+        class Adder:
+            def __call__(self, v):
+                return v + k
+        return Adder()
+
+    return build(3)(x)
+
+
+@case.program
+def builtin_sum_of_generator_of_shapes(x):
+    m = x.reshape(2, 2)
+    return m * sum(d for d in m.shape), sum(range(5))
+
+
+@case.program
+def builtin_chain_and_islice_of_tensors(x):
+    parts = list(itertools.chain([x], (x * 2,), [x * 3]))
+    return list(itertools.islice(parts, 1, None))
+
+
+@case.program
+def builtin_dict_comprehension_enumerate(x):
+    d = {i: x * i for i, _ in enumerate("abc")}
+    return d[2] - d[1], list(d)
+
+
+@case.program
+def builtin_sorted_dict_items_by_value(x):
+    d = {"a": 3, "b": 1, "c": 2}
+    order = [k for k, _ in sorted(d.items(), key=operator.itemgetter(1))]
+    return x * d[order[0]], order
+
+
+@case.program
+def dc_field_default_factory_and_eq(x):
+    @dataclasses.dataclass
+    class Cfg:
+        sizes: list = dataclasses.field(default_factory=lambda: [1, 2])
+        name: str = "c"
+
+    a, b = Cfg(), Cfg()
+    return x * len(a.sizes), a == b, dataclasses.fields(a)[1].name
+
+
+@case.program(xfail="collections.namedtuple() called in the frame builds its class with "
+                     "eval() and type(); kiln breaks there (keyword.iskeyword), torch.compile "
+                     "captures it whole")
+def nt_collections_namedtuple_unpack(x):
+    P = collections.namedtuple("P", "a b")
+    p = P(x, 2)
+    a, b = p
+    return a * b, p._fields
+
+
+@case.program
+def ft_cache_on_local_function(x):
+    calls = []
+
+    @functools.cache
+    def sq(n):
+        calls.append(n)
+        return n * n
+
+    return x * (sq(3) + sq(3)), calls
+
+
+@case.program
+def str_percent_and_zfill_and_center(x):
+    return x + 1, "%05.1f" % 3.14159, "7".zfill(3), "ab".center(6, "*")  # noqa: UP031
+
+
+@case.program
+def cm_contextmanager_decorator_suppresses_and_propagates(x):
+    log = []
+
+    @contextlib.contextmanager
+    def guard(tag):
+        log.append(f"enter {tag}")
+        try:
+            yield
+        except KeyError:
+            log.append(f"swallowed {tag}")
+        finally:
+            log.append(f"exit {tag}")
+
+    @guard("a")
+    def fails(v):
+        raise KeyError("k")
+
+    @guard("b")
+    def raises_other(v):
+        raise ValueError("v")
+
+    first = fails(x)
+    try:
+        raises_other(x)
+    except ValueError:
+        log.append("caught")
+    return x * len(log), first, log
+
+
+@case.program
+def std_sys_intern_identity(x):
+    a = sys.intern("ke" + "y")
+    return x * 2, a is sys.intern("key"), a
 
 
 test_matches_torch_compile, test_gives_eagers_answer = case.tests(__file__)

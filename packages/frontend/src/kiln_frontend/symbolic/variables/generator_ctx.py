@@ -133,6 +133,13 @@ class GeneratorContextVariable(ContextManagerVariable):
     def undo_real(self) -> None:
         pass  # nothing real was switched: the generator's effects are traced
 
+    def call_function(self, tx, args, kwargs):
+        """``@cm(...)`` on a function (``ContextDecorator.__call__``): the function that
+        runs each call inside a fresh manager of the same generator function."""
+        if len(args) != 1 or kwargs or self.gen_tx is not None:
+            raise Unsupported(f"call to {self.describe()}")
+        return ContextDecoratedFunctionVariable(self, tx.realize(args[0]))
+
     def python_type(self) -> type:
         return contextlib._GeneratorContextManager
 
@@ -142,6 +149,44 @@ class GeneratorContextVariable(ContextManagerVariable):
     def describe(self) -> str:
         name = getattr(getattr(self.func, "fn", None), "__qualname__", "?")
         return f"GeneratorContextVariable({name})"
+
+
+class ContextDecoratedFunctionVariable(VariableTracker):
+    """A function decorated in the frame with a ``@contextmanager`` manager object: each
+    call is ``with cm._recreate_cm(): return fn(...)`` (``ContextDecorator.inner``), a new
+    manager of the same generator function and arguments, entered around the inlined call;
+    an exception from the call is thrown into the generator, and when it is suppressed the
+    call returns None, as ``inner`` does."""
+
+    def __init__(self, cm: GeneratorContextVariable, fn: VariableTracker):
+        super().__init__()
+        self.cm = cm
+        self.fn = fn
+
+    def children(self):
+        return [self.cm, self.fn]
+
+    def call_function(self, tx, args, kwargs):
+        from .constant import ConstantVariable
+        from .raising import TracedException
+
+        fresh = GeneratorContextVariable(self.cm.func, self.cm.args, self.cm.kwargs)
+        fresh.enter(tx)
+        try:
+            result = tx.call_function(self.fn, list(args), dict(kwargs))
+        except TracedException as e:
+            if fresh.exit_on_exception(tx, e.exc):
+                return ConstantVariable(None)
+            raise
+        fresh.exit(tx)
+        return result
+
+    def reconstruct(self, codegen):
+        raise Unsupported("cannot rebuild a function decorated with a @contextmanager object "
+                          "in the frame")
+
+    def describe(self) -> str:
+        return f"ContextDecoratedFunctionVariable({self.fn.describe()})"
 
 
 def _special_generator_contexts() -> dict:

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import functools
 import math
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -117,6 +118,20 @@ for _fn in MATH_FUNCTIONS:
     register_builtin(_fn, _fold_math(_fn))
 register_builtin(math.sqrt, _fold_math(math.sqrt))  # (also symbolic: torch._sym_sqrt)
 del _fn
+
+
+def _intern(tx, args, kwargs):
+    """``sys.intern(s)`` of a constant string (``collections.namedtuple`` interns its
+    names): the interned string, as eager's."""
+    if len(args) != 1 or kwargs:
+        return None
+    arg = tx.realize(args[0])
+    if not (arg.is_python_constant() and type(arg.as_python_constant()) is str):
+        return None
+    return ConstantVariable(sys.intern(arg.as_python_constant()))
+
+
+register_builtin(sys.intern, _intern)
 
 
 # -- functools.reduce ---------------------------------------------------------------------------
