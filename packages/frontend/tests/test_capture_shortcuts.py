@@ -330,3 +330,23 @@ def test_data_taken_then_base_written():
     expected = f(x.clone())
     out, _ = _run(f, x.clone())
     _same(out, expected)
+
+
+def test_write_through_data_breaks_at_the_take_with_its_reason():
+    # pinned: the graph cannot give the alias a version counter of its own, so a write
+    # through .data runs in Python (the break is at the attribute read, named)
+    from kiln_frontend import explain
+
+    def f(x):
+        y = x * 2
+        x.data.add_(1)
+        return y + x
+
+    x = torch.randn(4)
+    x_eager = x.clone()
+    f(x_eager)
+    report = explain(f)(x)
+    _same(x, x_eager)  # the write landed in x's memory, as eager's
+    reasons = [b.reason for b in report.break_reasons]
+    assert any("Tensor.data" in r for r in reasons), reasons
+    assert report.graph_count == 2, reasons
