@@ -348,14 +348,16 @@ def hold_weakly(check_fn: Any, code: types.CodeType, objects: Iterable[Any]) -> 
     the code weakly and the check by id (valid: the check is alive while they are)."""
     code_ref = weakref.ref(code)
     check_id = id(check_fn)
+    # bound now: at interpreter exit module globals are cleared before the last objects die
+    cache_entries, drop_entry = _C.cache_entries, _C.drop_entry
 
     def died(_ref: Any) -> None:
         owner = code_ref()
         if owner is None:
             return
-        for entry in _C.cache_entries(owner):
+        for entry in cache_entries(owner):
             if id(entry[0]) == check_id:
-                _C.drop_entry(owner, entry[0])
+                drop_entry(owner, entry[0])
                 return
 
     refs = []
