@@ -78,6 +78,34 @@ def median_time(fn: Callable[[], Any], *, min_repeat_s: float = 0.05, repeats: i
     return statistics.median(samples)
 
 
+class RecordingBackend:
+    """Counts graphs and runs them as they are (both compilers' ``eager`` backend)."""
+
+    def __init__(self) -> None:
+        self.graphs: list = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def callgrind_inclusive(out_file: str | Path) -> Callable[[str], int]:
+    """``inclusive(pattern)``: the largest inclusive instruction count of a function whose
+    ``callgrind_annotate`` line matches ``pattern`` in a callgrind output file (0: none)."""
+    import re
+    import subprocess
+
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                           str(out_file)], stdout=subprocess.PIPE, text=True, check=True).stdout
+
+    def inclusive(pattern: str) -> int:
+        counts = [int(line.split()[0].replace(",", "")) for line in text.splitlines()
+                  if re.search(pattern, line) and line.strip()[:1].isdigit()]
+        return max(counts, default=0)
+
+    return inclusive
+
+
 def _calls_per_repeat(fn, min_repeat_s: float, warmup: int, max_calls: int, sync) -> int:
     """After ``warmup`` calls, how many calls of ``fn`` last about ``min_repeat_s``."""
     for _ in range(warmup):

@@ -59,7 +59,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kiln_frontend  # noqa: E402
-from _common import RESULTS_DIR, ROOT, Progress, first_line, markdown_table, tensors_of  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    ROOT,
+    Progress,
+    RecordingBackend,
+    first_line,
+    markdown_table,
+    tensors_of,
+)
 
 
 def _torchvision_importable() -> None:
@@ -180,17 +188,6 @@ MODELS: dict[str, Callable] = {
                     conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
                     num_conv_pos_embedding_groups=2),
 }
-
-
-class RecordingBackend:
-    """Counts graphs and runs them as they are (like the ``eager`` backend)."""
-
-    def __init__(self) -> None:
-        self.graphs: list[torch.fx.GraphModule] = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
 
 
 @dataclasses.dataclass

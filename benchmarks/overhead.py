@@ -48,23 +48,13 @@ from _common import (  # noqa: E402,E501
     RESULTS_DIR,
     ROOT,
     Progress,
+    RecordingBackend,
+    callgrind_inclusive,
     first_line,
     last_hidden_state,
     markdown_table,
     tensors_of,
 )
-
-
-class RecordingBackend:
-    """Counts graphs and runs them as they are (both compilers' ``eager`` backend)."""
-
-    def __init__(self) -> None:
-        self.graphs: list[torch.fx.GraphModule] = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm.forward
-
 
 # ---------------------------------------------------------------------------------------
 # Subjects: name -> build() returning (callable, args); a registry (names are unique)
@@ -305,7 +295,6 @@ def callgrind(name: str, compiler: str, n: int, keep: Path | None = None) -> dic
     """Instructions per call of ``name`` under ``compiler`` (eager backend): compiled, eager
     and their difference, from callgrind's inclusive counts of ``starmap_next`` (all calls)
     and ``partial_call``/``partial_vectorcall`` (the eager ones)."""
-    import re
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -316,15 +305,9 @@ def callgrind(name: str, compiler: str, n: int, keep: Path | None = None) -> dic
                         f"--callgrind-out-file={out}", sys.executable, __file__,
                         "--calls-child", f"{name}:{compiler}:{n}"], cwd=ROOT, env=env,
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
-                               str(out)], stdout=subprocess.PIPE, text=True, check=True).stdout
+        inclusive = callgrind_inclusive(out)
         if keep is not None:
             keep.write_bytes(out.read_bytes())
-
-    def inclusive(pattern: str) -> int:
-        counts = [int(line.split()[0].replace(",", "")) for line in text.splitlines()
-                  if re.search(pattern, line) and line.strip()[:1].isdigit()]
-        return max(counts, default=0)
 
     total = inclusive(r"PROGRAM TOTALS")
     eager = inclusive(r":partial_(vectorcall|call) \[")

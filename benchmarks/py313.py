@@ -31,7 +31,6 @@ import copy
 import io
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -258,13 +257,9 @@ def _callgrind(version: str, path: str, n: int, out_dir: Path) -> dict:
                     str(PYTHONS[version]), __file__, "--child", "calls", "--path", path,
                     "--calls", str(n)], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
-                          stdout=subprocess.PIPE, text=True, check=True).stdout
+    from _common import callgrind_inclusive
 
-    def inclusive(pattern: str) -> int:
-        counts = [int(line.split()[0].replace(",", "")) for line in text.splitlines()
-                  if re.search(pattern, line) and line.strip()[:1].isdigit()]
-        return max(counts, default=0)
+    inclusive = callgrind_inclusive(out)
 
     total = inclusive(r"PROGRAM TOTALS")
     eager = inclusive(r":partial_(vectorcall|call) \[")

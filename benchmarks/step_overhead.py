@@ -43,7 +43,6 @@ import argparse
 import itertools
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from _common import RESULTS_DIR, ROOT, first_line, fresh_cache_dirs, markdown_table  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    ROOT,
+    callgrind_inclusive,
+    first_line,
+    fresh_cache_dirs,
+    markdown_table,
+)
 from _models import PreNormBlock  # noqa: E402
 
 COMPILERS = ("eager", "torch.compile", "kiln")
@@ -274,13 +280,7 @@ def _callgrind(subject: str, compiler: str, n: int, device: str, out_dir: str) -
                     "--callgrind-child", f"{subject},{compiler}", "--calls", str(n),
                     "--device", device], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
-                          stdout=subprocess.PIPE, text=True, check=True).stdout
-
-    def inclusive(pattern: str) -> int:
-        counts = [int(line.split()[0].replace(",", "")) for line in text.splitlines()
-                  if re.search(pattern, line) and line.strip()[:1].isdigit()]
-        return max(counts, default=0)
+    inclusive = callgrind_inclusive(out)
 
     step = inclusive(r":takewhile_next \[")
     return {"fwd_instr": round(inclusive(r":starmap_next \[") / n),
